@@ -1,0 +1,133 @@
+/*
+ * ember — local LLM runtime. The public C API.
+ *
+ * The library is small on purpose: open a model directory, turn text into
+ * token ids and back, and run a generation that reports each token through
+ * a callback and can be cancelled from another thread. Everything else
+ * (protocols, the server, quantization) is built on top of this header.
+ *
+ * Errors: every function returning em_status sets a thread-local message
+ * readable with em_last_error() when it fails.
+ * Ownership: objects returned through an out-pointer belong to the caller
+ * and are released with the matching *_free function.
+ */
+#ifndef EMBER_EMBER_H
+#define EMBER_EMBER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define EMBER_VERSION_MAJOR 0
+#define EMBER_VERSION_MINOR 1
+#define EMBER_VERSION_PATCH 0
+#define EMBER_VERSION_STRING "0.1.0"
+
+typedef enum em_status {
+    EM_OK = 0,
+    EM_ERR_IO,          /* a file could not be opened, read, mapped or written */
+    EM_ERR_FORMAT,      /* input bytes are malformed (bad header, bad JSON...) */
+    EM_ERR_INVALID,     /* an argument or a value is out of its allowed range */
+    EM_ERR_UNSUPPORTED, /* well-formed, but a feature ember does not handle */
+    EM_ERR_NOMEM,       /* an allocation failed or a size overflowed */
+    EM_ERR_LIMIT,       /* a configured limit (context, output size...) hit */
+    EM_ERR_CANCELLED,   /* the caller asked to stop */
+    EM_ERR_INTERNAL     /* a bug in ember */
+} em_status;
+
+/* Short name of a status ("io", "format", ...). Static string. */
+const char *em_status_name(em_status s);
+/* Message of the last failure on this thread; "" when none. Valid until the
+ * next failing call on the same thread. */
+const char *em_last_error(void);
+
+typedef struct em_model em_model;
+
+typedef enum em_precision {
+    EM_PRECISION_AUTO = 0, /* per verb default */
+    EM_PRECISION_EXACT,    /* f32 activations everywhere */
+    EM_PRECISION_FAST      /* bf16 dot products for large prefill GEMMs */
+} em_precision;
+
+typedef struct em_open_options {
+    int n_threads;          /* 0: one per core */
+    int max_context;        /* 0: the model's max_position_embeddings */
+    em_precision precision; /* AUTO means EXACT for the library */
+    int verbose;            /* log progress to stderr */
+} em_open_options;
+
+/* Opens a model directory (config.json + *.safetensors [+ tokenizer.json]).
+ * opts may be NULL. On success *out owns the model; free with em_model_free. */
+em_status em_model_open(const char *path, const em_open_options *opts, em_model **out);
+void em_model_free(em_model *m);
+
+int em_model_vocab_size(const em_model *m);
+int em_model_context_size(const em_model *m);
+/* Human-readable architecture name ("llama", "qwen3", ...). Static to m. */
+const char *em_model_arch(const em_model *m);
+
+/* Tokenization (requires tokenizer.json in the model directory).
+ * *ids is malloc'd and owned by the caller. */
+em_status em_tokenize(const em_model *m, const char *text, size_t len, int add_special,
+                      int32_t **ids, size_t *n_ids);
+/* Decodes ids to UTF-8; *text is malloc'd, NUL-terminated, owned by caller. */
+em_status em_detokenize(const em_model *m, const int32_t *ids, size_t n_ids, int skip_special,
+                        char **text);
+
+typedef struct em_sampling {
+    float temperature;        /* 0: greedy */
+    float top_p;              /* 1: off */
+    int top_k;                /* 0: off */
+    float min_p;              /* 0: off */
+    float repetition_penalty; /* 1: off */
+    float presence_penalty;   /* 0: off */
+    float frequency_penalty;  /* 0: off */
+    int penalty_window;       /* last N tokens considered by penalties; 0: all */
+    uint64_t seed;
+    int has_seed;             /* 0: seed from the clock */
+} em_sampling;
+
+/* Defaults of the model (generation_config.json), or neutral ones. */
+em_sampling em_sampling_defaults(const em_model *m);
+
+/* Called once per generated token. text is the newly completed UTF-8 (may be
+ * empty while a multi-byte character is incomplete; NULL without tokenizer).
+ * Return non-zero to stop the generation. */
+typedef int (*em_token_fn)(void *user, int32_t token, const char *text, size_t text_len);
+
+typedef enum em_finish {
+    EM_FINISH_NONE = 0,
+    EM_FINISH_STOP,     /* an end-of-sequence token */
+    EM_FINISH_LENGTH,   /* max_tokens reached */
+    EM_FINISH_CALLBACK, /* the callback asked to stop */
+    EM_FINISH_CANCELLED /* *cancel became non-zero */
+} em_finish;
+
+typedef struct em_generate_params {
+    const int32_t *prompt;
+    size_t n_prompt;
+    int max_tokens;
+    em_sampling sampling;
+    em_token_fn on_token; /* may be NULL */
+    void *user;
+    const volatile int *cancel; /* may be NULL; polled between tokens */
+} em_generate_params;
+
+typedef struct em_generate_result {
+    em_finish finish;
+    size_t n_generated;
+    double prefill_seconds;
+    double decode_seconds;
+} em_generate_result;
+
+/* Runs one generation. Not re-entrant on the same model: use one model per
+ * concurrent generation or the server's scheduler. */
+em_status em_generate(em_model *m, const em_generate_params *p, em_generate_result *result);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
