@@ -93,10 +93,27 @@ typedef struct em_sampling {
 /* Defaults of the model (generation_config.json), or neutral ones. */
 em_sampling em_sampling_defaults(const em_model *m);
 
-/* Called once per generated token. text is the newly completed UTF-8 (may be
- * empty while a multi-byte character is incomplete; NULL without tokenizer).
- * Return non-zero to stop the generation. */
-typedef int (*em_token_fn)(void *user, int32_t token, const char *text, size_t text_len);
+/* What the token callback sees for each generated token. */
+#define EM_MAX_TOP_LOGPROBS 20
+typedef struct em_token_info {
+    int32_t token;
+    const char *text;  /* newly completed UTF-8 (may be empty while a multi-byte
+                          character is incomplete); NULL without a tokenizer */
+    size_t text_len;
+    float logprob;     /* log-probability of `token` under the sampling
+                          distribution before truncation (raw softmax of the
+                          processed logits) */
+    int n_top;         /* entries filled in top_ids/top_logprobs */
+    int32_t top_ids[EM_MAX_TOP_LOGPROBS];
+    float top_logprobs[EM_MAX_TOP_LOGPROBS];
+} em_token_info;
+
+/* Return non-zero to stop the generation. */
+typedef int (*em_token_fn)(void *user, const em_token_info *info);
+/* Optional logit processor, run after penalties and logit bias and before
+ * sampling (e.g. a grammar mask). history: all ids so far (prompt+output). */
+typedef void (*em_logits_fn)(void *user, float *logits, int n_vocab, const int32_t *history,
+                             size_t n_history);
 
 typedef enum em_finish {
     EM_FINISH_NONE = 0,
@@ -111,20 +128,31 @@ typedef struct em_generate_params {
     size_t n_prompt;
     int max_tokens;
     em_sampling sampling;
-    em_token_fn on_token; /* may be NULL */
+    int top_logprobs;           /* 0..EM_MAX_TOP_LOGPROBS alternatives per token */
+    const int32_t *bias_ids;    /* logit_bias: added to the logits of these ids */
+    const float *bias_values;
+    size_t n_bias;
+    const int32_t *stop_ids;    /* extra ids that end the generation (besides EOS) */
+    size_t n_stop_ids;
+    int ignore_eos;             /* don't stop on the model's EOS ids */
+    em_token_fn on_token;       /* may be NULL */
+    em_logits_fn on_logits;     /* may be NULL */
     void *user;
     const volatile int *cancel; /* may be NULL; polled between tokens */
 } em_generate_params;
 
 typedef struct em_generate_result {
     em_finish finish;
+    size_t n_prompt;
     size_t n_generated;
     double prefill_seconds;
     double decode_seconds;
 } em_generate_result;
 
-/* Runs one generation. Not re-entrant on the same model: use one model per
- * concurrent generation or the server's scheduler. */
+/* Runs one generation. Thread-safe: concurrent calls on one model each get
+ * their own sequence in the model's paged KV cache and take turns on the
+ * compute (one forward step at a time). A prompt + max_tokens beyond the
+ * context is EM_ERR_LIMIT. */
 em_status em_generate(em_model *m, const em_generate_params *p, em_generate_result *result);
 
 #ifdef __cplusplus
