@@ -25,6 +25,8 @@ em_status chat_template_load(const char *dir, chat_template **out);
  * (tokenizer_config.json text, may be NULL). */
 em_status chat_template_from_string(const char *source, const char *config_json, chat_template **out);
 void chat_template_free(chat_template *t);
+/* The template's source text (owned by t). */
+const char *chat_template_source(const chat_template *t);
 
 /* Renders with `vars` as the template context (messages, tools,
  * add_generation_prompt, any extra keys) plus bos_token/eos_token/... from
