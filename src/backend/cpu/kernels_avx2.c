@@ -28,18 +28,18 @@ AVX2_TARGET static inline float hsum8(__m256 v) {
         const float *x, size_t ldx, const WT *w, size_t ldw, int K, float *y, size_t ldy, const int MR, \
         const int NR) {                                                                             \
         __m256 acc[4][4];                                                                           \
-        for (int m = 0; m < MR; m++)                                                                \
-            for (int n = 0; n < NR; n++) acc[m][n] = _mm256_setzero_ps();                           \
+        _Pragma("GCC unroll 4") for (int m = 0; m < MR; m++)                                                                \
+            _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) acc[m][n] = _mm256_setzero_ps();                           \
         int k = 0;                                                                                  \
         for (; k + 8 <= K; k += 8) {                                                                \
             __m256 wr[4], xr[4];                                                                    \
-            for (int n = 0; n < NR; n++) wr[n] = WLOAD(w + (size_t)n * ldw + k);                    \
-            for (int m = 0; m < MR; m++) xr[m] = _mm256_loadu_ps(x + (size_t)m * ldx + k);          \
-            for (int m = 0; m < MR; m++)                                                            \
-                for (int n = 0; n < NR; n++) acc[m][n] = _mm256_fmadd_ps(xr[m], wr[n], acc[m][n]);  \
+            _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) wr[n] = WLOAD(w + (size_t)n * ldw + k);                    \
+            _Pragma("GCC unroll 4") for (int m = 0; m < MR; m++) xr[m] = _mm256_loadu_ps(x + (size_t)m * ldx + k);          \
+            _Pragma("GCC unroll 4") for (int m = 0; m < MR; m++)                                                            \
+                _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) acc[m][n] = _mm256_fmadd_ps(xr[m], wr[n], acc[m][n]);  \
         }                                                                                           \
-        for (int m = 0; m < MR; m++)                                                                \
-            for (int n = 0; n < NR; n++) {                                                          \
+        _Pragma("GCC unroll 4") for (int m = 0; m < MR; m++)                                                                \
+            _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) {                                                          \
                 float s = hsum8(acc[m][n]);                                                         \
                 for (int kk = k; kk < K; kk++) s += x[(size_t)m * ldx + kk] * WSCALAR(w[(size_t)n * ldw + kk]); \
                 y[(size_t)m * ldy + n] = s;                                                         \

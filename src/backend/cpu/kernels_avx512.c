@@ -30,18 +30,18 @@ AVX512_TARGET static inline __m512 load_f32(const float *p, __mmask16 m) { retur
     const float *x = xv;                                                                            \
     const WT *w = wv;                                                                               \
     __m512 acc[4][4];                                                                               \
-    for (int m = 0; m < MR; m++)                                                                    \
-        for (int n = 0; n < NR; n++) acc[m][n] = _mm512_setzero_ps();                               \
+    _Pragma("GCC unroll 4") for (int m = 0; m < MR; m++)                                                                    \
+        _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) acc[m][n] = _mm512_setzero_ps();                               \
     for (int k = 0; k < K; k += 16) {                                                               \
         __mmask16 mask = K - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (K - k)) - 1);        \
         __m512 wr[4], xr[4];                                                                        \
-        for (int n = 0; n < NR; n++) wr[n] = WLOAD(w + (size_t)n * ldw + k, mask);                  \
-        for (int m = 0; m < MR; m++) xr[m] = _mm512_maskz_loadu_ps(mask, x + (size_t)m * ldx + k);  \
-        for (int m = 0; m < MR; m++)                                                                \
-            for (int n = 0; n < NR; n++) acc[m][n] = _mm512_fmadd_ps(xr[m], wr[n], acc[m][n]);      \
+        _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) wr[n] = WLOAD(w + (size_t)n * ldw + k, mask);                  \
+        _Pragma("GCC unroll 4") for (int m = 0; m < MR; m++) xr[m] = _mm512_maskz_loadu_ps(mask, x + (size_t)m * ldx + k);  \
+        _Pragma("GCC unroll 4") for (int m = 0; m < MR; m++)                                                                \
+            _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) acc[m][n] = _mm512_fmadd_ps(xr[m], wr[n], acc[m][n]);      \
     }                                                                                               \
-    for (int m = 0; m < MR; m++)                                                                    \
-        for (int n = 0; n < NR; n++) y[(size_t)m * ldy + n] = _mm512_reduce_add_ps(acc[m][n]);
+    _Pragma("GCC unroll 4") for (int m = 0; m < MR; m++)                                                                    \
+        _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) y[(size_t)m * ldy + n] = _mm512_reduce_add_ps(acc[m][n]);
 
 #define DEFINE_TILE(SUFFIX, WT, WLOAD)                                                              \
     AVX512_TARGET __attribute__((always_inline)) static inline void tile_##SUFFIX##_mn(             \
@@ -73,18 +73,18 @@ AVX512_TARGET __attribute__((always_inline)) static inline void tile_bf16_mn(con
                                                                              float *y, size_t ldy, const int MR,
                                                                              const int NR) {
     __m512 acc[4][4];
-    for (int m = 0; m < MR; m++)
-        for (int n = 0; n < NR; n++) acc[m][n] = _mm512_setzero_ps();
+    _Pragma("GCC unroll 4") for (int m = 0; m < MR; m++)
+        _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) acc[m][n] = _mm512_setzero_ps();
     for (int k = 0; k < K; k += 32) {
         __mmask32 mask = K - k >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1ull << (K - k)) - 1);
         __m512bh wr[4], xr[4];
-        for (int n = 0; n < NR; n++) wr[n] = (__m512bh)_mm512_maskz_loadu_epi16(mask, w + (size_t)n * ldw + k);
-        for (int m = 0; m < MR; m++) xr[m] = (__m512bh)_mm512_maskz_loadu_epi16(mask, x + (size_t)m * ldx + k);
-        for (int m = 0; m < MR; m++)
-            for (int n = 0; n < NR; n++) acc[m][n] = _mm512_dpbf16_ps(acc[m][n], xr[m], wr[n]);
+        _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) wr[n] = (__m512bh)_mm512_maskz_loadu_epi16(mask, w + (size_t)n * ldw + k);
+        _Pragma("GCC unroll 4") for (int m = 0; m < MR; m++) xr[m] = (__m512bh)_mm512_maskz_loadu_epi16(mask, x + (size_t)m * ldx + k);
+        _Pragma("GCC unroll 4") for (int m = 0; m < MR; m++)
+            _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) acc[m][n] = _mm512_dpbf16_ps(acc[m][n], xr[m], wr[n]);
     }
-    for (int m = 0; m < MR; m++)
-        for (int n = 0; n < NR; n++) y[(size_t)m * ldy + n] = _mm512_reduce_add_ps(acc[m][n]);
+    _Pragma("GCC unroll 4") for (int m = 0; m < MR; m++)
+        _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) y[(size_t)m * ldy + n] = _mm512_reduce_add_ps(acc[m][n]);
 }
 
 AVX512_TARGET static void tile_bf16_bf16(const void *xv, size_t ldx, int mr, const void *wv, size_t ldw, int nr,
