@@ -81,12 +81,13 @@ static int decode_line(const tokenizer *t, const char *line, size_t lineno, bool
     }
     json_decref(j);
     char *text = NULL;
-    if (rc == CLI_OK && tok_decode(t, ids, n, skip, &text) != EM_OK) {
+    size_t text_len = 0;
+    if (rc == CLI_OK && tok_decode_n(t, ids, n, skip, &text, &text_len) != EM_OK) {
         cli_error("tokenize", "line %zu: %s", lineno, em_last_error());
         rc = CLI_FAIL;
     }
     if (rc == CLI_OK) {
-        json_t *s = json_stringn(text, strlen(text));
+        json_t *s = json_stringn(text, text_len);
         char *out = s ? json_dumps(s, JSON_ENCODE_ANY) : NULL;
         if (out) printf("%s\n", out);
         else rc = CLI_FAIL;

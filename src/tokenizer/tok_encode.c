@@ -99,7 +99,14 @@ em_status tok_encode(const tokenizer *t, const char *text, size_t len, bool add_
 }
 
 em_status tok_decode(const tokenizer *t, const int32_t *ids, size_t n, bool skip_special, char **text) {
+    size_t len;
+    return tok_decode_n(t, ids, n, skip_special, text, &len);
+}
+
+em_status tok_decode_n(const tokenizer *t, const int32_t *ids, size_t n, bool skip_special, char **text,
+                       size_t *len) {
     *text = NULL;
+    *len = 0;
     tok_buf out = {0};
     em_status st = tok_decode_into(t, ids, n, skip_special, true, &out);
     if (st == EM_OK && !out.p && !tok_buf_put(&out, "", 0)) st = em_fail(EM_ERR_NOMEM, "tokenizer: out of memory");
@@ -108,5 +115,6 @@ em_status tok_decode(const tokenizer *t, const int32_t *ids, size_t n, bool skip
         return st;
     }
     *text = out.p;
+    *len = out.n;
     return EM_OK;
 }

@@ -31,6 +31,9 @@ em_status tok_encode(const tokenizer *t, const char *text, size_t len, bool add_
  * UTF-8 produced by byte-level pieces is replaced with U+FFFD as the
  * reference does. */
 em_status tok_decode(const tokenizer *t, const int32_t *ids, size_t n, bool skip_special, char **text);
+/* Same, also giving the length: decoded text may contain U+0000. */
+em_status tok_decode_n(const tokenizer *t, const int32_t *ids, size_t n, bool skip_special, char **text,
+                       size_t *len);
 
 int32_t tok_vocab_size(const tokenizer *t);       /* including added tokens */
 /* Token text as stored in the vocabulary (not decoded); NULL if out of range. */
