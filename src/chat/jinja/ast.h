@@ -88,7 +88,8 @@ enum {
     JN_RECURSIVE = 1,
     JN_USES_CALLER = 2,
     JN_USES_VARARGS = 4,
-    JN_USES_KWARGS = 8
+    JN_USES_KWARGS = 8,
+    JN_PRINT_EACH = 16 /* {% print a, b %}: a is a JN_TUPLE of expressions */
 };
 
 typedef struct jnode jnode;

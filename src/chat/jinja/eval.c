@@ -202,6 +202,14 @@ static em_status loop_attr(jctx *c, jo_loop *l, const jv *self, const char *name
 
 em_status jx_getattr(jctx *c, const jv *obj, const char *name, jv *out) {
     bool unsafe = false;
+    /* internals (__class__...) are never reachable: the sandbox answers
+     * with an undefined value that fails when used */
+    if (name[0] == '_') {
+        if (obj->kind == JV_UNDEF && obj->u.s && strncmp(obj->u.s->data, "access to attribute", 19) == 0)
+            return jx_fail(c, EM_ERR_FORMAT, "SecurityError: %s", obj->u.s->data);
+        *out = jv_undef_msg("access to attribute '%s' of '%s' object is unsafe.", name, jv_type_name(obj));
+        return EM_OK;
+    }
     switch (obj->kind) {
     case JV_UNDEF: return jx_undefined(c, obj);
     case JV_DICT:
@@ -830,7 +838,7 @@ static em_status call_macro(jctx *c, jo_macro *m, jcallargs *a, jv *out) {
     jframe *fr = frame_new(m->closure);
     if (!fr) return jx_oom(c);
     em_status st = EM_OK;
-    jv varargs = jv_list_new(0), kwargs = jv_dict_new();
+    jv varargs = jv_tuple_new(0), kwargs = jv_dict_new();
     const jv **given = em_calloc(def->nparams + 1, sizeof(jv *));
     if (!given || jv_is_oom(varargs) || jv_is_oom(kwargs)) st = jx_oom(c);
     for (size_t i = 0; st == EM_OK && i < a->npos; i++) {
@@ -1090,6 +1098,15 @@ static em_status exec_stmt(jctx *c, jframe *f, const jnode *n, jbuf *out) {
         if (out->oom) return jx_oom(c);
         return jx_check_size(c, out->len);
     case JN_OUTPUT: {
+        if (n->flags & JN_PRINT_EACH) {
+            for (size_t i = 0; i < n->a->nkids; i++) {
+                EM_TRY(eval(c, f, n->a->kids[i], &v));
+                em_status st = emit(c, out, &v);
+                jv_release(v);
+                EM_TRY(st);
+            }
+            return EM_OK;
+        }
         EM_TRY(eval(c, f, n->a, &v));
         em_status st = emit(c, out, &v);
         jv_release(v);

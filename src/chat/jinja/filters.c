@@ -783,6 +783,12 @@ static em_status f_attr(jctx *c, const jv *v, jcallargs *a, jv *out) {
     const jv *s[1];
     EM_TRY(jx_bind(c, "attr", a, P, s));
     if (!s[0] || s[0]->kind != JV_STR) return jx_fail(c, EM_ERR_FORMAT, "TypeError: attribute name must be a string");
+    bool unsafe;
+    /* attr() is getattr only: dict keys are not attributes */
+    if (v->kind == JV_DICT && !jx_has_method(v, s[0]->u.s->data, &unsafe)) {
+        *out = jv_undef_msg("'dict object' has no attribute '%s'", s[0]->u.s->data);
+        return EM_OK;
+    }
     return jx_getattr(c, v, s[0]->u.s->data, out);
 }
 

@@ -673,15 +673,18 @@ em_status jx_percent_format(jctx *c, const jv *fmt, const jv *args, jv *out) {
                 st = jx_fail(c, EM_ERR_FORMAT, "TypeError: %%%c format: a real number is required, not %s", type, jv_type_name(v));
                 break;
             }
+            /* numbers carry their own width so that the 0 flag pads with zeros */
+            long wd = width < 0 ? 0 : width > 400 ? 400 : width;
             if (strchr("dixXoc", type)) {
                 int64_t iv = v->kind == JV_FLOAT ? (int64_t)v->u.f : v->kind == JV_BOOL ? v->u.b : v->u.i;
                 const char *conv = type == 'x' ? PRIx64 : type == 'X' ? PRIX64 : type == 'o' ? PRIo64 : PRId64;
-                snprintf(spec, sizeof spec, "%%%s%s", flags, conv);
+                snprintf(spec, sizeof spec, "%%%s%ld%s", flags, wd, conv);
                 snprintf(tmp, sizeof tmp, spec, iv);
             } else {
-                snprintf(spec, sizeof spec, "%%%s.%ld%c", flags, prec < 0 ? 6 : prec, type);
+                snprintf(spec, sizeof spec, "%%%s%ld.%ld%c", flags, wd, prec < 0 ? 6 : prec > 300 ? 300 : prec, type);
                 snprintf(tmp, sizeof tmp, spec, jv_as_double(v));
             }
+            width = -1;
             jbuf_puts(&piece, tmp);
         } else {
             jv_release(keyed);

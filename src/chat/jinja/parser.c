@@ -913,7 +913,15 @@ static em_status parse_statement(parser *p, jnode **out) {
     }
     if (!strcmp(w, "print")) {
         n->kind = JN_OUTPUT;
-        return parse_tuple(p, false, true, NULL, false, &n->a);
+        n->flags |= JN_PRINT_EACH;
+        if (!(n->a = nnew(JN_TUPLE, t))) return oom();
+        while (cur(p)->kind != JT_BLOCK_END) {
+            if (n->a->nkids) EM_TRY(expect_op(p, ","));
+            jnode *e = NULL;
+            EM_TRY(parse_expr(p, true, &e));
+            EM_TRY(push_kid(&n->a->kids, &n->a->nkids, e));
+        }
+        return EM_OK;
     }
     if (!strcmp(w, "break") || !strcmp(w, "continue")) {
         if (p->loop_depth == 0) return fail_at(t, "'%s' outside of a loop", w);
