@@ -12,6 +12,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <time.h>
 
 typedef struct chat_template chat_template;
 
@@ -34,6 +35,9 @@ const char *chat_template_source(const chat_template *t);
  * Template errors (syntax, raise_exception, limits) are EM_ERR_FORMAT or
  * EM_ERR_LIMIT with the message, line and column. Thread-safe. */
 em_status chat_render(const chat_template *t, json_t *vars, char **out, size_t *out_len);
+/* chat_render with strftime_now's clock pinned to `now` (seconds since the
+ * epoch, local time zone); now == 0 means the current time. */
+em_status chat_render_at(const chat_template *t, json_t *vars, time_t now, char **out, size_t *out_len);
 
 /* ---- output parsing --------------------------------------------------- */
 
