@@ -54,6 +54,8 @@ typedef struct chat_format {
 /* Chooses the parser configuration from the template source and model type
  * (e.g. "qwen3", "llama"); vars are the render variables (enable_thinking...). */
 chat_format chat_detect_format(const chat_template *t, const char *model_type, json_t *vars);
+/* The same from the template's source text (NULL: no template). */
+chat_format chat_detect_format_source(const char *template_source, const char *model_type, json_t *vars);
 
 typedef enum chat_event_kind {
     CHAT_EV_CONTENT,    /* text: content delta */
