@@ -122,6 +122,7 @@ static char *cph_run(chat_format fmt, json_t *tools, const char *text, size_t le
         out_sink->problems = k.problems;
         out_sink->split_utf8 = k.split_utf8;
         out_sink->n_ids = k.n_ids;
+        out_sink->len = k.len;
     }
     return k.s;
 }
