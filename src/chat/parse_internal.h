@@ -83,7 +83,8 @@ struct chat_parser {
     pbuf scratch;   /* event text assembly */
 
     bool bare_json; /* Llama 3: a bare JSON call may start here */
-    size_t pending_seen; /* bytes of a pending call already examined */
+    size_t pending_seen;    /* bytes of a pending call its handler has seen */
+    size_t pending_scanned; /* bytes of it already searched for closers */
     bool pending_ran;    /* handler ran at least once for the pending call */
     int n_calls;
     uint64_t id_state;
@@ -161,6 +162,8 @@ void parse_consume(chat_parser *p, size_t n);
 bool parse_should_run(chat_parser *p, const char *s, size_t view, bool final,
                       const char *const *closers, size_t n_closers);
 void parse_pending_reset(chat_parser *p);
+/* Records that the handler saw `view` bytes and needs more. */
+void parse_pending_wait(chat_parser *p, size_t view);
 
 /* ---- parse_reasoning.c ---------------------------------------------- */
 

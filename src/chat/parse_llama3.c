@@ -10,7 +10,9 @@
 
 static const char python_tag[] = "<|python_tag|>";
 static const char *const llama_markers[] = {python_tag};
-static const char *const llama_closers[] = {"}"};
+/* A call object usually ends in "}}" (its parameters close, then it);
+ * other endings are found by the growth rule or at the end of the reply. */
+static const char *const llama_closers[] = {"}}"};
 
 /* Call objects from s[i]: OK with *end past the last one (and its
  * separators), BAD when the first is not a call, NEED_MORE while the text
@@ -62,8 +64,7 @@ bool parse_llama3_bare_step(chat_parser *p, bool final, bool *progress) {
     if (!parse_should_run(p, s, view, vfinal, llama_closers, 1)) return true;
     parse_result r = scan_calls(p, s, view, i, vfinal, true, false, &end);
     if (r == PARSE_NEED_MORE) {
-        p->pending_ran = true;
-        p->pending_seen = view;
+        parse_pending_wait(p, view);
         return true;
     }
     parse_pending_reset(p);

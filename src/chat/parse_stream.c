@@ -24,17 +24,25 @@ void parse_consume(chat_parser *p, size_t n) {
 void parse_pending_reset(chat_parser *p) {
     p->pending_ran = false;
     p->pending_seen = 0;
+    p->pending_scanned = 0;
+}
+
+void parse_pending_wait(chat_parser *p, size_t view) {
+    p->pending_ran = true;
+    p->pending_seen = view;
+    p->pending_scanned = view;
 }
 
 bool parse_should_run(chat_parser *p, const char *s, size_t view, bool final,
                       const char *const *closers, size_t n_closers) {
     if (final || !p->pending_ran) return true;
-    size_t seen = p->pending_seen;
-    if (view <= seen) return false;
+    size_t seen = p->pending_seen, scanned = p->pending_scanned;
+    if (view <= scanned) return false;
+    p->pending_scanned = view;
     if (view - seen > seen / 4) return true;
     for (size_t k = 0; k < n_closers; k++) {
         size_t cl = strlen(closers[k]);
-        size_t from = seen >= cl ? seen - cl + 1 : 0;
+        size_t from = scanned >= cl ? scanned - cl + 1 : 0;
         if (memmem(s + from, view - from, closers[k], cl)) return true;
     }
     return false;
@@ -49,8 +57,7 @@ static bool run_call(chat_parser *p, bool final) {
     size_t consumed = 0;
     parse_result r = tf->call(p, p->in.p, view, vfinal, &consumed);
     if (r == PARSE_NEED_MORE && !vfinal) {
-        p->pending_ran = true;
-        p->pending_seen = view;
+        parse_pending_wait(p, view);
         return false;
     }
     parse_pending_reset(p);
@@ -75,6 +82,7 @@ static bool step_content(chat_parser *p, bool final) {
         bool progress = false;
         if (parse_llama3_bare_step(p, final, &progress)) return progress;
     }
+    if (p->pending_ran) return run_call(p, final); /* the marker is still at the front */
     const char *s = p->in.p;
     size_t n = p->in.len, at = n, safe = n, which = 0;
     if (p->tf) at = parse_find_marker(s, n, p->tf->markers, p->tf->n_markers, &which, &safe);
