@@ -155,6 +155,9 @@ static const pcase cases[] = {
      "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>search\n```json\n{query: x}\n```"
      "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
      NULL},
+    {"deepseek stray block end", DS, T_NONE, "Done.<｜tool▁calls▁end｜>", NULL},
+    {"xml parameter never closed", XML, T_TOOLS,
+     "<tool_call>\n<function=search>\n<parameter=query>\nq\n</function>\n</tool_call>", NULL},
     {"deepseek unterminated", DS, T_NONE,
      "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>search\n```json\n{\"query\": \"x\"}", NULL},
 };
