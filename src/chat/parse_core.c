@@ -47,6 +47,7 @@ bool parse_is_prefix(const char *s, size_t n, const char *m) {
 
 int parse_expect(const char *s, size_t n, size_t *i, const char *m) {
     size_t ml = strlen(m), have = n - *i;
+    if (have == 0) return 0;
     if (have < ml) return memcmp(s + *i, m, have) == 0 ? 0 : -1;
     if (memcmp(s + *i, m, ml) != 0) return -1;
     *i += ml;

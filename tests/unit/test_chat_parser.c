@@ -259,6 +259,22 @@ static void test_streams_promptly(void) {
     free(k.s);
 }
 
+/* An empty or whitespace-only reply, in every configuration (whitespace
+ * right after an opened <think> is not reasoning). */
+static void test_empty(json_t *tools) {
+    for (int t = 0; t < 5; t++) {
+        for (int bits = 0; bits < 4; bits++) {
+            chat_format f = F((chat_tool_format)t, bits & 1, (bits >> 1) & 1);
+            char *e = cph_run(f, tools, "", 0, 0, 0, NULL);
+            CHECK_STR(e, "");
+            free(e);
+            e = cph_run(f, tools, " \n", 2, 1, 1, NULL);
+            CHECKF(strcmp(e, f.reasoning && f.think_open_in_prompt ? "" : "[C] \n") == 0, "%d/%d: %s", t, bits, e);
+            free(e);
+        }
+    }
+}
+
 int main(void) {
     json_error_t err;
     json_t *tools = json_loads(TOOLS_JSON, 0, &err);
@@ -266,6 +282,7 @@ int main(void) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) test_case(&cases[i], tools);
     test_mutations(tools);
     test_streams_promptly();
+    test_empty(tools);
     json_decref(tools);
     return test_summary();
 }
