@@ -70,6 +70,7 @@ void http_wait_job(const srv_request *r, srv_job *j) {
 /* ---- SSE ------------------------------------------------------------- */
 
 typedef struct stream_ctx {
+    srv_server *srv;
     srv_job *job;
     struct MHD_Connection *conn;
 } stream_ctx;
@@ -92,6 +93,7 @@ static void stream_free(void *cls) {
     stream_ctx *sc = cls;
     sc->job->cancel = 1; /* no-op when it already finished */
     srv_job_unref(sc->job);
+    atomic_fetch_sub(&sc->srv->open_streams, 1);
     free(sc);
 }
 
@@ -122,8 +124,10 @@ static enum MHD_Result send_reply(srv_server *s, struct MHD_Connection *c, srv_r
             srv_job_unref(r->stream);
             return MHD_NO;
         }
+        sc->srv = s;
         sc->job = r->stream;
         sc->conn = c;
+        atomic_fetch_add(&s->open_streams, 1);
         r->stream = NULL;
         resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, sc, stream_free);
         if (!resp) {
@@ -290,6 +294,8 @@ void srv_stop(srv_server *s) {
             sched_wait_idle(s->sched, 5);
         }
     }
+    /* Finished streams get a moment to flush their last bytes to clients. */
+    for (int i = 0; i < 40 && atomic_load(&s->open_streams) > 0; i++) usleep(50 * 1000);
     /* Connections still open (keep-alive, streams) end here. */
     if (s->daemon) MHD_stop_daemon(s->daemon);
     sched_free(s->sched);

@@ -47,6 +47,7 @@ typedef struct srv_server {
     srv_metrics *metrics;
     double t_start;
     int port;                  /* the bound port */
+    atomic_int open_streams;   /* SSE responses not yet finished */
 } srv_server;
 
 typedef struct srv_request {
