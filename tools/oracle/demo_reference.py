@@ -21,11 +21,18 @@ WEATHER_TOOL = {"type": "function", "function": {
 
 
 def cases(model_dir):
-    from transformers import AutoTokenizer
-    hf_tok = AutoTokenizer.from_pretrained(model_dir)
-    chat = hf_tok.apply_chat_template(
-        [{"role": "user", "content": "What's the weather in Paris?"}], tools=[WEATHER_TOOL],
-        add_generation_prompt=True, tokenize=False)
+    msgs = [{"role": "user", "content": "What's the weather in Paris?"}]
+    try:
+        from transformers import AutoTokenizer
+        hf_tok = AutoTokenizer.from_pretrained(model_dir)
+        chat = hf_tok.apply_chat_template(msgs, tools=[WEATHER_TOOL], add_generation_prompt=True,
+                                          tokenize=False)
+    except Exception:  # render the template the way transformers configures jinja2
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train_demo"))
+        import render
+        with open(os.path.join(model_dir, "tokenizer_config.json")) as f:
+            tpl = render.compile_template(json.load(f)["chat_template"])
+        chat = render.render(tpl, msgs, [WEATHER_TOOL], add_generation_prompt=True)
     return [("chat_tool_prompt", chat), ("plain_text", "In the beginning God created the heaven")]
 
 
