@@ -16,6 +16,13 @@ Steps, all in one run on a CUDA machine with torch, transformers and tokenizers:
      reference_logits.json (tools/oracle/demo_reference.py).
 
 Usage: train.py --corpus DIR --out DIR [--smoke] [--budget SECONDS] [--max-steps N]
+       train.py --card-from OUT/train_log.json --out DIR    (model card only, no torch)
+
+The committed models/demo was made by
+  tools/train_demo/prepare_corpus.py corpus             (on a Debian machine)
+  train.py --corpus corpus --out OUT --budget 310       (one H200, about 200 s)
+and OUT/reference_logits.json is tests/golden/demo_reference_logits.json,
+OUT/train_log.json is tools/train_demo/train_log.json.
 """
 import argparse
 import json
@@ -422,10 +429,11 @@ def model_card(info):
         "",
     ]
     for name, prompt, out in s["samples"]:
-        lines += ["**%s** — %s" % (name, prompt), "", "```", out.strip(), "```", ""]
+        # Four backticks, so a reply holding a code block stays inside its fence.
+        lines += ["**%s** — %s" % (name, prompt), "", "````", out.strip(), "````", ""]
     lines += ["## Licence", "",
-              "The weights and tokenizer are released with ember under ember's licence. The training",
-              "texts are in the public domain.", ""]
+              "The training texts are in the public domain. The weights and the tokenizer are part of",
+              "ember and are distributed with it.", ""]
     return "\n".join(lines)
 
 
@@ -433,7 +441,9 @@ def model_card(info):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--corpus", required=True)
+    ap.add_argument("--corpus")
+    ap.add_argument("--card-from", metavar="TRAIN_LOG",
+                    help="only rewrite OUT/README.md from a train_log.json written by a run")
     ap.add_argument("--out", required=True)
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--budget", type=float, default=330.0, help="seconds of training")
@@ -452,6 +462,15 @@ def main():
     ap.add_argument("--warmup", type=int, default=150)
     ap.add_argument("--eval-every", type=int, default=250)
     args = ap.parse_args()
+    if args.card_from:
+        with open(args.card_from) as f:
+            run = json.load(f)
+        info = dict(run["info"], samples=[tuple(x) for x in run["samples"]])
+        with open(os.path.join(args.out, "README.md"), "w") as f:
+            f.write(model_card(info))
+        return
+    if not args.corpus:
+        ap.error("--corpus is required")
     if args.smoke:
         args.dialogues, args.max_steps, args.eval_every, args.warmup = 3000, 30, 10, 5
     os.makedirs(args.out, exist_ok=True)
