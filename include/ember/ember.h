@@ -57,6 +57,7 @@ typedef struct em_open_options {
     int max_context;        /* 0: the model's max_position_embeddings */
     em_precision precision; /* AUTO means EXACT for the library */
     int verbose;            /* log progress to stderr */
+    int max_sequences;      /* concurrent sequences in the KV cache; 0: 8 */
 } em_open_options;
 
 /* Opens a model directory (config.json + *.safetensors [+ tokenizer.json]).

@@ -31,6 +31,9 @@ em_status tok_encode(const tokenizer *t, const char *text, size_t len, bool add_
  * UTF-8 produced by byte-level pieces is replaced with U+FFFD as the
  * reference does. */
 em_status tok_decode(const tokenizer *t, const int32_t *ids, size_t n, bool skip_special, char **text);
+/* Same, also giving the length: decoded text may contain U+0000. */
+em_status tok_decode_n(const tokenizer *t, const int32_t *ids, size_t n, bool skip_special, char **text,
+                       size_t *len);
 
 int32_t tok_vocab_size(const tokenizer *t);       /* including added tokens */
 /* Token text as stored in the vocabulary (not decoded); NULL if out of range. */
@@ -47,6 +50,14 @@ const char *tok_eos_token(const tokenizer *t);
 const char *tok_pad_token(const tokenizer *t);
 /* The raw tokenizer_config.json chat_template string, or NULL. */
 const char *tok_chat_template(const tokenizer *t);
+/* tokenizer_config.json add_bos_token / add_eos_token: 1 or 0, -1 when the
+ * file does not set them. tok_encode(add_special) follows tokenizer.json's
+ * post_processor exactly as the reference `tokenizers` library does; these
+ * flags let a caller apply the transformers convention where it differs
+ * (e.g. DeepSeek V3 ships add_bos_token=true with a ByteLevel
+ * post-processor that adds nothing). */
+int tok_config_add_bos(const tokenizer *t);
+int tok_config_add_eos(const tokenizer *t);
 
 /* Incremental detokenizer for streaming. Feed ids one at a time; each call
  * appends newly completed UTF-8 text to *out (malloc'd, caller frees; may be

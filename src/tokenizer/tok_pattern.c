@@ -1,0 +1,132 @@
+/* tok_pattern.c — the String/Regex patterns of tokenizer.json (Split,
+ * Replace). Regexes are written for Oniguruma in the reference; PCRE2 with
+ * UTF + UCP accepts the same syntax for the constructs tokenizers use
+ * (\p{..} classes, (?i:..) groups, lookahead) and JIT-compiles them. */
+#include "tokenizer/tok_internal.h"
+
+#include "base/alloc.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+em_status tok_pattern_regex(const char *src, size_t len, const char *path, tok_pattern *p) {
+    memset(p, 0, sizeof *p);
+    int err;
+    PCRE2_SIZE eoff;
+    p->re = pcre2_compile((PCRE2_SPTR)src, len, PCRE2_UTF | PCRE2_UCP, &err, &eoff, NULL);
+    if (!p->re) {
+        char msg[256];
+        pcre2_get_error_message(err, (PCRE2_UCHAR *)msg, sizeof msg);
+        return em_fail(EM_ERR_FORMAT, "%s: invalid regex at offset %zu: %s", path, (size_t)eoff, msg);
+    }
+    /* JIT is an optimisation: when unavailable the interpreter still runs. */
+    (void)pcre2_jit_compile(p->re, PCRE2_JIT_COMPLETE);
+    p->is_regex = true;
+    p->str = em_strndup(src, len);
+    p->len = len;
+    if (!p->str) {
+        tok_pattern_free(p);
+        return em_fail(EM_ERR_NOMEM, "%s: out of memory", path);
+    }
+    return EM_OK;
+}
+
+em_status tok_pattern_load(json_t *j, const char *path, tok_pattern *p) {
+    memset(p, 0, sizeof *p);
+    json_t *s = json_is_object(j) ? json_object_get(j, "String") : NULL;
+    json_t *r = json_is_object(j) ? json_object_get(j, "Regex") : NULL;
+    if (json_is_string(s)) {
+        p->str = em_strndup(json_string_value(s), json_string_length(s));
+        p->len = json_string_length(s);
+        return p->str ? EM_OK : em_fail(EM_ERR_NOMEM, "%s: out of memory", path);
+    }
+    if (json_is_string(r)) return tok_pattern_regex(json_string_value(r), json_string_length(r), path, p);
+    return em_fail(EM_ERR_FORMAT, "%s: expected {\"String\": ...} or {\"Regex\": ...}", path);
+}
+
+void tok_pattern_free(tok_pattern *p) {
+    if (p->re) pcre2_code_free(p->re);
+    free(p->str);
+    memset(p, 0, sizeof *p);
+}
+
+/* Runs one match; retries with a large JIT stack when the default one is
+ * too small (long runs of whitespace under a lookahead can need it). */
+static int regex_match(const tok_pattern *p, const char *s, size_t n, size_t start, pcre2_match_data *md) {
+    int rc = pcre2_match(p->re, (PCRE2_SPTR)s, n, start, PCRE2_NO_UTF_CHECK, md, NULL);
+    if (rc != PCRE2_ERROR_JIT_STACKLIMIT) return rc;
+    pcre2_match_context *mc = pcre2_match_context_create(NULL);
+    pcre2_jit_stack *js = pcre2_jit_stack_create(32 * 1024, 64 * 1024 * 1024, NULL);
+    if (mc && js) {
+        pcre2_jit_stack_assign(mc, NULL, js);
+        rc = pcre2_match(p->re, (PCRE2_SPTR)s, n, start, PCRE2_NO_UTF_CHECK, md, mc);
+    }
+    if (js) pcre2_jit_stack_free(js);
+    if (mc) pcre2_match_context_free(mc);
+    return rc;
+}
+
+em_status tok_pattern_each(const tok_pattern *p, const char *s, size_t n, tok_match_fn fn, void *ctx) {
+    if (!p->is_regex) {
+        if (p->len == 0) return EM_OK;
+        size_t i = 0;
+        while (i + p->len <= n) {
+            const char *hit = memmem(s + i, n - i, p->str, p->len);
+            if (!hit) break;
+            size_t at = (size_t)(hit - s);
+            if (!fn(ctx, at, at + p->len)) return em_fail(EM_ERR_NOMEM, "tokenizer: out of memory");
+            i = at + p->len;
+        }
+        return EM_OK;
+    }
+    pcre2_match_data *md = pcre2_match_data_create(8, NULL);
+    if (!md) return em_fail(EM_ERR_NOMEM, "tokenizer: out of memory");
+    em_status st = EM_OK;
+    size_t start = 0;
+    while (start <= n) {
+        int rc = regex_match(p, s, n, start, md);
+        if (rc == PCRE2_ERROR_NOMATCH) break;
+        if (rc < 0) {
+            char msg[256];
+            pcre2_get_error_message(rc, (PCRE2_UCHAR *)msg, sizeof msg);
+            st = em_fail(EM_ERR_LIMIT, "tokenizer: regex /%s/ failed: %s", p->str, msg);
+            break;
+        }
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+        size_t a = ov[0], b = ov[1];
+        if (b < a || b > n) break; /* \K tricks; not used by tokenizers */
+        if (!fn(ctx, a, b)) {
+            st = em_fail(EM_ERR_NOMEM, "tokenizer: out of memory");
+            break;
+        }
+        if (b == a) {
+            if (b >= n) break;
+            start = b + tok_utf8_len(s + b, n - b);
+        } else {
+            start = b;
+        }
+    }
+    pcre2_match_data_free(md);
+    return st;
+}
+
+typedef struct replace_ctx {
+    const char *s, *with;
+    size_t with_len, last;
+    tok_buf *out;
+} replace_ctx;
+
+static bool replace_one(void *c, size_t a, size_t b) {
+    replace_ctx *r = c;
+    bool ok = tok_buf_put(r->out, r->s + r->last, a - r->last) && tok_buf_put(r->out, r->with, r->with_len);
+    r->last = b;
+    return ok;
+}
+
+em_status tok_pattern_replace(const tok_pattern *p, const char *s, size_t n, const char *with,
+                              size_t with_len, tok_buf *out) {
+    replace_ctx r = {s, with, with_len, 0, out};
+    EM_TRY(tok_pattern_each(p, s, n, replace_one, &r));
+    if (!tok_buf_put(out, s + r.last, n - r.last)) return em_fail(EM_ERR_NOMEM, "tokenizer: out of memory");
+    return EM_OK;
+}
