@@ -41,6 +41,9 @@ def write_reference(model_dir, out_path, device=None):
     from tokenizers import Tokenizer
     from transformers import AutoModelForCausalLM
     dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    # Full float32 matmuls: TF32 would move logits by ~1e-2 on this model.
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
     tok = Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(dev).eval()
     with open(os.path.join(model_dir, "generation_config.json")) as f:
