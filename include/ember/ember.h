@@ -109,7 +109,9 @@ typedef struct em_token_info {
     float top_logprobs[EM_MAX_TOP_LOGPROBS];
 } em_token_info;
 
-/* Return non-zero to stop the generation. */
+/* Return non-zero to stop the generation. When the detokenizer still holds
+ * text at the end (an incomplete UTF-8 sequence, decoded as U+FFFD), one
+ * last call with token -1 carries it. */
 typedef int (*em_token_fn)(void *user, const em_token_info *info);
 /* Optional logit processor, run after penalties and logit bias and before
  * sampling (e.g. a grammar mask). history: all ids so far (prompt+output). */

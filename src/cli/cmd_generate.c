@@ -22,7 +22,7 @@ typedef struct gen_out {
 
 static int on_token(void *user, const em_token_info *info) {
     gen_out *o = user;
-    if (o->print_ids) printf(o->n++ ? " %d" : "%d", info->token);
+    if (o->print_ids) { if (info->token >= 0) printf(o->n++ ? " %d" : "%d", info->token); }
     else if (info->text && info->text_len) fwrite(info->text, 1, info->text_len, stdout);
     fflush(stdout);
     return 0;
@@ -60,9 +60,15 @@ static int run(em_model *m, const int32_t *ids, size_t n, long max_tokens, bool 
 }
 
 static int prompt_to_ids(em_model *m, const char *prompt, int32_t **ids, size_t *n) {
-    (void)m; (void)prompt; (void)ids; (void)n;
-    cli_error("generate", "text prompts need the tokenizer");
-    return CLI_FAIL;
+    if (em_tokenize(m, prompt, strlen(prompt), 1, ids, n) != EM_OK) {
+        cli_error("generate", "%s", em_last_error());
+        return CLI_FAIL;
+    }
+    if (*n == 0) {
+        cli_error("generate", "the prompt encodes to no tokens");
+        return CLI_FAIL;
+    }
+    return CLI_OK;
 }
 
 static int cmd_generate(int argc, char **argv) {

@@ -21,6 +21,7 @@ typedef struct gen_state {
     float *logits;
     int32_t *history;
     size_t n_history;
+    tok_stream *detok; /* NULL without a tokenizer */
 } gen_state;
 
 static bool is_stop_id(const gen_state *g, int32_t t) {
@@ -46,6 +47,19 @@ static em_status prefill(gen_state *g) {
         if (p->cancel && *p->cancel) return em_fail(EM_ERR_CANCELLED, "cancelled during prefill");
     }
     return EM_OK;
+}
+
+/* Text the detokenizer still holds at the end (an incomplete character)
+ * goes out in one last callback with token -1. */
+static void flush_text(gen_state *g) {
+    char *text = NULL;
+    size_t len = 0;
+    if (!g->detok || !g->p->on_token || tok_stream_flush(g->detok, &text, &len) != EM_OK) return;
+    if (len) {
+        em_token_info info = {.token = -1, .text = text, .text_len = len};
+        g->p->on_token(g->p->user, &info);
+    }
+    free(text);
 }
 
 static em_status check_params(const em_model *m, const em_generate_params *p) {
@@ -82,7 +96,14 @@ static em_status decode_loop(gen_state *g, em_generate_result *r) {
         g->history[g->n_history++] = tok;
         r->n_generated++;
         bool stop = is_stop_id(g, tok);
-        if (p->on_token && p->on_token(p->user, &info)) {
+        char *text = NULL;
+        size_t text_len = 0;
+        if (g->detok) EM_TRY(tok_stream_feed(g->detok, tok, &text, &text_len));
+        info.text = text ? text : (g->detok ? "" : NULL);
+        info.text_len = text_len;
+        int want_stop = p->on_token ? p->on_token(p->user, &info) : 0;
+        free(text);
+        if (want_stop) {
             r->finish = EM_FINISH_CALLBACK;
             return EM_OK;
         }
@@ -107,6 +128,8 @@ em_status em_generate(em_model *m, const em_generate_params *p, em_generate_resu
     g.history = em_mallocn(p->n_prompt + (size_t)p->max_tokens + 1, sizeof(int32_t));
     if (!g.logits || !g.history) s = em_fail(EM_ERR_NOMEM, "out of memory");
     if (s == EM_OK) s = kv_seq_alloc(m->kv, &g.seq);
+    if (s == EM_OK && m->tok && p->on_token && !(g.detok = tok_stream_new(m->tok, false)))
+        s = em_fail(EM_ERR_NOMEM, "out of memory");
     if (s == EM_OK) {
         memcpy(g.history, p->prompt, p->n_prompt * sizeof(int32_t));
         g.n_history = p->n_prompt;
@@ -115,10 +138,12 @@ em_status em_generate(em_model *m, const em_generate_params *p, em_generate_resu
         double t1 = em_now();
         r.prefill_seconds = t1 - t0;
         if (s == EM_OK) s = decode_loop(&g, &r);
+        if (s == EM_OK) flush_text(&g);
         else if (s == EM_ERR_CANCELLED) { r.finish = EM_FINISH_CANCELLED; s = EM_OK; }
         r.decode_seconds = em_now() - t1;
     }
     if (g.seq >= 0) kv_seq_release(m->kv, g.seq);
+    tok_stream_free(g.detok);
     sampler_free(&g.smp);
     free(g.logits);
     free(g.history);

@@ -53,6 +53,7 @@ static em_status open_parts(em_model *m, const em_open_options *o) {
     EM_TRY(kv_cache_create(m->cfg.n_layers, m->cfg.n_kv_heads, m->cfg.head_dim, m->max_ctx, seqs, &m->kv));
     m->prefill_math = o->precision == EM_PRECISION_FAST ? EM_MATH_FAST : EM_MATH_EXACT;
     EM_TRY(m->family->load(m));
+    EM_TRY(model_text_open(m));
     EM_LOGI("%s: %s, %d layers, hidden %d, vocab %d, loaded in %.2fs (%d threads)", m->dir, m->cfg.model_type,
             m->cfg.n_layers, m->cfg.hidden, m->cfg.vocab, em_now() - t0, m->be->n_threads);
     return EM_OK;
@@ -85,6 +86,7 @@ em_status em_model_open(const char *path, const em_open_options *opts, em_model 
 void em_model_free(em_model *m) {
     if (!m) return;
     if (m->family && m->family->free) m->family->free(m);
+    model_text_close(m);
     kv_cache_free(m->kv);
     cpu_backend_free(m->be);
     st_close(m->st);

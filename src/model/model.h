@@ -71,6 +71,8 @@ em_status model_forward(em_model *m, const em_batch *b, float *logits);
  * model_text_close releases them. */
 em_status model_text_open(em_model *m);
 void model_text_close(em_model *m);
+em_status model_template_open(em_model *m);
+void model_template_close(em_model *m);
 
 /* ---- weight binding (weights.c) ---- */
 

@@ -11,7 +11,7 @@ for d in "$EMBER_SRC"/tests/golden/dense/*/; do
   name=$(basename "$d")
   ids=$(python3 -c "import json,sys; print(','.join(map(str, json.load(open(sys.argv[1]))['ids'])))" "$d/ref.json")
   "$EMBER_BIN" logits "$d" --ids "$ids" --out "$tmp/$name.bin"
-  if ! python3 "$EMBER_SRC/tests/support/compare_logits.py" "$tmp/$name.bin" "$d/logits.bin" --rel 2e-4 --name "$name"; then
+  if ! python3 "$EMBER_SRC/tests/support/compare_logits.py" "$tmp/$name.bin" "$d/logits.bin" --rel 1e-5 --name "$name"; then
     fail=1
   fi
   want=$(python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(' '.join(map(str, r['greedy'])))" "$d/ref.json")
