@@ -98,6 +98,10 @@ async function main() {
       ok("API key kept in sessionStorage");
     }
 
+    // Greedy decoding, so the demo model's replies are the ones it was trained to give.
+    await page.click("#toggle-settings");
+    await page.fill("#temperature", "0");
+
     // 1. A streamed reply grows in place, then shows its timing.
     await watchNextReply(page, false);
     await send(page, "Count from 1 to 120.");
@@ -139,7 +143,6 @@ async function main() {
 
     // 4. Tools: the weather question gives a tool call card; its result gets an answer.
     await page.click("#new-chat");
-    await page.click("#toggle-settings");
     await page.check("#tools-on");
     await send(page, "What's the weather in Paris?");
     reply = await waitReplyEnd(page, 1);
