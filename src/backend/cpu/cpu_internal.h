@@ -25,7 +25,15 @@ typedef struct cpu_kernels {
     tile_fn tile_f32_f16;  /* f32 x, f16 w */
     tile_fn tile_f32_f32;  /* f32 x, f32 w */
     tile_fn tile_bf16_bf16; /* bf16 x, bf16 w (FAST math); NULL if unsupported */
+    float (*dot)(const float *a, const float *b, int n);
+    void (*axpy)(float *y, float a, const float *x, int n); /* y += a * x */
+    void (*silu_mul)(float *out, const float *gate, const float *up, int n);
 } cpu_kernels;
+
+/* Portable vector helpers shared by kernel tables that lack their own. */
+float cpu_dot_ref(const float *a, const float *b, int n);
+void cpu_axpy_ref(float *y, float a, const float *x, int n);
+void cpu_silu_mul_ref(float *out, const float *gate, const float *up, int n);
 
 const cpu_kernels *cpu_kernels_ref(void);
 const cpu_kernels *cpu_kernels_avx2(void);   /* NULL when not compiled in */
