@@ -119,6 +119,83 @@ static int32_t argmax(const float *l, int n) {
     return best;
 }
 
+/* Collects the candidates with tempered probability above floor_rel times
+ * the best one's (probs[id] = exp((l - max) / T)); returns their count. */
+static int collect(sampler *s, const float *logits, float mx, float inv_t, float floor_rel) {
+    float zmin = floor_rel > 0 ? logf(floor_rel) : -40.0f;
+    int nc = 0;
+    for (int i = 0; i < s->n_vocab; i++) {
+        float z = (logits[i] - mx) * inv_t;
+        if (z > zmin) {
+            s->cand[nc++] = i;
+            s->probs[i] = expf(z);
+        }
+    }
+    return nc;
+}
+
+/* Temperature, top-k, min-p and top-p, then one draw. Tokens more than
+ * e^40 times less likely than the best are never candidates (their total
+ * mass is below float resolution). Sorting all candidates is avoided when it
+ * cannot change the result: without top-k/top-p no order is needed, and
+ * top-p first tries the candidates within 1e-4 of the best — when they hold
+ * the nucleus, the nucleus is the same as over all candidates. */
+static int32_t sample_truncated(sampler *s, const float *logits, float mx) {
+    const em_sampling *p = &s->p;
+    float inv_t = 1.0f / p->temperature;
+    int nc = collect(s, logits, mx, inv_t, 0);
+    double total = 0;
+    for (int i = 0; i < nc; i++) total += s->probs[s->cand[i]];
+    bool need_sort = p->top_k > 0 || (p->top_p > 0 && p->top_p < 1);
+    if (need_sort && p->top_k == 0) {
+        /* try the head of the distribution first */
+        double head = 0;
+        int nh = 0;
+        for (int i = 0; i < nc; i++) {
+            float pr = s->probs[s->cand[i]];
+            if (pr >= 1e-4f) {
+                head += pr;
+                nh++;
+            }
+        }
+        if (head >= p->top_p * total && nh < nc) {
+            int k = 0;
+            for (int i = 0; i < nc; i++)
+                if (s->probs[s->cand[i]] >= 1e-4f) s->cand[k++] = s->cand[i];
+            nc = k; /* total keeps the full mass: the nucleus limit is unchanged */
+        }
+    }
+    if (need_sort) qsort_r(s->cand, (size_t)nc, sizeof *s->cand, cmp_prob_desc, s->probs);
+    if (p->top_k > 0 && nc > p->top_k) {
+        nc = p->top_k;
+        total = 0;
+        for (int i = 0; i < nc; i++) total += s->probs[s->cand[i]];
+    }
+    if (p->top_p > 0 && p->top_p < 1) {
+        double cum = 0, limit = p->top_p * total;
+        int keep = 0;
+        while (keep < nc) {
+            cum += s->probs[s->cand[keep++]];
+            if (cum >= limit) break;
+        }
+        nc = keep;
+    }
+    if (p->min_p > 0) { /* relative to the most likely token (prob 1 here) */
+        int keep = 0;
+        for (int i = 0; i < nc; i++)
+            if (s->probs[s->cand[i]] >= p->min_p) s->cand[keep++] = s->cand[i];
+        nc = keep;
+    }
+    double sum = 0;
+    for (int i = 0; i < nc; i++) sum += s->probs[s->cand[i]];
+    double r = sampler_uniform(s) * sum, acc = 0;
+    for (int i = 0; i < nc; i++) {
+        acc += s->probs[s->cand[i]];
+        if (r < acc) return s->cand[i];
+    }
+    return s->cand[nc - 1];
+}
+
 int32_t sampler_pick(sampler *s, const float *logits, int top_n, em_token_info *info) {
     int n = s->n_vocab;
     const em_sampling *p = &s->p;
@@ -131,47 +208,7 @@ int32_t sampler_pick(sampler *s, const float *logits, int top_n, em_token_info *
     if (p->temperature <= 0 || p->top_k == 1) {
         tok = argmax(logits, n);
     } else {
-        /* Candidates: tokens whose tempered probability relative to the best
-         * is above e^-40; the excluded mass is far below float resolution. */
-        float inv_t = 1.0f / p->temperature;
-        int nc = 0;
-        for (int i = 0; i < n; i++) {
-            float z = (logits[i] - mx) * inv_t;
-            if (z > -40.0f) {
-                s->cand[nc++] = i;
-                s->probs[i] = expf(z);
-            }
-        }
-        qsort_r(s->cand, (size_t)nc, sizeof *s->cand, cmp_prob_desc, s->probs);
-        if (p->top_k > 0 && nc > p->top_k) nc = p->top_k;
-        double total = 0;
-        for (int i = 0; i < nc; i++) total += s->probs[s->cand[i]];
-        if (p->min_p > 0) { /* relative to the most likely token */
-            float floor_p = p->min_p * s->probs[s->cand[0]];
-            int keep = 1;
-            while (keep < nc && s->probs[s->cand[keep]] >= floor_p) keep++;
-            nc = keep;
-        }
-        if (p->top_p > 0 && p->top_p < 1) {
-            double cum = 0, limit = p->top_p * total;
-            int keep = 0;
-            while (keep < nc) {
-                cum += s->probs[s->cand[keep++]];
-                if (cum >= limit) break;
-            }
-            nc = keep;
-        }
-        double sum = 0;
-        for (int i = 0; i < nc; i++) sum += s->probs[s->cand[i]];
-        double r = sampler_uniform(s) * sum, acc = 0;
-        tok = s->cand[nc - 1];
-        for (int i = 0; i < nc; i++) {
-            acc += s->probs[s->cand[i]];
-            if (r < acc) {
-                tok = s->cand[i];
-                break;
-            }
-        }
+        tok = sample_truncated(s, logits, mx);
     }
     info->token = tok;
     info->logprob = (float)((double)(logits[tok] - mx) - lse);
