@@ -149,6 +149,7 @@ typedef struct em_generate_params {
 typedef struct em_generate_result {
     em_finish finish;
     size_t n_prompt;
+    size_t n_cached;      /* prompt tokens reused from the prefix cache */
     size_t n_generated;
     double prefill_seconds;
     double decode_seconds;

@@ -312,6 +312,7 @@ em_status em_session_run(em_model *m, const em_request *req, const em_prompt *p,
     }
     em_event fin = {.kind = EM_EVENT_FINISH, .reason = finish_reason(&s, res.finish, opts->cancel)};
     fin.usage.prompt_tokens = p->n_ids;
+    fin.usage.cached_tokens = res.n_cached;
     fin.usage.completion_tokens = s.n_tokens;
     fin.usage.reasoning_tokens = s.reasoning_tokens;
     fin.usage.ttft_seconds = s.n_tokens ? s.t_first - s.t_start : 0;
