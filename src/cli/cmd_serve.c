@@ -36,6 +36,8 @@ static void serve_usage(FILE *f) {
             "  --max-batch N          sequences decoded together per step (default 8)\n"
             "  --prefill-chunk N      prompt tokens prefilled per step (default 512)\n"
             "  --memory-budget BYTES  cap on KV-cache memory (default: every sequence at full context)\n"
+            "  --prompt-cache-bytes B cap on cached prompt prefixes nobody uses (default: no cap)\n"
+            "  --no-prefix-cache      do not reuse KV blocks across requests\n"
             "  --precision P          exact or fast (default fast: bf16 dot products in prefill)\n"
             "  --cors-origin ORIGIN   send CORS headers allowing ORIGIN (or *)\n"
             "  --max-body BYTES       largest request body (default 8 MiB)\n"
@@ -122,6 +124,11 @@ static int parse_args(int argc, char **argv, srv_config *cfg, loader *l) {
         } else if (cli_arg_is(a, "--memory-budget")) {
             if (!int_opt(argc, argv, &i, 1, LONG_MAX, &v)) return CLI_USAGE;
             l->opts.kv_cache_bytes = (size_t)v;
+        } else if (cli_arg_is(a, "--prompt-cache-bytes")) {
+            if (!int_opt(argc, argv, &i, 0, LONG_MAX, &v)) return CLI_USAGE;
+            l->sched.prompt_cache_bytes = (size_t)v;
+        } else if (!strcmp(a, "--no-prefix-cache")) {
+            l->sched.no_prefix_cache = true;
         } else if (cli_arg_is(a, "--precision")) {
             const char *p = cli_take_value(argc, argv, &i, "serve");
             if (!p) return CLI_USAGE;
