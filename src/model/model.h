@@ -45,6 +45,7 @@ extern const family_ops dense_family;
 
 struct em_model {
     char *dir;
+    em_config *config; /* the snapshot the model was opened with (a reference) */
     char *name;
     model_config cfg;
     generation_defaults gen;
