@@ -3,6 +3,7 @@
  * backend and KV cache, and hand the graph to its family. */
 #include "engine/engine.h"
 #include "model/model.h"
+#include "model/registry.h"
 
 #include "base/alloc.h"
 #include "base/config.h"
@@ -14,13 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Family table: the config's family picks the implementation. */
-static const family_ops *family_for(const model_config *c) {
-    switch (c->family) {
-    case FAMILY_DENSE: return &dense_family;
-    default: return NULL;
-    }
-}
 
 static char *base_name(const char *dir) {
     size_t n = strlen(dir);
@@ -69,10 +63,13 @@ static em_status open_parts(em_model *m, const em_open_options *o) {
     EM_TRY(model_config_load(m->dir, &m->cfg));
     EM_TRY(generation_defaults_load(m->dir, &m->gen));
     collect_eos(m);
-    m->family = family_for(&m->cfg);
-    if (!m->family) return em_fail(EM_ERR_UNSUPPORTED, "%s: no implementation for model type %s", m->dir, m->cfg.model_type);
     double t0 = em_now();
     EM_TRY(st_open(m->dir, &m->st));
+    /* The registry picks the implementation through the model's profile;
+     * an unknown or inconsistent model stops here with the reason. */
+    EM_TRY(registry_identify(m->dir, &m->cfg, m->st, em_config_str(m->config, EMC_PROFILES_DIR), &m->identity));
+    m->family = m->identity.impl->ops;
+    EM_LOGI("%s: implementation %s: %s", m->dir, m->identity.impl->name, m->identity.why);
     if (em_config_flag(m->config, EMC_PREFAULT)) prefault(m->st);
     EM_TRY(cpu_backend_create(o->n_threads, &m->be));
     m->max_ctx = o->max_context > 0 && o->max_context < m->cfg.max_pos ? o->max_context : m->cfg.max_pos;
