@@ -6,7 +6,9 @@
 #include "cli/cli.h"
 
 #include "base/config.h"
+#include "io/hf_cache.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 int cli_config_opt(int argc, char **argv, int *i, const char *verb) {
@@ -39,4 +41,10 @@ void cli_config_help(FILE *f, const char *const *names) {
         snprintf(left, sizeof left, "%s%s", var->flag, var->kind == EM_CFG_FLAG ? "" : " V");
         fprintf(f, "  %-21s %s (%s)\n", left, var->help, var->name);
     }
+}
+
+bool cli_resolve_model(const char *arg, char **dir, const char *verb) {
+    if (hf_resolve_model(arg, dir) == EM_OK) return true;
+    cli_error(verb, "%s", em_last_error());
+    return false;
 }

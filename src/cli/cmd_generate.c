@@ -108,7 +108,14 @@ static int cmd_generate(int argc, char **argv) {
     }
     mo.open.max_sequences = 1;
     em_model *m;
-    if (em_model_open(model, &mo.open, &m) != EM_OK) {
+    char *model_dir;
+    if (!cli_resolve_model(model, &model_dir, "generate")) {
+        free(ids);
+        return CLI_FAIL;
+    }
+    em_status open_s = em_model_open(model_dir, &mo.open, &m);
+    free(model_dir);
+    if (open_s != EM_OK) {
         cli_error("generate", "%s", em_last_error());
         free(ids);
         return CLI_FAIL;
