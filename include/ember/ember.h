@@ -52,14 +52,21 @@ typedef enum em_precision {
     EM_PRECISION_FAST      /* bf16 dot products for large prefill GEMMs */
 } em_precision;
 
+/* A runtime configuration snapshot (EMBER_* variables, flags, overrides):
+ * immutable and reference-counted; see docs/configuration.md. */
+typedef struct em_config em_config;
+
 typedef struct em_open_options {
-    int n_threads;          /* 0: one per core */
-    int max_context;        /* 0: the model's max_position_embeddings */
-    em_precision precision; /* AUTO means EXACT for the library */
+    int n_threads;          /* 0: EMBER_THREADS, else one per core */
+    int max_context;        /* 0: EMBER_CTX, else the model's max_position_embeddings */
+    em_precision precision; /* AUTO: EMBER_PRECISION, else EXACT */
     int verbose;            /* log progress to stderr */
     int max_sequences;      /* concurrent sequences in the KV cache; 0: 8 */
     size_t kv_cache_bytes;  /* cap on KV-cache memory; 0: room for every
                                sequence at full context */
+    const em_config *config; /* NULL: the process snapshot (read from the
+                                environment on first use); the model keeps
+                                its own reference */
 } em_open_options;
 
 /* Opens a model directory (config.json + *.safetensors [+ tokenizer.json]).

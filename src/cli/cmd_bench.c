@@ -99,7 +99,13 @@ static int cmd_bench(int argc, char **argv) {
     mo.open.max_sequences = 1;
     if (!mo.open.max_context) mo.open.max_context = (int)(n_prompt + n_gen + 1);
     em_model *m;
-    if (em_model_open(model, &mo.open, &m) != EM_OK) {
+    char *model_dir;
+    if (!cli_resolve_model(model, &model_dir, "bench")) {
+        return CLI_FAIL;
+    }
+    em_status open_s = em_model_open(model_dir, &mo.open, &m);
+    free(model_dir);
+    if (open_s != EM_OK) {
         cli_error("bench", "%s", em_last_error());
         return CLI_FAIL;
     }

@@ -3,6 +3,7 @@
 #include "cli/cli_model.h"
 
 #include "base/alloc.h"
+#include "base/sysmem.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -34,7 +35,7 @@ static void generate_help(void) {
            "  --max-tokens N        tokens to generate (default 128)\n"
            "  --print-ids           print only the generated ids, space-separated, on one line\n"
            "  --ignore-eos          keep generating past end-of-sequence tokens\n"
-           "  --stats               print prefill/decode speed to stderr\n%s", cli_model_opts_help());
+           "  --stats               print prefill/decode speed and peak resident memory to stderr\n%s", cli_model_opts_help());
 }
 
 static int run(em_model *m, const int32_t *ids, size_t n, long max_tokens, bool print_ids, bool ignore_eos,
@@ -56,6 +57,7 @@ static int run(em_model *m, const int32_t *ids, size_t n, long max_tokens, bool 
         fprintf(stderr, "prompt %zu tokens in %.3fs (%.1f tok/s), generated %zu tokens in %.3fs (%.2f tok/s)\n",
                 r.n_prompt, r.prefill_seconds, r.n_prompt / (r.prefill_seconds > 0 ? r.prefill_seconds : 1),
                 r.n_generated, r.decode_seconds, r.n_generated / (r.decode_seconds > 0 ? r.decode_seconds : 1));
+    if (stats) fprintf(stderr, "peak resident memory %llu bytes\n", (unsigned long long)em_peak_rss());
     return r.finish == EM_FINISH_CANCELLED ? 130 : CLI_OK;
 }
 
@@ -108,7 +110,14 @@ static int cmd_generate(int argc, char **argv) {
     }
     mo.open.max_sequences = 1;
     em_model *m;
-    if (em_model_open(model, &mo.open, &m) != EM_OK) {
+    char *model_dir;
+    if (!cli_resolve_model(model, &model_dir, "generate")) {
+        free(ids);
+        return CLI_FAIL;
+    }
+    em_status open_s = em_model_open(model_dir, &mo.open, &m);
+    free(model_dir);
+    if (open_s != EM_OK) {
         cli_error("generate", "%s", em_last_error());
         free(ids);
         return CLI_FAIL;

@@ -4,8 +4,10 @@
 #include "engine/engine.h"
 #include "engine/scheduler.h"
 #include "model/model.h"
+#include "model/registry.h"
 
 #include "base/alloc.h"
+#include "base/config.h"
 #include "base/file.h"
 #include "base/log.h"
 #include "base/threadpool.h"
@@ -14,13 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Family table: the config's family picks the implementation. */
-static const family_ops *family_for(const model_config *c) {
-    switch (c->family) {
-    case FAMILY_DENSE: return &dense_family;
-    default: return NULL;
-    }
-}
 
 static char *base_name(const char *dir) {
     size_t n = strlen(dir);
@@ -40,14 +35,43 @@ static void collect_eos(em_model *m) {
     }
 }
 
+/* Options left at 0 / AUTO take the configuration's value. */
+static em_status resolve_options(em_model *m, em_open_options *o) {
+    const em_config *c = m->config;
+    if (!o->n_threads) o->n_threads = (int)em_config_int(c, EMC_THREADS);
+    if (!o->max_context) o->max_context = (int)em_config_int(c, EMC_CTX);
+    if (o->precision == EM_PRECISION_AUTO)
+        o->precision = !strcmp(em_config_str(c, EMC_PRECISION), "fast") ? EM_PRECISION_FAST : EM_PRECISION_EXACT;
+    const char *dev = em_config_str(c, EMC_DEVICE);
+    if (strcmp(dev, "cpu"))
+        return em_fail(EM_ERR_UNSUPPORTED, "EMBER_DEVICE=%s: this build runs models on the cpu only", dev);
+    return EM_OK;
+}
+
+/* EMBER_PREFAULT: read one byte per page of every tensor, so the weights are
+ * resident before the first request instead of during it. */
+static void prefault(const st_set *st) {
+    volatile uint8_t sink = 0;
+    for (size_t i = 0; i < st_count(st); i++) {
+        const st_tensor *t = st_at(st, i);
+        const volatile uint8_t *p = t->data;
+        for (size_t o = 0; o < t->nbytes; o += 4096) sink ^= p[o];
+    }
+    (void)sink;
+}
+
 static em_status open_parts(em_model *m, const em_open_options *o) {
     EM_TRY(model_config_load(m->dir, &m->cfg));
     EM_TRY(generation_defaults_load(m->dir, &m->gen));
     collect_eos(m);
-    m->family = family_for(&m->cfg);
-    if (!m->family) return em_fail(EM_ERR_UNSUPPORTED, "%s: no implementation for model type %s", m->dir, m->cfg.model_type);
     double t0 = em_now();
     EM_TRY(st_open(m->dir, &m->st));
+    /* The registry picks the implementation through the model's profile;
+     * an unknown or inconsistent model stops here with the reason. */
+    EM_TRY(registry_identify(m->dir, &m->cfg, m->st, em_config_str(m->config, EMC_PROFILES_DIR), &m->identity));
+    m->family = m->identity.impl->ops;
+    EM_LOGI("%s: implementation %s: %s", m->dir, m->identity.impl->name, m->identity.why);
+    if (em_config_flag(m->config, EMC_PREFAULT)) prefault(m->st);
     EM_TRY(cpu_backend_create(o->n_threads, &m->be));
     m->max_ctx = o->max_context > 0 && o->max_context < m->cfg.max_pos ? o->max_context : m->cfg.max_pos;
     int seqs = o->max_sequences > 0 ? o->max_sequences : 8;
@@ -75,7 +99,9 @@ em_status em_model_open(const char *path, const em_open_options *opts, em_model 
         em_model_free(m);
         return em_fail(EM_ERR_NOMEM, "out of memory");
     }
-    em_status s = open_parts(m, &o);
+    m->config = em_config_retain(o.config ? o.config : em_config_global());
+    em_status s = resolve_options(m, &o);
+    if (s == EM_OK) s = open_parts(m, &o);
     if (s != EM_OK) {
         em_model_free(m);
         return s;
@@ -93,6 +119,7 @@ void em_model_free(em_model *m) {
     cpu_backend_free(m->be);
     st_close(m->st);
     pthread_mutex_destroy(&m->compute_mu);
+    em_config_release(m->config);
     free(m->dir);
     free(m->name);
     free(m);

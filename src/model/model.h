@@ -11,6 +11,7 @@
 #include "chat/chat.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"
+#include "model/fingerprint.h"
 #include "model/kv_cache.h"
 #include "tokenizer/tokenizer.h"
 
@@ -43,8 +44,18 @@ typedef struct family_ops {
 
 extern const family_ops dense_family;
 
+/* Everything the registry knows about a model directory: its fingerprints
+ * and the implementation chosen for it, with the reason (registry.h). */
+typedef struct model_identity {
+    char config_fp[FP_HEX + 1];
+    char artifact_fp[FP_HEX + 1];
+    const struct em_impl *impl; /* NULL when the selection failed */
+    char why[512];
+} model_identity;
+
 struct em_model {
     char *dir;
+    em_config *config; /* the snapshot the model was opened with (a reference) */
     char *name;
     model_config cfg;
     generation_defaults gen;
@@ -52,6 +63,7 @@ struct em_model {
     em_backend *be;
     kv_cache *kv;
     const family_ops *family;
+    model_identity identity;
     void *impl;
     tokenizer *tok;
     chat_template *tmpl;
