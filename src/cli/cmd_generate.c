@@ -3,6 +3,9 @@
 #include "cli/cli_model.h"
 
 #include "base/alloc.h"
+#include "base/file.h"
+#include "engine/engine.h"
+#include "io/demo_model.h"
 #include "base/sysmem.h"
 
 #include <signal.h>
@@ -19,19 +22,27 @@ static void on_sigint(int sig) {
 typedef struct gen_out {
     bool print_ids;
     size_t n;
+    const int32_t *eos; /* end-of-sequence ids: their text is not printed */
+    size_t n_eos;
 } gen_out;
 
 static int on_token(void *user, const em_token_info *info) {
     gen_out *o = user;
     if (o->print_ids) { if (info->token >= 0) printf(o->n++ ? " %d" : "%d", info->token); }
-    else if (info->text && info->text_len) fwrite(info->text, 1, info->text_len, stdout);
+    else if (info->text && info->text_len) {
+        for (size_t i = 0; i < o->n_eos; i++)
+            if (o->eos[i] == info->token) return 0;
+        fwrite(info->text, 1, info->text_len, stdout);
+    }
     fflush(stdout);
     return 0;
 }
 
 static void generate_help(void) {
-    printf("usage: ember generate MODEL (--ids 1,2,3 | \"prompt\") [options]\n\n"
-           "One-shot generation. With --ids the prompt is given as token ids.\n\n"
+    printf("usage: ember generate [MODEL] (--ids 1,2,3 | \"prompt\") [options]\n\n"
+           "One-shot generation, streamed to stdout. With --ids the prompt is given as\n"
+           "token ids. Without MODEL the demo model shipped with ember is used.\n\n"
+           "  --chat                wrap the prompt in the model's chat template\n"
            "  --max-tokens N        tokens to generate (default 128)\n"
            "  --print-ids           print only the generated ids, space-separated, on one line\n"
            "  --ignore-eos          keep generating past end-of-sequence tokens\n"
@@ -40,7 +51,8 @@ static void generate_help(void) {
 
 static int run(em_model *m, const int32_t *ids, size_t n, long max_tokens, bool print_ids, bool ignore_eos,
                bool stats, const cli_model_opts *mo) {
-    gen_out out = {print_ids, 0};
+    gen_out out = {print_ids, 0, NULL, 0};
+    out.eos = em_model_eos_ids(m, &out.n_eos);
     em_generate_params p = {.prompt = ids, .n_prompt = n, .max_tokens = (int)max_tokens,
                             .sampling = cli_model_sampling(mo, m), .on_token = on_token, .user = &out,
                             .cancel = &gen_cancel, .ignore_eos = ignore_eos};
@@ -73,6 +85,29 @@ static int prompt_to_ids(em_model *m, const char *prompt, int32_t **ids, size_t 
     return CLI_OK;
 }
 
+/* --chat: the prompt becomes one user turn through the model's chat
+ * template (with the generation prompt); the template adds any BOS itself. */
+static int chat_prompt_to_ids(em_model *m, const char *prompt, int32_t **ids, size_t *n) {
+    const chat_template *t = em_model_chat_template(m);
+    if (!t) {
+        cli_error("generate", "--chat: the model has no chat template");
+        return CLI_FAIL;
+    }
+    json_t *vars = json_pack("{s:[{s:s, s:s}], s:b}", "messages", "role", "user", "content", prompt,
+                             "add_generation_prompt", 1);
+    char *text = NULL;
+    size_t len = 0;
+    em_status s = vars ? chat_render(t, vars, &text, &len) : em_fail(EM_ERR_NOMEM, "out of memory");
+    json_decref(vars);
+    if (s == EM_OK) s = em_tokenize(m, text, len, 0, ids, n);
+    free(text);
+    if (s != EM_OK) {
+        cli_error("generate", "%s", em_last_error());
+        return CLI_FAIL;
+    }
+    return CLI_OK;
+}
+
 static int cmd_generate(int argc, char **argv) {
     if (cli_wants_help(argc, argv)) {
         generate_help();
@@ -82,7 +117,7 @@ static int cmd_generate(int argc, char **argv) {
     cli_model_opts_init(&mo, EM_PRECISION_EXACT);
     const char *model = NULL, *ids_s = NULL, *prompt = NULL;
     long max_tokens = 128;
-    bool print_ids = false, ignore_eos = false, stats = false;
+    bool print_ids = false, ignore_eos = false, stats = false, chat = false;
     for (int i = 1; i < argc; i++) {
         int r = cli_model_opt(&mo, argc, argv, &i, "generate");
         if (r < 0) return CLI_USAGE;
@@ -94,13 +129,24 @@ static int cmd_generate(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--print-ids")) print_ids = true;
         else if (!strcmp(argv[i], "--ignore-eos")) ignore_eos = true;
         else if (!strcmp(argv[i], "--stats")) stats = true;
+        else if (!strcmp(argv[i], "--chat")) chat = true;
         else if (argv[i][0] == '-' && argv[i][1]) { cli_error("generate", "unknown option %s", argv[i]); return CLI_USAGE; }
         else if (!model) model = argv[i];
         else if (!prompt) prompt = argv[i];
         else { cli_error("generate", "unexpected argument %s", argv[i]); return CLI_USAGE; }
     }
-    if (!model) { cli_error("generate", "MODEL is required (see --help)"); return CLI_USAGE; }
+    /* One positional argument without --ids is the prompt for the demo
+     * model, unless it names a model directory. */
+    if (model && !prompt && !ids_s && !em_dir_exists(model)) {
+        prompt = model;
+        model = NULL;
+    }
+    if (!model && !(model = em_demo_model_dir())) {
+        cli_error("generate", "no MODEL given and the demo model was not found (set EMBER_DEMO_MODEL)");
+        return CLI_USAGE;
+    }
     if (!ids_s && !prompt) { cli_error("generate", "give --ids or a prompt"); return CLI_USAGE; }
+    if (ids_s && chat) { cli_error("generate", "--chat takes a text prompt, not --ids"); return CLI_USAGE; }
     if (ids_s && prompt) { cli_error("generate", "give either --ids or a prompt, not both"); return CLI_USAGE; }
     int32_t *ids = NULL;
     size_t n = 0;
@@ -122,7 +168,7 @@ static int cmd_generate(int argc, char **argv) {
         free(ids);
         return CLI_FAIL;
     }
-    if (prompt && prompt_to_ids(m, prompt, &ids, &n) != CLI_OK) {
+    if (prompt && (chat ? chat_prompt_to_ids(m, prompt, &ids, &n) : prompt_to_ids(m, prompt, &ids, &n)) != CLI_OK) {
         em_model_free(m);
         return CLI_FAIL;
     }
