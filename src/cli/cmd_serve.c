@@ -6,6 +6,7 @@
  * bounded grace period, cancels the rest and exits 0. */
 #include "cli/cli.h"
 
+#include "base/config.h"
 #include "base/log.h"
 #include "engine/engine.h"
 #include "engine/scheduler.h"
@@ -188,6 +189,12 @@ static int cmd_serve(int argc, char **argv) {
     em_log_set_level(EM_LOG_INFO);
     srv_config cfg;
     srv_config_defaults(&cfg);
+    /* EMBER_HOST / EMBER_PORT / EMBER_API_KEY / EMBER_MAX_CONCURRENCY are the
+     * defaults; flags win. */
+    const em_config *conf = em_config_global();
+    cfg.host = em_config_str(conf, EMC_HOST);
+    cfg.port = (int)em_config_int(conf, EMC_PORT);
+    if (*em_config_str(conf, EMC_API_KEY)) cfg.api_key = em_config_str(conf, EMC_API_KEY);
     loader l = {0};
     l.opts.precision = EM_PRECISION_FAST;
     int rc = parse_args(argc, argv, &cfg, &l);
