@@ -64,6 +64,9 @@ typedef struct em_open_options {
     int max_sequences;      /* concurrent sequences in the KV cache; 0: 8 */
     size_t kv_cache_bytes;  /* cap on KV-cache memory; 0: room for every
                                sequence at full context */
+    size_t memory_budget;   /* cap on weights + KV cache + workspace; the
+                               model is refused when one full-context
+                               sequence does not fit. 0: no cap */
     const em_config *config; /* NULL: the process snapshot (read from the
                                 environment on first use); the model keeps
                                 its own reference */

@@ -36,7 +36,8 @@ static void serve_usage(FILE *f) {
             "  --threads N            compute threads (default: one per core)\n"
             "  --max-batch N          sequences decoded together per step (default 8)\n"
             "  --prefill-chunk N      prompt tokens prefilled per step (default 512)\n"
-            "  --memory-budget BYTES  cap on KV-cache memory (default: every sequence at full context)\n"
+            "  --memory-budget BYTES  cap on weights + KV cache + workspace; refuses a model that cannot\n"
+            "                         serve one full-context sequence within it (default: no cap)\n"
             "  --prompt-cache-bytes B cap on cached prompt prefixes nobody uses (default: no cap)\n"
             "  --no-prefix-cache      do not reuse KV blocks across requests\n"
             "  --precision P          exact or fast (default fast: bf16 dot products in prefill)\n"
@@ -124,7 +125,7 @@ static int parse_args(int argc, char **argv, srv_config *cfg, loader *l) {
             l->sched.prefill_chunk = (int)v;
         } else if (cli_arg_is(a, "--memory-budget")) {
             if (!int_opt(argc, argv, &i, 1, LONG_MAX, &v)) return CLI_USAGE;
-            l->opts.kv_cache_bytes = (size_t)v;
+            l->opts.memory_budget = (size_t)v;
         } else if (cli_arg_is(a, "--prompt-cache-bytes")) {
             if (!int_opt(argc, argv, &i, 0, LONG_MAX, &v)) return CLI_USAGE;
             l->sched.prompt_cache_bytes = (size_t)v;

@@ -60,6 +60,28 @@ static void prefault(const st_set *st) {
     (void)sink;
 }
 
+/* Workspace allowance under a memory budget: activations of one prefill
+ * chunk and the logits rows, with room to spare. */
+#define BUDGET_WORKSPACE_MARGIN ((size_t)64 << 20)
+
+/* Turns a whole-model memory budget into a KV-cache budget: what is left
+ * after the weights and the workspace. Too little for one full-context
+ * sequence is an error naming the numbers. */
+static em_status kv_budget_from_memory(const em_model *m, size_t budget, size_t *kv_bytes) {
+    if (!budget) return EM_OK;
+    size_t weights = (size_t)st_data_bytes(m->st), need_one = kv_bytes_per_token(m->cfg.n_layers, m->cfg.n_kv_heads,
+                                                                                   m->cfg.head_dim) * (size_t)m->max_ctx;
+    size_t fixed = weights + BUDGET_WORKSPACE_MARGIN;
+    if (budget < fixed + need_one)
+        return em_fail(EM_ERR_LIMIT,
+                       "%s: a memory budget of %zu bytes cannot serve one sequence of %d tokens: weights %zu + "
+                       "workspace %zu + KV cache %zu bytes (lower --ctx or raise the budget)",
+                       m->dir, budget, m->max_ctx, weights, (size_t)BUDGET_WORKSPACE_MARGIN, need_one);
+    size_t left = budget - fixed;
+    if (!*kv_bytes || left < *kv_bytes) *kv_bytes = left;
+    return EM_OK;
+}
+
 static em_status open_parts(em_model *m, const em_open_options *o) {
     EM_TRY(model_config_load(m->dir, &m->cfg));
     EM_TRY(generation_defaults_load(m->dir, &m->gen));
@@ -75,7 +97,9 @@ static em_status open_parts(em_model *m, const em_open_options *o) {
     EM_TRY(cpu_backend_create(o->n_threads, &m->be));
     m->max_ctx = o->max_context > 0 && o->max_context < m->cfg.max_pos ? o->max_context : m->cfg.max_pos;
     int seqs = o->max_sequences > 0 ? o->max_sequences : 8;
-    EM_TRY(kv_cache_create(m->cfg.n_layers, m->cfg.n_kv_heads, m->cfg.head_dim, m->max_ctx, seqs, o->kv_cache_bytes, &m->kv));
+    size_t kv_bytes = o->kv_cache_bytes;
+    EM_TRY(kv_budget_from_memory(m, o->memory_budget, &kv_bytes));
+    EM_TRY(kv_cache_create(m->cfg.n_layers, m->cfg.n_kv_heads, m->cfg.head_dim, m->max_ctx, seqs, kv_bytes, &m->kv));
     m->prefill_math = o->precision == EM_PRECISION_FAST ? EM_MATH_FAST : EM_MATH_EXACT;
     EM_TRY(m->family->load(m));
     EM_TRY(model_text_open(m));
