@@ -6,7 +6,8 @@
  * enum, const, anyOf, oneOf (as anyOf: the alternatives must not overlap),
  * allOf with one member, $ref (#, #/$defs/.., #/definitions/.., any JSON
  * pointer into the document), properties, required, additionalProperties
- * (false, or a schema for objects without properties), items, prefixItems,
+ * (false, or a schema for objects without "properties": with properties
+ * listed, no other keys are produced, which every schema allows), items, prefixItems,
  * minItems, maxItems, minLength, maxLength, pattern, format (date, time,
  * date-time, uuid, email, ipv4, hostname), minimum, maximum,
  * exclusiveMinimum, exclusiveMaximum (integers: any; numbers: integral
@@ -411,7 +412,7 @@ static em_status object_expr(sc *c, json_t *s, const char *path, gbuf *o) {
     EM_TRY(read_count(s, "minProperties", path, SC_MAX_ITEMS, &minp, &hmin));
     EM_TRY(read_count(s, "maxProperties", path, SC_MAX_ITEMS, &maxp, &hmax));
     size_t np = props ? json_object_size(props) : 0;
-    if (np == 0 && json_array_size(req) == 0 && addl != json_false()) {
+    if (!props && json_array_size(req) == 0 && addl != json_false()) {
         /* a map: {"additionalProperties": schema} */
         char vp[512];
         subpath(vp, sizeof vp, path, "additionalProperties", NULL);
@@ -437,7 +438,7 @@ static em_status object_expr(sc *c, json_t *s, const char *path, gbuf *o) {
         return st;
     }
     if (json_is_object(addl) && json_object_size(addl) > 0 && np == 0)
-        return sc_fail(EM_ERR_UNSUPPORTED, path, "additionalProperties with required but no properties", NULL);
+        return sc_fail(EM_ERR_UNSUPPORTED, path, "additionalProperties schema together with properties or required", NULL);
     /* Properties in order: names[i], required flags, value rules. */
     size_t nreq = json_array_size(req), n = 0;
     const char **names = em_calloc(np + nreq + 1, sizeof(char *));

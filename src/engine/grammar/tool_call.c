@@ -69,14 +69,22 @@ static em_status xml_value(json_t *ps, const char *prefix, const char *rule, gbu
     if (json_is_string(type) && !strcmp(json_string_value(type), "string")) {
         const char *k;
         json_t *v;
+        long lo = 0, hi = -1;
         json_object_foreach(ps, k, v) {
+            if ((!strcmp(k, "minLength") || !strcmp(k, "maxLength")) && json_is_integer(v) && json_integer_value(v) >= 0 &&
+                json_integer_value(v) <= 10000) {
+                *(k[1] == 'i' ? &lo : &hi) = (long)json_integer_value(v);
+                continue;
+            }
             if (!strcmp(k, "type") || !strcmp(k, "description") || !strcmp(k, "title") || !strcmp(k, "enum") ||
                 !strcmp(k, "default") || !strcmp(k, "examples"))
                 continue;
             return tc_fail(EM_ERR_UNSUPPORTED, "string parameter keywords are not enforced in the XML tool format: '", k);
         }
         gb_printf(o, "%s ::= ", rule);
-        if (!json_is_array(en)) gb_puts(o, "[^<]*");
+        if (hi >= 0 && hi < lo) return tc_fail(EM_ERR_UNSUPPORTED, "minLength is above maxLength", NULL);
+        if (!json_is_array(en) && hi >= 0) gb_printf(o, "[^<]{%ld,%ld}", lo, hi);
+        else if (!json_is_array(en)) gb_printf(o, "[^<]{%ld,}", lo);
         else {
             gb_puts(o, "(");
             for (size_t i = 0; i < json_array_size(en); i++) {
