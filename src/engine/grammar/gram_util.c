@@ -152,7 +152,7 @@ void cp_set_free(cp_set *s) {
 }
 
 void gb_put(gbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
+    if (b->oom || !n) return;
     if (b->len + n + 1 > GR_MAX_TEXT * 4 || !em_grow((void **)&b->s, &b->cap, b->len + n + 1, 1)) {
         b->oom = true;
         return;

@@ -223,7 +223,7 @@ static em_status state_get(gm_cache *c, const uint32_t *nodes, size_t n, bool ac
     size_t h = set_hash(nodes, n, accept, c->stab_cap);
     for (; c->stab[h]; h = (h + 1) & (c->stab_cap - 1)) {
         const gm_state *s = &c->states[c->stab[h] - 1];
-        if (s->n == n && s->accept == accept && !memcmp(c->snodes + s->off, nodes, n * sizeof(uint32_t))) {
+        if (s->n == n && s->accept == accept && (!n || !memcmp(c->snodes + s->off, nodes, n * sizeof(uint32_t)))) {
             *id = c->stab[h] - 1;
             return EM_OK;
         }
@@ -235,7 +235,7 @@ static em_status state_get(gm_cache *c, const uint32_t *nodes, size_t n, bool ac
     if (!em_grow((void **)&c->states, &c->cap_states, c->n_states + 1, sizeof(gm_state)) ||
         !em_grow((void **)&c->snodes, &c->cap_snodes, c->n_snodes + n + 1, sizeof(uint32_t)))
         return oom();
-    memcpy(c->snodes + c->n_snodes, nodes, n * sizeof(uint32_t));
+    if (n) memcpy(c->snodes + c->n_snodes, nodes, n * sizeof(uint32_t));
     c->states[c->n_states] = (gm_state){(uint32_t)c->n_snodes, (uint32_t)n, accept, -1, NULL};
     c->n_snodes += n;
     c->stab[h] = (int32_t)c->n_states + 1;
@@ -259,7 +259,7 @@ static em_status advance(gm_cache *c, int32_t s, uint8_t b, int32_t *out) {
         *out = T_DEAD;
         return EM_OK;
     }
-    qsort(c->out, c->n_out, sizeof(uint32_t), cmp_u32);
+    if (c->n_out) qsort(c->out, c->n_out, sizeof(uint32_t), cmp_u32);
     return state_get(c, c->out, c->n_out, accept, out);
 }
 
@@ -283,7 +283,7 @@ static em_status trans(gm_cache *c, int32_t s, uint8_t b, int32_t *out) {
 
 static em_status set_cur(grammar_matcher *m, const uint32_t *nodes, size_t n, bool accept) {
     if (!em_grow((void **)&m->cur, &m->cap_cur, n + 1, sizeof(uint32_t))) return oom();
-    memmove(m->cur, nodes, n * sizeof(uint32_t));
+    if (n) memmove(m->cur, nodes, n * sizeof(uint32_t));
     m->n_cur = n;
     m->accept = accept;
     return EM_OK;
@@ -341,7 +341,7 @@ static em_status hist_push(grammar_matcher *m) {
     if (!em_grow((void **)&m->he, &m->cap_he, m->n_he + 1, sizeof(gm_hist)) ||
         !em_grow((void **)&m->hn, &m->cap_hn, m->n_hn + m->n_cur + 1, sizeof(uint32_t)))
         return oom();
-    memcpy(m->hn + m->n_hn, m->cur, m->n_cur * sizeof(uint32_t));
+    if (m->n_cur) memcpy(m->hn + m->n_hn, m->cur, m->n_cur * sizeof(uint32_t));
     m->he[m->n_he++] = (gm_hist){m->n_hn, m->n_cur, m->accept, m->terminated};
     m->n_hn += m->n_cur;
     return EM_OK;
@@ -491,7 +491,7 @@ em_status grammar_matcher_new(const grammar *g, const grammar_vocab *v, grammar_
         bool accept = false;
         if (s == EM_OK) s = closure(c, &accept);
         if (s == EM_OK) {
-            qsort(c->out, c->n_out, sizeof(uint32_t), cmp_u32);
+            if (c->n_out) qsort(c->out, c->n_out, sizeof(uint32_t), cmp_u32);
             s = set_cur(m, c->out, c->n_out, accept);
         }
     }
@@ -521,9 +521,9 @@ em_status grammar_matcher_clone(const grammar_matcher *src, grammar_matcher **ou
         free(m);
         return oom();
     }
-    memcpy(m->cur, src->cur, src->n_cur * sizeof(uint32_t));
-    memcpy(m->hn, src->hn, src->n_hn * sizeof(uint32_t));
-    memcpy(m->he, src->he, src->n_he * sizeof(gm_hist));
+    if (src->n_cur) memcpy(m->cur, src->cur, src->n_cur * sizeof(uint32_t));
+    if (src->n_hn) memcpy(m->hn, src->hn, src->n_hn * sizeof(uint32_t));
+    if (src->n_he) memcpy(m->he, src->he, src->n_he * sizeof(gm_hist));
     pthread_mutex_lock(&src->c->mu);
     src->c->refs++;
     pthread_mutex_unlock(&src->c->mu);
