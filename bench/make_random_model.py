@@ -2,7 +2,11 @@
 """Writes a random-weight checkpoint of a real architecture's shape (bf16
 safetensors + config.json) for benchmarks, with the standard library only.
 
-  python3 bench/make_random_model.py OUT [--shape llama-3.2-1b|llama-3.1-8b|tiny]
+  python3 bench/make_random_model.py OUT [--shape llama-3.2-1b|llama-3.1-8b|tiny|micro] [--vocab DIR]
+
+--vocab DIR copies DIR's tokenizer.json (and tokenizer_config.json) into OUT
+and sizes the embedding to that vocabulary, with its EOS as eos_token_id,
+so the model speaks real token ids (e.g. for constrained-decoding tests).
 
 Weights are random bf16 values of magnitude ~2^-6 with random signs (no
 NaN/Inf), written tensor by tensor so memory stays small.
@@ -25,7 +29,28 @@ SHAPES = {
     "tiny": dict(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, vocab_size=1024, tie_word_embeddings=True, head_dim=64,
                  max_position_embeddings=4096, rope_theta=10000.0),
+    "micro": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                  num_key_value_heads=1, vocab_size=1024, tie_word_embeddings=True, head_dim=16,
+                  max_position_embeddings=4096, rope_theta=10000.0),
 }
+
+
+def adopt_vocab(cfg, conf, src, out):
+    """Copies the tokenizer files and sizes the model to its vocabulary."""
+    import shutil
+    tok = json.load(open(os.path.join(src, "tokenizer.json"), encoding="utf-8"))
+    ids = list(tok["model"]["vocab"].values()) + [a["id"] for a in tok.get("added_tokens", [])]
+    cfg["vocab_size"] = max(ids) + 1
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        if os.path.exists(os.path.join(src, name)):
+            shutil.copy(os.path.join(src, name), os.path.join(out, name))
+    tc_path = os.path.join(src, "tokenizer_config.json")
+    eos = json.load(open(tc_path, encoding="utf-8")).get("eos_token") if os.path.exists(tc_path) else None
+    eos = eos.get("content") if isinstance(eos, dict) else eos
+    by_content = {a["content"]: a["id"] for a in tok.get("added_tokens", [])}
+    if eos in by_content:
+        conf["eos_token_id"] = by_content[eos]
+        conf["bos_token_id"] = by_content[eos]
 
 # High byte of a little-endian bf16: sign + top exponent bits. 0x3c/0xbc give
 # magnitudes in [2^-7, 2^-6); low byte stays random (mantissa + exponent lsb).
@@ -67,9 +92,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--shape", default="llama-3.2-1b", choices=sorted(SHAPES))
+    ap.add_argument("--vocab", help="tokenizer directory whose vocabulary the model uses")
     a = ap.parse_args()
     cfg = dict(SHAPES[a.shape])
     os.makedirs(a.out, exist_ok=True)
+    ids_conf = {}
+    if a.vocab:
+        adopt_vocab(cfg, ids_conf, a.vocab, a.out)
     header, off, items = {}, 0, list(tensors(cfg))
     for name, shape, _ in items:
         n = 1
@@ -94,6 +123,7 @@ def main():
     conf = dict(architectures=["LlamaForCausalLM"], model_type="llama", hidden_act="silu",
                 rms_norm_eps=1e-5, bos_token_id=128000, eos_token_id=128001, torch_dtype="bfloat16")
     conf.update(cfg)
+    conf.update(ids_conf)
     with open(os.path.join(a.out, "config.json"), "w") as f:
         json.dump(conf, f, indent=2)
     print(a.out, a.shape, off / 1e9, "GB")

@@ -7,6 +7,7 @@
 #include "engine/engine.h"
 #include "io/demo_model.h"
 #include "base/sysmem.h"
+#include "engine/grammar/grammar.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -24,10 +25,20 @@ typedef struct gen_out {
     size_t n;
     const int32_t *eos; /* end-of-sequence ids: their text is not printed */
     size_t n_eos;
+    grammar_matcher *gm; /* NULL without a grammar */
+    em_status gm_status;
 } gen_out;
+
+/* The grammar mask as a logit processor; a grammar failure stops the
+ * generation through the token callback. */
+static void on_logits(void *user, float *logits, int n_vocab, const int32_t *history, size_t n_history) {
+    gen_out *o = user;
+    if (o->gm_status == EM_OK) o->gm_status = grammar_matcher_process(o->gm, logits, n_vocab, history, n_history);
+}
 
 static int on_token(void *user, const em_token_info *info) {
     gen_out *o = user;
+    if (o->gm_status != EM_OK) return 1;
     if (o->print_ids) { if (info->token >= 0) printf(o->n++ ? " %d" : "%d", info->token); }
     else if (info->text && info->text_len) {
         for (size_t i = 0; i < o->n_eos; i++)
@@ -46,21 +57,25 @@ static void generate_help(void) {
            "  --max-tokens N        tokens to generate (default 128)\n"
            "  --print-ids           print only the generated ids, space-separated, on one line\n"
            "  --ignore-eos          keep generating past end-of-sequence tokens\n"
-           "  --stats               print prefill/decode speed and peak resident memory to stderr\n%s", cli_model_opts_help());
+           "  --stats               print prefill/decode speed and peak resident memory to stderr\n"
+           "  --json-schema FILE    constrain the output to JSON valid under the schema\n"
+           "  --grammar FILE        constrain the output to a GBNF grammar (start rule root)\n"
+           "  --regex RE            constrain the output to a full match of RE\n%s", cli_model_opts_help());
 }
 
 static int run(em_model *m, const int32_t *ids, size_t n, long max_tokens, bool print_ids, bool ignore_eos,
-               bool stats, const cli_model_opts *mo) {
-    gen_out out = {print_ids, 0, NULL, 0};
+               bool stats, const cli_model_opts *mo, grammar_matcher *gm) {
+    gen_out out = {print_ids, 0, NULL, 0, gm, EM_OK};
     out.eos = em_model_eos_ids(m, &out.n_eos);
     em_generate_params p = {.prompt = ids, .n_prompt = n, .max_tokens = (int)max_tokens,
                             .sampling = cli_model_sampling(mo, m), .on_token = on_token, .user = &out,
-                            .cancel = &gen_cancel, .ignore_eos = ignore_eos};
+                            .cancel = &gen_cancel, .ignore_eos = ignore_eos, .on_logits = gm ? on_logits : NULL};
     em_generate_result r;
     signal(SIGINT, on_sigint);
     em_status s = em_generate(m, &p, &r);
     signal(SIGINT, SIG_DFL);
     printf("\n");
+    if (s == EM_OK && out.gm_status != EM_OK) s = out.gm_status;
     if (s != EM_OK) {
         cli_error("generate", "%s", em_last_error());
         return CLI_FAIL;
@@ -71,6 +86,34 @@ static int run(em_model *m, const int32_t *ids, size_t n, long max_tokens, bool 
                 r.n_generated, r.decode_seconds, r.n_generated / (r.decode_seconds > 0 ? r.decode_seconds : 1));
     if (stats) fprintf(stderr, "peak resident memory %llu bytes\n", (unsigned long long)em_peak_rss());
     return r.finish == EM_FINISH_CANCELLED ? 130 : CLI_OK;
+}
+
+/* The grammar of --json-schema / --grammar / --regex over the model's
+ * vocabulary; all three outputs owned by the caller. */
+static em_status make_matcher(em_model *m, const char *schema, const char *gbnf, const char *regex, grammar **g,
+                              grammar_vocab **gv, grammar_matcher **gm) {
+    const tokenizer *t = em_model_tokenizer(m);
+    if (!t) return em_fail(EM_ERR_UNSUPPORTED, "constrained generation needs the model's tokenizer.json");
+    em_status s;
+    if (regex) s = grammar_compile_regex(regex, strlen(regex), g);
+    else if (gbnf) {
+        char *text;
+        size_t len;
+        EM_TRY(em_read_file(gbnf, 16u << 20, &text, &len));
+        s = grammar_compile_gbnf(text, len, "root", g);
+        free(text);
+    } else {
+        json_error_t e;
+        json_t *j = json_load_file(schema, JSON_DECODE_ANY, &e);
+        if (!j) return em_fail(EM_ERR_FORMAT, "%s: line %d: %s", schema, e.line, e.text);
+        s = grammar_compile_json_schema(j, g);
+        json_decref(j);
+    }
+    if (s != EM_OK) return s;
+    size_t n_end;
+    const int32_t *end = em_model_eos_ids(m, &n_end);
+    EM_TRY(grammar_vocab_new(t, end, n_end, em_model_vocab_size(m), gv));
+    return grammar_matcher_new(*g, *gv, gm);
 }
 
 static int prompt_to_ids(em_model *m, const char *prompt, int32_t **ids, size_t *n) {
@@ -115,7 +158,7 @@ static int cmd_generate(int argc, char **argv) {
     }
     cli_model_opts mo;
     cli_model_opts_init(&mo, EM_PRECISION_EXACT);
-    const char *model = NULL, *ids_s = NULL, *prompt = NULL;
+    const char *model = NULL, *ids_s = NULL, *prompt = NULL, *schema = NULL, *gbnf = NULL, *regex = NULL;
     long max_tokens = 128;
     bool print_ids = false, ignore_eos = false, stats = false, chat = false;
     for (int i = 1; i < argc; i++) {
@@ -126,7 +169,10 @@ static int cmd_generate(int argc, char **argv) {
         else if (cli_arg_is(argv[i], "--max-tokens")) {
             const char *v = cli_take_value(argc, argv, &i, "generate");
             if (!v || !cli_parse_int(v, 0, 1 << 24, &max_tokens)) { cli_error("generate", "--max-tokens needs a number >= 0"); return CLI_USAGE; }
-        } else if (!strcmp(argv[i], "--print-ids")) print_ids = true;
+        } else if (cli_arg_is(argv[i], "--json-schema")) { if (!(schema = cli_take_value(argc, argv, &i, "generate"))) return CLI_USAGE; }
+        else if (cli_arg_is(argv[i], "--grammar")) { if (!(gbnf = cli_take_value(argc, argv, &i, "generate"))) return CLI_USAGE; }
+        else if (cli_arg_is(argv[i], "--regex")) { if (!(regex = cli_take_value(argc, argv, &i, "generate"))) return CLI_USAGE; }
+        else if (!strcmp(argv[i], "--print-ids")) print_ids = true;
         else if (!strcmp(argv[i], "--ignore-eos")) ignore_eos = true;
         else if (!strcmp(argv[i], "--stats")) stats = true;
         else if (!strcmp(argv[i], "--chat")) chat = true;
@@ -145,6 +191,7 @@ static int cmd_generate(int argc, char **argv) {
         cli_error("generate", "no MODEL given and the demo model was not found (set EMBER_DEMO_MODEL)");
         return CLI_USAGE;
     }
+    if (!!schema + !!gbnf + !!regex > 1) { cli_error("generate", "give at most one of --json-schema, --grammar, --regex"); return CLI_USAGE; }
     if (!ids_s && !prompt) { cli_error("generate", "give --ids or a prompt"); return CLI_USAGE; }
     if (ids_s && chat) { cli_error("generate", "--chat takes a text prompt, not --ids"); return CLI_USAGE; }
     if (ids_s && prompt) { cli_error("generate", "give either --ids or a prompt, not both"); return CLI_USAGE; }
@@ -172,7 +219,19 @@ static int cmd_generate(int argc, char **argv) {
         em_model_free(m);
         return CLI_FAIL;
     }
-    int rc = run(m, ids, n, max_tokens, print_ids, ignore_eos, stats, &mo);
+    grammar *g = NULL;
+    grammar_vocab *gv = NULL;
+    grammar_matcher *gm = NULL;
+    if ((schema || gbnf || regex) && make_matcher(m, schema, gbnf, regex, &g, &gv, &gm) != EM_OK) {
+        cli_error("generate", "%s", em_last_error());
+        free(ids);
+        em_model_free(m);
+        return CLI_FAIL;
+    }
+    int rc = run(m, ids, n, max_tokens, print_ids, ignore_eos, stats, &mo, gm);
+    grammar_matcher_free(gm);
+    grammar_vocab_free(gv);
+    grammar_free(g);
     free(ids);
     em_model_free(m);
     return rc;
