@@ -17,6 +17,7 @@
 static const family_ops *family_for(const model_config *c) {
     switch (c->family) {
     case FAMILY_DENSE: return &dense_family;
+    case FAMILY_QWEN3_5: return &qwen3_5_family;
     default: return NULL;
     }
 }
@@ -50,7 +51,8 @@ static em_status open_parts(em_model *m, const em_open_options *o) {
     EM_TRY(cpu_backend_create(o->n_threads, &m->be));
     m->max_ctx = o->max_context > 0 && o->max_context < m->cfg.max_pos ? o->max_context : m->cfg.max_pos;
     int seqs = o->max_sequences > 0 ? o->max_sequences : 8;
-    EM_TRY(kv_cache_create(m->cfg.n_layers, m->cfg.n_kv_heads, m->cfg.head_dim, m->max_ctx, seqs, &m->kv));
+    int kv_layers = m->cfg.n_kv_layers > 0 ? m->cfg.n_kv_layers : m->cfg.n_layers;
+    EM_TRY(kv_cache_create(kv_layers, m->cfg.n_kv_heads, m->cfg.head_dim, m->max_ctx, seqs, &m->kv));
     m->prefill_math = o->precision == EM_PRECISION_FAST ? EM_MATH_FAST : EM_MATH_EXACT;
     EM_TRY(m->family->load(m));
     EM_TRY(model_text_open(m));
@@ -121,6 +123,21 @@ em_status model_forward(em_model *m, const em_batch *b, float *logits) {
     em_status s = m->family->forward(m, b, logits);
     pthread_mutex_unlock(&m->compute_mu);
     return s;
+}
+
+em_status model_seq_mark(em_model *m, int seq, int max_tokens) {
+    return m->family->seq_mark ? m->family->seq_mark(m, seq, max_tokens) : EM_OK;
+}
+
+em_status model_seq_truncate(em_model *m, int seq, int len) {
+    if (m->family->seq_truncate) {
+        pthread_mutex_lock(&m->compute_mu); /* a rollback may replay recurrent steps */
+        em_status s = m->family->seq_truncate(m, seq, len);
+        pthread_mutex_unlock(&m->compute_mu);
+        return s;
+    }
+    kv_seq_truncate(m->kv, seq, len);
+    return EM_OK;
 }
 
 em_sampling em_sampling_defaults(const em_model *m) {
