@@ -34,15 +34,17 @@ static void generate_help(void) {
            "  --max-tokens N        tokens to generate (default 128)\n"
            "  --print-ids           print only the generated ids, space-separated, on one line\n"
            "  --ignore-eos          keep generating past end-of-sequence tokens\n"
-           "  --stats               print prefill/decode speed to stderr\n%s", cli_model_opts_help());
+           "  --stats               print prefill/decode speed to stderr\n"
+           "  --spec mtp            speculative decoding with the model's multi-token-prediction head\n"
+           "  --draft-tokens K      tokens drafted per trunk step with --spec (default 2)\n%s", cli_model_opts_help());
 }
 
 static int run(em_model *m, const int32_t *ids, size_t n, long max_tokens, bool print_ids, bool ignore_eos,
-               bool stats, const cli_model_opts *mo) {
+               bool stats, int draft_tokens, const cli_model_opts *mo) {
     gen_out out = {print_ids, 0};
     em_generate_params p = {.prompt = ids, .n_prompt = n, .max_tokens = (int)max_tokens,
                             .sampling = cli_model_sampling(mo, m), .on_token = on_token, .user = &out,
-                            .cancel = &gen_cancel, .ignore_eos = ignore_eos};
+                            .cancel = &gen_cancel, .ignore_eos = ignore_eos, .spec_draft_tokens = draft_tokens};
     em_generate_result r;
     signal(SIGINT, on_sigint);
     em_status s = em_generate(m, &p, &r);
@@ -56,6 +58,11 @@ static int run(em_model *m, const int32_t *ids, size_t n, long max_tokens, bool 
         fprintf(stderr, "prompt %zu tokens in %.3fs (%.1f tok/s), generated %zu tokens in %.3fs (%.2f tok/s)\n",
                 r.n_prompt, r.prefill_seconds, r.n_prompt / (r.prefill_seconds > 0 ? r.prefill_seconds : 1),
                 r.n_generated, r.decode_seconds, r.n_generated / (r.decode_seconds > 0 ? r.decode_seconds : 1));
+    if (stats && r.spec_steps)
+        fprintf(stderr, "speculative: %zu trunk steps, %zu/%zu drafts accepted (%.1f%%), %.2f tokens per trunk step\n",
+                r.spec_steps, r.spec_accepted, r.spec_drafted,
+                r.spec_drafted ? 100.0 * (double)r.spec_accepted / (double)r.spec_drafted : 0.0,
+                (double)(r.spec_accepted + r.spec_steps) / (double)r.spec_steps);
     return r.finish == EM_FINISH_CANCELLED ? 130 : CLI_OK;
 }
 
@@ -79,8 +86,8 @@ static int cmd_generate(int argc, char **argv) {
     cli_model_opts mo;
     cli_model_opts_init(&mo, EM_PRECISION_EXACT);
     const char *model = NULL, *ids_s = NULL, *prompt = NULL;
-    long max_tokens = 128;
-    bool print_ids = false, ignore_eos = false, stats = false;
+    long max_tokens = 128, draft_tokens = 2;
+    bool print_ids = false, ignore_eos = false, stats = false, spec = false;
     for (int i = 1; i < argc; i++) {
         int r = cli_model_opt(&mo, argc, argv, &i, "generate");
         if (r < 0) return CLI_USAGE;
@@ -89,6 +96,13 @@ static int cmd_generate(int argc, char **argv) {
         else if (cli_arg_is(argv[i], "--max-tokens")) {
             const char *v = cli_take_value(argc, argv, &i, "generate");
             if (!v || !cli_parse_int(v, 0, 1 << 24, &max_tokens)) { cli_error("generate", "--max-tokens needs a number >= 0"); return CLI_USAGE; }
+        } else if (cli_arg_is(argv[i], "--spec")) {
+            const char *v = cli_take_value(argc, argv, &i, "generate");
+            if (!v || strcmp(v, "mtp")) { cli_error("generate", "--spec takes 'mtp'"); return CLI_USAGE; }
+            spec = true;
+        } else if (cli_arg_is(argv[i], "--draft-tokens")) {
+            const char *v = cli_take_value(argc, argv, &i, "generate");
+            if (!v || !cli_parse_int(v, 1, 16, &draft_tokens)) { cli_error("generate", "--draft-tokens needs a number in 1..16"); return CLI_USAGE; }
         } else if (!strcmp(argv[i], "--print-ids")) print_ids = true;
         else if (!strcmp(argv[i], "--ignore-eos")) ignore_eos = true;
         else if (!strcmp(argv[i], "--stats")) stats = true;
@@ -117,7 +131,7 @@ static int cmd_generate(int argc, char **argv) {
         em_model_free(m);
         return CLI_FAIL;
     }
-    int rc = run(m, ids, n, max_tokens, print_ids, ignore_eos, stats, &mo);
+    int rc = run(m, ids, n, max_tokens, print_ids, ignore_eos, stats, spec ? (int)draft_tokens : 0, &mo);
     free(ids);
     em_model_free(m);
     return rc;

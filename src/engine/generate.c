@@ -2,27 +2,13 @@
  * token at a time through the sampler, reporting each token to the caller
  * until EOS, max_tokens, the callback or cancellation stops it. */
 #include "engine/engine.h"
-#include "engine/sampler.h"
-#include "model/model.h"
+#include "engine/gen_internal.h"
 
 #include "base/alloc.h"
 #include "base/timer.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-#define PREFILL_CHUNK 512
-
-typedef struct gen_state {
-    em_model *m;
-    const em_generate_params *p;
-    int seq;
-    sampler smp;
-    float *logits;
-    int32_t *history;
-    size_t n_history;
-    tok_stream *detok; /* NULL without a tokenizer */
-} gen_state;
 
 static bool is_stop_id(const gen_state *g, int32_t t) {
     const em_generate_params *p = g->p;
@@ -74,44 +60,68 @@ static em_status check_params(const em_model *m, const em_generate_params *p) {
                        p->n_prompt, p->max_tokens, m->max_ctx);
     if (p->top_logprobs < 0 || p->top_logprobs > EM_MAX_TOP_LOGPROBS)
         return em_fail(EM_ERR_INVALID, "top_logprobs must be between 0 and %d", EM_MAX_TOP_LOGPROBS);
+    if (p->spec_draft_tokens < 0 || p->spec_draft_tokens > 16)
+        return em_fail(EM_ERR_INVALID, "spec_draft_tokens must be between 0 and 16");
+    if (p->spec_draft_tokens > 0 && !em_model_has_mtp(m))
+        return em_fail(EM_ERR_UNSUPPORTED, "%s has no multi-token-prediction head for speculative decoding", m->dir);
+    return EM_OK;
+}
+
+void gen_process_logits(gen_state *g, float *logits) {
+    const em_generate_params *p = g->p;
+    sampler_process(&g->smp, logits, g->history, g->n_history, p->bias_ids, p->bias_values, p->n_bias);
+    if (p->on_logits) p->on_logits(p->user, logits, g->m->cfg.vocab, g->history, g->n_history);
+}
+
+bool gen_should_stop(gen_state *g, em_generate_result *r) {
+    const em_generate_params *p = g->p;
+    if (p->cancel && *p->cancel) {
+        r->finish = EM_FINISH_CANCELLED;
+        return true;
+    }
+    if (g->n_emitted >= (size_t)p->max_tokens) {
+        r->finish = EM_FINISH_LENGTH;
+        return true;
+    }
+    return false;
+}
+
+em_status gen_emit(gen_state *g, int32_t tok, em_token_info *info, em_generate_result *r, bool *done) {
+    const em_generate_params *p = g->p;
+    *done = false;
+    g->history[g->n_history++] = tok;
+    g->n_emitted++;
+    r->n_generated++;
+    bool stop = is_stop_id(g, tok);
+    char *text = NULL;
+    size_t text_len = 0;
+    if (g->detok) EM_TRY(tok_stream_feed(g->detok, tok, &text, &text_len));
+    info->text = text ? text : (g->detok ? "" : NULL);
+    info->text_len = text_len;
+    int want_stop = p->on_token ? p->on_token(p->user, info) : 0;
+    free(text);
+    info->text = NULL;
+    if (want_stop) {
+        r->finish = EM_FINISH_CALLBACK;
+        *done = true;
+    } else if (stop) {
+        r->finish = EM_FINISH_STOP;
+        *done = true;
+    }
     return EM_OK;
 }
 
 static em_status decode_loop(gen_state *g, em_generate_result *r) {
     const em_generate_params *p = g->p;
-    int V = g->m->cfg.vocab;
-    for (int step = 0;; step++) {
-        if (p->cancel && *p->cancel) {
-            r->finish = EM_FINISH_CANCELLED;
-            return EM_OK;
-        }
-        if (step >= p->max_tokens) {
-            r->finish = EM_FINISH_LENGTH;
-            return EM_OK;
-        }
-        sampler_process(&g->smp, g->logits, g->history, g->n_history, p->bias_ids, p->bias_values, p->n_bias);
-        if (p->on_logits) p->on_logits(p->user, g->logits, V, g->history, g->n_history);
+    for (;;) {
+        if (gen_should_stop(g, r)) return EM_OK;
+        gen_process_logits(g, g->logits);
         em_token_info info = {0};
         int32_t tok = sampler_pick(&g->smp, g->logits, p->top_logprobs, &info);
-        g->history[g->n_history++] = tok;
-        r->n_generated++;
-        bool stop = is_stop_id(g, tok);
-        char *text = NULL;
-        size_t text_len = 0;
-        if (g->detok) EM_TRY(tok_stream_feed(g->detok, tok, &text, &text_len));
-        info.text = text ? text : (g->detok ? "" : NULL);
-        info.text_len = text_len;
-        int want_stop = p->on_token ? p->on_token(p->user, &info) : 0;
-        free(text);
-        if (want_stop) {
-            r->finish = EM_FINISH_CALLBACK;
-            return EM_OK;
-        }
-        if (stop) {
-            r->finish = EM_FINISH_STOP;
-            return EM_OK;
-        }
-        if (step + 1 >= p->max_tokens) continue; /* no forward for a token we won't sample after */
+        bool done;
+        EM_TRY(gen_emit(g, tok, &info, r, &done));
+        if (done) return EM_OK;
+        if (g->n_emitted >= (size_t)p->max_tokens) continue; /* no forward for a token we won't sample after */
         em_span sp = {g->seq, &tok, 1, LOGITS_LAST};
         em_batch b = {&sp, 1};
         EM_TRY(model_forward(g->m, &b, g->logits));
@@ -134,10 +144,12 @@ em_status em_generate(em_model *m, const em_generate_params *p, em_generate_resu
         memcpy(g.history, p->prompt, p->n_prompt * sizeof(int32_t));
         g.n_history = p->n_prompt;
         double t0 = em_now();
-        s = prefill(&g);
+        void *spec = NULL;
+        s = p->spec_draft_tokens > 0 ? spec_prefill(&g, &spec) : prefill(&g);
         double t1 = em_now();
         r.prefill_seconds = t1 - t0;
-        if (s == EM_OK) s = decode_loop(&g, &r);
+        if (s == EM_OK) s = spec ? spec_decode(&g, spec, &r) : decode_loop(&g, &r);
+        spec_free(spec);
         if (s == EM_OK) flush_text(&g);
         else if (s == EM_ERR_CANCELLED) { r.finish = EM_FINISH_CANCELLED; s = EM_OK; }
         r.decode_seconds = em_now() - t1;

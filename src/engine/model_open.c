@@ -151,3 +151,7 @@ em_sampling em_sampling_defaults(const em_model *m) {
     if (g->has_do_sample && !g->do_sample) s.temperature = 0; /* greedy by declaration */
     return s;
 }
+
+int em_model_has_mtp(const em_model *m) {
+    return m->family->mtp_layers && m->family->hidden_rows && m->family->mtp_forward && m->family->mtp_layers(m) > 0;
+}
