@@ -154,6 +154,11 @@ typedef struct em_generate_params {
     em_logits_fn on_logits;     /* may be NULL */
     void *user;
     const volatile int *cancel; /* may be NULL; polled between tokens */
+    int spec_draft_tokens;      /* > 0: speculative decoding with the model's
+                                   multi-token-prediction head, drafting this many
+                                   tokens per trunk step (EM_ERR_UNSUPPORTED when
+                                   the model has none). Lossless: greedy output is
+                                   unchanged, sampled output keeps its distribution. */
 } em_generate_params;
 
 typedef struct em_generate_result {
@@ -163,7 +168,13 @@ typedef struct em_generate_result {
     size_t n_generated;
     double prefill_seconds;
     double decode_seconds;
+    size_t spec_steps;    /* speculative decoding: trunk verification forwards */
+    size_t spec_drafted;  /* draft tokens proposed */
+    size_t spec_accepted; /* draft tokens accepted */
 } em_generate_result;
+
+/* Whether the model has a multi-token-prediction head (spec_draft_tokens). */
+int em_model_has_mtp(const em_model *m);
 
 /* Runs one generation. Thread-safe: concurrent calls on one model each get
  * their own sequence in the model's paged KV cache and take turns on the

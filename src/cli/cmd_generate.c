@@ -60,16 +60,19 @@ static void generate_help(void) {
            "  --stats               print prefill/decode speed and peak resident memory to stderr\n"
            "  --json-schema FILE    constrain the output to JSON valid under the schema\n"
            "  --grammar FILE        constrain the output to a GBNF grammar (start rule root)\n"
-           "  --regex RE            constrain the output to a full match of RE\n%s", cli_model_opts_help());
+           "  --regex RE            constrain the output to a full match of RE\n"
+           "  --spec mtp            speculative decoding with the model's multi-token-prediction head\n"
+           "  --draft-tokens K      tokens drafted per trunk step with --spec (default 2)\n%s", cli_model_opts_help());
 }
 
 static int run(em_model *m, const int32_t *ids, size_t n, long max_tokens, bool print_ids, bool ignore_eos,
-               bool stats, const cli_model_opts *mo, grammar_matcher *gm) {
+               bool stats, int draft_tokens, const cli_model_opts *mo, grammar_matcher *gm) {
     gen_out out = {print_ids, 0, NULL, 0, gm, EM_OK};
     out.eos = em_model_eos_ids(m, &out.n_eos);
     em_generate_params p = {.prompt = ids, .n_prompt = n, .max_tokens = (int)max_tokens,
                             .sampling = cli_model_sampling(mo, m), .on_token = on_token, .user = &out,
-                            .cancel = &gen_cancel, .ignore_eos = ignore_eos, .on_logits = gm ? on_logits : NULL};
+                            .cancel = &gen_cancel, .ignore_eos = ignore_eos, .on_logits = gm ? on_logits : NULL,
+                            .spec_draft_tokens = draft_tokens};
     em_generate_result r;
     signal(SIGINT, on_sigint);
     em_status s = em_generate(m, &p, &r);
@@ -85,6 +88,11 @@ static int run(em_model *m, const int32_t *ids, size_t n, long max_tokens, bool 
                 r.n_prompt, r.prefill_seconds, r.n_prompt / (r.prefill_seconds > 0 ? r.prefill_seconds : 1),
                 r.n_generated, r.decode_seconds, r.n_generated / (r.decode_seconds > 0 ? r.decode_seconds : 1));
     if (stats) fprintf(stderr, "peak resident memory %llu bytes\n", (unsigned long long)em_peak_rss());
+    if (stats && r.spec_steps)
+        fprintf(stderr, "speculative: %zu trunk steps, %zu/%zu drafts accepted (%.1f%%), %.2f tokens per trunk step\n",
+                r.spec_steps, r.spec_accepted, r.spec_drafted,
+                r.spec_drafted ? 100.0 * (double)r.spec_accepted / (double)r.spec_drafted : 0.0,
+                (double)(r.spec_accepted + r.spec_steps) / (double)r.spec_steps);
     return r.finish == EM_FINISH_CANCELLED ? 130 : CLI_OK;
 }
 
@@ -159,8 +167,8 @@ static int cmd_generate(int argc, char **argv) {
     cli_model_opts mo;
     cli_model_opts_init(&mo, EM_PRECISION_EXACT);
     const char *model = NULL, *ids_s = NULL, *prompt = NULL, *schema = NULL, *gbnf = NULL, *regex = NULL;
-    long max_tokens = 128;
-    bool print_ids = false, ignore_eos = false, stats = false, chat = false;
+    long max_tokens = 128, draft_tokens = 2;
+    bool print_ids = false, ignore_eos = false, stats = false, chat = false, spec = false;
     for (int i = 1; i < argc; i++) {
         int r = cli_model_opt(&mo, argc, argv, &i, "generate");
         if (r < 0) return CLI_USAGE;
@@ -172,7 +180,14 @@ static int cmd_generate(int argc, char **argv) {
         } else if (cli_arg_is(argv[i], "--json-schema")) { if (!(schema = cli_take_value(argc, argv, &i, "generate"))) return CLI_USAGE; }
         else if (cli_arg_is(argv[i], "--grammar")) { if (!(gbnf = cli_take_value(argc, argv, &i, "generate"))) return CLI_USAGE; }
         else if (cli_arg_is(argv[i], "--regex")) { if (!(regex = cli_take_value(argc, argv, &i, "generate"))) return CLI_USAGE; }
-        else if (!strcmp(argv[i], "--print-ids")) print_ids = true;
+        else if (cli_arg_is(argv[i], "--spec")) {
+            const char *v = cli_take_value(argc, argv, &i, "generate");
+            if (!v || strcmp(v, "mtp")) { cli_error("generate", "--spec takes 'mtp'"); return CLI_USAGE; }
+            spec = true;
+        } else if (cli_arg_is(argv[i], "--draft-tokens")) {
+            const char *v = cli_take_value(argc, argv, &i, "generate");
+            if (!v || !cli_parse_int(v, 1, 16, &draft_tokens)) { cli_error("generate", "--draft-tokens needs a number in 1..16"); return CLI_USAGE; }
+        } else if (!strcmp(argv[i], "--print-ids")) print_ids = true;
         else if (!strcmp(argv[i], "--ignore-eos")) ignore_eos = true;
         else if (!strcmp(argv[i], "--stats")) stats = true;
         else if (!strcmp(argv[i], "--chat")) chat = true;
@@ -228,7 +243,7 @@ static int cmd_generate(int argc, char **argv) {
         em_model_free(m);
         return CLI_FAIL;
     }
-    int rc = run(m, ids, n, max_tokens, print_ids, ignore_eos, stats, &mo, gm);
+    int rc = run(m, ids, n, max_tokens, print_ids, ignore_eos, stats, spec ? (int)draft_tokens : 0, &mo, gm);
     grammar_matcher_free(gm);
     grammar_vocab_free(gv);
     grammar_free(g);

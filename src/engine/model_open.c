@@ -67,10 +67,10 @@ static void prefault(const st_set *st) {
 /* Turns a whole-model memory budget into a KV-cache budget: what is left
  * after the weights and the workspace. Too little for one full-context
  * sequence is an error naming the numbers. */
-static em_status kv_budget_from_memory(const em_model *m, size_t budget, size_t *kv_bytes) {
+static em_status kv_budget_from_memory(const em_model *m, int kv_layers, size_t budget, size_t *kv_bytes) {
     if (!budget) return EM_OK;
-    size_t weights = (size_t)st_data_bytes(m->st), need_one = kv_bytes_per_token(m->cfg.n_layers, m->cfg.n_kv_heads,
-                                                                                   m->cfg.head_dim) * (size_t)m->max_ctx;
+    size_t weights = (size_t)st_data_bytes(m->st),
+           need_one = kv_bytes_per_token(kv_layers, m->cfg.n_kv_heads, m->cfg.head_dim) * (size_t)m->max_ctx;
     size_t fixed = weights + BUDGET_WORKSPACE_MARGIN;
     if (budget < fixed + need_one)
         return em_fail(EM_ERR_LIMIT,
@@ -97,9 +97,11 @@ static em_status open_parts(em_model *m, const em_open_options *o) {
     EM_TRY(cpu_backend_create(o->n_threads, &m->be));
     m->max_ctx = o->max_context > 0 && o->max_context < m->cfg.max_pos ? o->max_context : m->cfg.max_pos;
     int seqs = o->max_sequences > 0 ? o->max_sequences : 8;
+    /* hybrid families keep KV only for their attention layers */
+    int kv_layers = m->cfg.n_kv_layers > 0 ? m->cfg.n_kv_layers : m->cfg.n_layers;
     size_t kv_bytes = o->kv_cache_bytes;
-    EM_TRY(kv_budget_from_memory(m, o->memory_budget, &kv_bytes));
-    EM_TRY(kv_cache_create(m->cfg.n_layers, m->cfg.n_kv_heads, m->cfg.head_dim, m->max_ctx, seqs, kv_bytes, &m->kv));
+    EM_TRY(kv_budget_from_memory(m, kv_layers, o->memory_budget, &kv_bytes));
+    EM_TRY(kv_cache_create(kv_layers, m->cfg.n_kv_heads, m->cfg.head_dim, m->max_ctx, seqs, kv_bytes, &m->kv));
     m->prefill_math = o->precision == EM_PRECISION_FAST ? EM_MATH_FAST : EM_MATH_EXACT;
     EM_TRY(m->family->load(m));
     EM_TRY(model_text_open(m));
@@ -178,6 +180,21 @@ em_status model_forward(em_model *m, const em_batch *b, float *logits) {
     return s;
 }
 
+em_status model_seq_mark(em_model *m, int seq, int max_tokens) {
+    return m->family->seq_mark ? m->family->seq_mark(m, seq, max_tokens) : EM_OK;
+}
+
+em_status model_seq_truncate(em_model *m, int seq, int len) {
+    if (m->family->seq_truncate) {
+        pthread_mutex_lock(&m->compute_mu); /* a rollback may replay recurrent steps */
+        em_status s = m->family->seq_truncate(m, seq, len);
+        pthread_mutex_unlock(&m->compute_mu);
+        return s;
+    }
+    kv_seq_truncate(m->kv, seq, len);
+    return EM_OK;
+}
+
 em_sampling em_sampling_defaults(const em_model *m) {
     em_sampling s = {.temperature = 1.0f, .top_p = 1.0f, .repetition_penalty = 1.0f};
     const generation_defaults *g = &m->gen;
@@ -188,4 +205,8 @@ em_sampling em_sampling_defaults(const em_model *m) {
     if (g->has_repetition_penalty) s.repetition_penalty = (float)g->repetition_penalty;
     if (g->has_do_sample && !g->do_sample) s.temperature = 0; /* greedy by declaration */
     return s;
+}
+
+int em_model_has_mtp(const em_model *m) {
+    return m->family->mtp_layers && m->family->hidden_rows && m->family->mtp_forward && m->family->mtp_layers(m) > 0;
 }

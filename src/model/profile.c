@@ -9,10 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The Llama family runs on the dense graph. A family engineer adds a line. */
+/* Built-in profiles: the Llama family on the dense graph, Qwen3.5 on its
+ * hybrid graph. A family engineer adds a line. */
 static const char *const builtin[] = {
     "{\"name\": \"llama-family\", \"match\": {\"architectures\": [\"LlamaForCausalLM\", \"MistralForCausalLM\","
     " \"Qwen2ForCausalLM\", \"Qwen3ForCausalLM\"]}, \"graph\": \"dense\", \"loop\": \"autoregressive\","
+    " \"specialization\": \"generic\"}",
+    "{\"name\": \"qwen3_5-family\", \"match\": {\"architectures\": [\"Qwen3_5ForCausalLM\","
+    " \"Qwen3_5ForConditionalGeneration\"]}, \"graph\": \"qwen3_5\", \"loop\": \"autoregressive\","
     " \"specialization\": \"generic\"}",
 };
 
