@@ -291,9 +291,29 @@ static em_status run_step(const dec_step *s, tok_list *in, tok_list *out, bool f
     return em_fail(EM_ERR_INTERNAL, "decoder: unknown step");
 }
 
+em_status tok_dec_run(const tok_dec *d, tok_list *pieces, bool first, tok_buf *out) {
+    tok_list b = {0};
+    em_status st = EM_OK;
+    for (size_t k = 0; st == EM_OK && d && k < d->n; k++) {
+        tok_list_clear(&b);
+        st = run_step(&d->v[k], pieces, &b, first);
+        tok_list tmp = *pieces;
+        *pieces = b;
+        b = tmp;
+    }
+    for (size_t i = 0; st == EM_OK && i < pieces->n; i++) {
+        /* Without a decoder the reference joins pieces with spaces. */
+        if ((!d && (i > 0 || !first) && !tok_buf_putc(out, ' ')) ||
+            !tok_buf_put(out, pieces->arena.p + pieces->v[i].off, pieces->v[i].len))
+            st = OOM();
+    }
+    tok_list_free(&b);
+    return st;
+}
+
 em_status tok_decode_into(const tokenizer *t, const int32_t *ids, size_t n, bool skip_special, bool first,
                           tok_buf *out) {
-    tok_list a = {0}, b = {0};
+    tok_list a = {0};
     em_status st = EM_OK;
     for (size_t i = 0; st == EM_OK && i < n; i++) {
         int32_t id = ids[i];
@@ -302,20 +322,7 @@ em_status tok_decode_into(const tokenizer *t, const int32_t *ids, size_t n, bool
         if (skip_special && t->special[id]) continue;
         if (!tok_list_push(&a, t->pieces[id], t->piece_len[id], false)) st = OOM();
     }
-    for (size_t k = 0; st == EM_OK && t->decoder && k < t->decoder->n; k++) {
-        tok_list_clear(&b);
-        st = run_step(&t->decoder->v[k], &a, &b, first);
-        tok_list tmp = a;
-        a = b;
-        b = tmp;
-    }
-    for (size_t i = 0; st == EM_OK && i < a.n; i++) {
-        /* Without a decoder the reference joins pieces with spaces. */
-        if ((!t->decoder && (i > 0 || !first) && !tok_buf_putc(out, ' ')) ||
-            !tok_buf_put(out, a.arena.p + a.v[i].off, a.v[i].len))
-            st = OOM();
-    }
+    if (st == EM_OK) st = tok_dec_run(t->decoder, &a, first, out);
     tok_list_free(&a);
-    tok_list_free(&b);
     return st;
 }

@@ -361,7 +361,9 @@ em_status tok_pretok_apply(const tok_pretok *p, tok_list *l, tok_list *tmp) {
         return EM_OK;
     }
     tok_list_clear(tmp);
-    for (size_t i = 0; i < l->n; i++) EM_TRY(piece(p, tmp, l->arena.p + l->v[i].off, l->v[i].len, l->v[i].at_start));
+    for (size_t i = 0; i < l->n; i++)
+        if (l->v[i].len) /* the reference drops empty splits before each step */
+            EM_TRY(piece(p, tmp, l->arena.p + l->v[i].off, l->v[i].len, l->v[i].at_start));
     tok_list t = *l;
     *l = *tmp;
     *tmp = t;

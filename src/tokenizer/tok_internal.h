@@ -235,6 +235,9 @@ bool tok_dec_streamable(const tok_dec *d);
  * list starts the text (Metaspace and Strip treat the start specially). */
 em_status tok_decode_into(const tokenizer *t, const int32_t *ids, size_t n, bool skip_special, bool first,
                           tok_buf *out);
+/* Runs the chain (d may be NULL) over pieces (consumed as scratch) and
+ * appends the joined text to out. */
+em_status tok_dec_run(const tok_dec *d, tok_list *pieces, bool first, tok_buf *out);
 /* True when piece is "<0xXX>" (a byte-fallback token). */
 bool tok_piece_is_byte(const char *s, size_t n);
 
