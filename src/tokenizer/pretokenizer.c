@@ -203,7 +203,7 @@ static bool on_match(void *ctx, size_t a, size_t b) {
     return segs_push(s, a, b, true);
 }
 
-typedef enum { CP_NUMERIC, CP_PUNCT, CP_SPACE, CP_EQ, CP_BERT_PUNCT } cp_pred;
+typedef enum { CP_NUMERIC, CP_PUNCT, CP_SPACE, CP_EQ } cp_pred;
 
 static bool pred(cp_pred p, uint32_t cp, uint32_t eq) {
     switch (p) {
@@ -211,7 +211,6 @@ static bool pred(cp_pred p, uint32_t cp, uint32_t eq) {
     case CP_PUNCT: return tok_is_punctuation(cp);
     case CP_SPACE: return tok_is_whitespace(cp);
     case CP_EQ: return cp == eq;
-    case CP_BERT_PUNCT: return tok_is_punctuation(cp);
     }
     return false;
 }
@@ -345,7 +344,7 @@ static em_status piece(const tok_pretok *p, tok_list *out, const char *t, size_t
         em_status st = split_piece(&words, t, n, at_start, NULL, CP_SPACE, 0, false, BH_REMOVED);
         for (size_t i = 0; st == EM_OK && i < words.n; i++)
             st = split_piece(out, words.arena.p + words.v[i].off, words.v[i].len, words.v[i].at_start, NULL,
-                             CP_BERT_PUNCT, 0, false, BH_ISOLATED);
+                             CP_PUNCT, 0, false, BH_ISOLATED);
         tok_list_free(&words);
         return st;
     }

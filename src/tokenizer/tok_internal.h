@@ -246,7 +246,8 @@ bool tok_piece_is_byte(const char *s, size_t n);
 struct tokenizer {
     char *name;
     tok_bpe bpe;
-    char **pieces;        /* id → token text (model vocab, then added tokens) */
+    const char **pieces;  /* id → token text: the added token's, else the model's */
+    char **model_pieces;  /* id → model vocabulary string (owned; keys of bpe.vocab) */
     uint32_t *piece_len;
     int32_t n_ids;        /* 1 + largest id */
     bool *special;        /* per id: an added token marked special */
