@@ -21,7 +21,9 @@ static void put(tok_buf *b, const char *s) { tok_buf_put(b, s, strlen(s)); }
 
 /* A byte-level vocabulary (the 256 byte characters) plus a few merges. */
 static char *builtin_json(void) {
-    const tok_bytelevel *bl = tok_bytelevel_table();
+    tok_bytelevel table;
+    tok_bytelevel_fill(&table);
+    const tok_bytelevel *bl = &table;
     tok_buf b = {0};
     put(&b, "{\"added_tokens\":[{\"id\":300,\"content\":\"<|im_start|>\",\"special\":true,\"normalized\":false},"
                     "{\"id\":301,\"content\":\"<|im_end|>\",\"special\":true,\"normalized\":false,\"lstrip\":true},"

@@ -27,6 +27,7 @@ struct tok_pretok {
     size_t repl_len;
     pt_prepend prepend;
     uint32_t delim;
+    tok_bytelevel bl; /* ByteLevel: byte → UTF-8 of its stand-in char */
 };
 
 static const char GPT2_RE[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
@@ -119,6 +120,7 @@ static em_status load_kind(json_t *j, const char *path, const char *type, tok_pr
     }
     if (strcmp(type, "ByteLevel") == 0) {
         p->kind = PT_BYTELEVEL;
+        tok_bytelevel_fill(&p->bl);
         EM_TRY(get_bool(j, "add_prefix_space", true, path, &p->add_prefix_space));
         EM_TRY(get_bool(j, "use_regex", true, path, &p->use_regex));
         if (p->use_regex) return tok_pattern_regex(GPT2_RE, sizeof GPT2_RE - 1, path, &p->pat);
@@ -277,7 +279,7 @@ static em_status split_piece(tok_list *out, const char *t, size_t n, bool at_sta
 }
 
 static em_status bytelevel_piece(const tok_pretok *p, tok_list *out, const char *t, size_t n, bool at_start) {
-    const tok_bytelevel *bl = tok_bytelevel_table();
+    const tok_bytelevel *bl = &p->bl;
     tok_list tmp = {0};
     em_status st = EM_OK;
     bool prefix = p->add_prefix_space && (n == 0 || t[0] != ' ');

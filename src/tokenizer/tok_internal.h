@@ -143,14 +143,17 @@ void tok_pretok_free(tok_pretok *p);
 /* Splits every span of *l into pieces; *l is replaced (tmp is scratch). */
 em_status tok_pretok_apply(const tok_pretok *p, tok_list *l, tok_list *tmp);
 
-/* GPT-2 byte ↔ unicode table (bytelevel.c). */
+/* GPT-2 byte ↔ unicode mapping (bytelevel.c). */
 typedef struct tok_bytelevel {
-    char enc[256][3];      /* UTF-8 of the char standing for each byte */
+    char enc[256][4];      /* UTF-8 of the char standing for each byte */
     uint8_t enc_len[256];
 } tok_bytelevel;
-const tok_bytelevel *tok_bytelevel_table(void);
+/* Code point standing for byte b. */
+uint32_t tok_bytelevel_cp(uint8_t b);
 /* Byte that the code point stands for, or -1. */
 int tok_bytelevel_byte(uint32_t cp);
+/* Fills the byte → UTF-8 table. */
+void tok_bytelevel_fill(tok_bytelevel *t);
 
 /* ---- the BPE model (bpe.c) ---- */
 
