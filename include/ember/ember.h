@@ -57,6 +57,9 @@ typedef struct em_open_options {
     int max_context;        /* 0: the model's max_position_embeddings */
     em_precision precision; /* AUTO means EXACT for the library */
     int verbose;            /* log progress to stderr */
+    int max_sequences;      /* concurrent sequences in the KV cache; 0: 8 */
+    size_t kv_cache_bytes;  /* cap on KV-cache memory; 0: room for every
+                               sequence at full context */
 } em_open_options;
 
 /* Opens a model directory (config.json + *.safetensors [+ tokenizer.json]).
@@ -108,7 +111,9 @@ typedef struct em_token_info {
     float top_logprobs[EM_MAX_TOP_LOGPROBS];
 } em_token_info;
 
-/* Return non-zero to stop the generation. */
+/* Return non-zero to stop the generation. When the detokenizer still holds
+ * text at the end (an incomplete UTF-8 sequence, decoded as U+FFFD), one
+ * last call with token -1 carries it. */
 typedef int (*em_token_fn)(void *user, const em_token_info *info);
 /* Optional logit processor, run after penalties and logit bias and before
  * sampling (e.g. a grammar mask). history: all ids so far (prompt+output). */

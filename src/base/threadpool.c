@@ -1,9 +1,17 @@
-/* threadpool.c — spin-then-sleep parallel-for pool. */
+/* threadpool.c — spin-then-sleep parallel-for pool.
+ *
+ * A job lives on the caller's stack; the pool publishes a pointer to it.
+ * Tasks are claimed with an atomic counter and counted when finished, so the
+ * caller never waits for a worker that did not join the job (a sleeping or
+ * preempted worker cannot stall a step). Workers announce themselves in
+ * `inside` before reading the job pointer; the caller unpublishes the job
+ * and waits for `inside` to drain before its stack frame goes away. */
 #include "base/threadpool.h"
 
 #include "base/alloc.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -14,18 +22,25 @@
 #define cpu_relax() ((void)0)
 #endif
 
+#define SPIN_BEFORE_SLEEP 20000
+
+typedef struct pool_job {
+    em_pool_fn fn;
+    void *ctx;
+    int n_tasks;
+    atomic_int next;
+    atomic_int finished;
+} pool_job;
+
 struct em_pool {
     int n_threads;
     pthread_t *threads;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    atomic_uint generation; /* bumped for each job */
-    atomic_int next_task;
-    atomic_int done_workers;
+    atomic_uint generation;
+    _Atomic(pool_job *) current;
+    atomic_int inside;
     atomic_int quit;
-    int n_tasks;
-    em_pool_fn fn;
-    void *ctx;
 };
 
 typedef struct {
@@ -38,11 +53,24 @@ int em_cpu_count(void) {
     return n > 0 ? (int)n : 1;
 }
 
-static void run_tasks(em_pool *p, int thread) {
+static void run_tasks(pool_job *j, int thread) {
     for (;;) {
-        int t = atomic_fetch_add(&p->next_task, 1);
-        if (t >= p->n_tasks) break;
-        p->fn(p->ctx, t, thread);
+        int t = atomic_fetch_add(&j->next, 1);
+        if (t >= j->n_tasks) break;
+        j->fn(j->ctx, t, thread);
+        atomic_fetch_add(&j->finished, 1);
+    }
+}
+
+static void wait_for_work(em_pool *p, unsigned seen) {
+    for (int spins = 0; atomic_load(&p->generation) == seen && !atomic_load(&p->quit);) {
+        if (++spins < SPIN_BEFORE_SLEEP) {
+            cpu_relax();
+            continue;
+        }
+        pthread_mutex_lock(&p->mu);
+        while (atomic_load(&p->generation) == seen && !atomic_load(&p->quit)) pthread_cond_wait(&p->cv, &p->mu);
+        pthread_mutex_unlock(&p->mu);
     }
 }
 
@@ -53,22 +81,13 @@ static void *worker_main(void *arg) {
     free(wa);
     unsigned seen = 0;
     for (;;) {
-        unsigned g;
-        int spins = 0;
-        while ((g = atomic_load(&p->generation)) == seen && !atomic_load(&p->quit)) {
-            if (++spins < 20000) {
-                cpu_relax();
-                continue;
-            }
-            pthread_mutex_lock(&p->mu);
-            while (atomic_load(&p->generation) == seen && !atomic_load(&p->quit))
-                pthread_cond_wait(&p->cv, &p->mu);
-            pthread_mutex_unlock(&p->mu);
-        }
+        wait_for_work(p, seen);
         if (atomic_load(&p->quit)) return NULL;
-        seen = g;
-        run_tasks(p, index);
-        atomic_fetch_add(&p->done_workers, 1);
+        seen = atomic_load(&p->generation);
+        atomic_fetch_add(&p->inside, 1);
+        pool_job *j = atomic_load(&p->current);
+        if (j) run_tasks(j, index);
+        atomic_fetch_sub(&p->inside, 1);
     }
 }
 
@@ -87,13 +106,11 @@ em_pool *em_pool_create(int n_threads) {
         }
         for (int i = 1; i < n_threads; i++) {
             worker_arg *wa = malloc(sizeof *wa);
-            if (!wa) {
-                p->n_threads = i;
-                break;
+            if (wa) {
+                wa->pool = p;
+                wa->index = i;
             }
-            wa->pool = p;
-            wa->index = i;
-            if (pthread_create(&p->threads[i - 1], NULL, worker_main, wa) != 0) {
+            if (!wa || pthread_create(&p->threads[i - 1], NULL, worker_main, wa) != 0) {
                 free(wa);
                 p->n_threads = i;
                 break;
@@ -118,21 +135,31 @@ void em_pool_free(em_pool *p) {
 
 int em_pool_threads(const em_pool *p) { return p ? p->n_threads : 1; }
 
+static void wait_until(atomic_int *v, int target, int cmp_equal) {
+    for (int spins = 0;; spins++) {
+        int x = atomic_load(v);
+        if (cmp_equal ? x == target : x >= target) return;
+        if (spins < 4000) cpu_relax();
+        else sched_yield();
+    }
+}
+
 void em_pool_for(em_pool *p, int n_tasks, em_pool_fn fn, void *ctx) {
     if (n_tasks <= 0) return;
     if (!p || p->n_threads == 1 || n_tasks == 1) {
         for (int t = 0; t < n_tasks; t++) fn(ctx, t, 0);
         return;
     }
-    p->fn = fn;
-    p->ctx = ctx;
-    p->n_tasks = n_tasks;
-    atomic_store(&p->next_task, 0);
-    atomic_store(&p->done_workers, 0);
+    pool_job j = {.fn = fn, .ctx = ctx, .n_tasks = n_tasks};
+    atomic_init(&j.next, 0);
+    atomic_init(&j.finished, 0);
+    atomic_store(&p->current, &j);
     pthread_mutex_lock(&p->mu);
     atomic_fetch_add(&p->generation, 1);
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
-    run_tasks(p, 0);
-    while (atomic_load(&p->done_workers) < p->n_threads - 1) cpu_relax();
+    run_tasks(&j, 0);
+    wait_until(&j.finished, n_tasks, 0);
+    atomic_store(&p->current, NULL);
+    wait_until(&p->inside, 0, 1);
 }

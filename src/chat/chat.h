@@ -12,6 +12,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <time.h>
 
 typedef struct chat_template chat_template;
 
@@ -34,6 +35,9 @@ const char *chat_template_source(const chat_template *t);
  * Template errors (syntax, raise_exception, limits) are EM_ERR_FORMAT or
  * EM_ERR_LIMIT with the message, line and column. Thread-safe. */
 em_status chat_render(const chat_template *t, json_t *vars, char **out, size_t *out_len);
+/* chat_render with strftime_now's clock pinned to `now` (seconds since the
+ * epoch, local time zone); now == 0 means the current time. */
+em_status chat_render_at(const chat_template *t, json_t *vars, time_t now, char **out, size_t *out_len);
 
 /* ---- output parsing --------------------------------------------------- */
 
@@ -54,6 +58,8 @@ typedef struct chat_format {
 /* Chooses the parser configuration from the template source and model type
  * (e.g. "qwen3", "llama"); vars are the render variables (enable_thinking...). */
 chat_format chat_detect_format(const chat_template *t, const char *model_type, json_t *vars);
+/* The same from the template's source text (NULL: no template). */
+chat_format chat_detect_format_source(const char *template_source, const char *model_type, json_t *vars);
 
 typedef enum chat_event_kind {
     CHAT_EV_CONTENT,    /* text: content delta */
@@ -77,7 +83,16 @@ typedef void (*chat_event_fn)(void *user, const chat_event *ev);
 typedef struct chat_parser chat_parser;
 
 /* tools: the request's tools array (OpenAI function shape) used to type XML
- * parameter values; may be NULL. */
+ * parameter values and to recognise Llama 3 bare-JSON calls; may be NULL
+ * (the parser takes its own reference). NULL when out of memory or fn is
+ * NULL; free with chat_parser_free.
+ *
+ * Events: text deltas are whole UTF-8 characters (when the input is).
+ * Whitespace next to a marker is not content: after <think> and </think>,
+ * before </think>, and around a tool call it is dropped. Each tool call is
+ * emitted once it is complete (TOOL_START, one TOOL_ARGS with the compact
+ * JSON object, TOOL_END); text that only looked like a call is content,
+ * byte for byte. */
 chat_parser *chat_parser_new(chat_format fmt, json_t *tools, chat_event_fn fn, void *user);
 void chat_parser_free(chat_parser *p);
 /* Feeds streamed text; emits events for everything that can no longer be

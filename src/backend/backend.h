@@ -1,0 +1,85 @@
+/* backend.h — the operation table every compute backend implements.
+ *
+ * Model graphs are written once against these operations and run on any
+ * backend. Pointers passed to operations live in the backend's memory space
+ * (host memory for the CPU backend, device memory for CUDA); activations are
+ * f32 rows, row-major. Weights are described by em_weight and stay in the
+ * layout they were loaded in (f32/f16/bf16 in place, MLX affine packed). */
+#ifndef EMBER_BACKEND_H
+#define EMBER_BACKEND_H
+
+#include "base/status.h"
+#include "tensor/dtype.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A linear layer's weight, logically [rows = out features, cols = in]. */
+typedef struct em_weight {
+    em_dtype dtype;       /* F32, F16, BF16; U32 when quantized (affine) */
+    int64_t rows, cols;
+    const void *data;
+    /* MLX affine quantization (bits > 0): data packs cols*bits/32 u32 per
+     * row; scales/biases hold one value per group of group_size inputs. */
+    int bits, group_size;
+    const void *scales, *biases;
+    em_dtype scale_dtype;
+    const char *name;     /* for messages */
+} em_weight;
+
+/* Arithmetic regimes a matmul may use. EXACT keeps f32 activations; FAST may
+ * round activations to bf16 for compute-bound GEMMs (prefill). */
+typedef enum em_math { EM_MATH_EXACT = 0, EM_MATH_FAST } em_math;
+
+/* One sequence's view of a layer of the paged KV cache. */
+typedef struct em_kv_view {
+    float *const *k_blocks; /* per block: [block_size][n_kv][head_dim] */
+    float *const *v_blocks;
+    int block_size;
+    int n_blocks;
+} em_kv_view;
+
+typedef struct em_backend em_backend;
+
+typedef struct em_backend_ops {
+    const char *name;
+    void *(*alloc)(em_backend *be, size_t bytes); /* zeroed, 64-byte aligned */
+    void (*free)(em_backend *be, void *p);
+    /* y[M, w->rows] = x[M, w->cols] · wᵀ (+ bias[w->rows] when not NULL). */
+    void (*matmul)(em_backend *be, float *y, const float *x, int M, const em_weight *w, const float *bias, em_math math);
+    /* y = x / rms(x) * (gain + gain_offset) over rows of n. y may equal x. */
+    void (*rmsnorm)(em_backend *be, float *y, const float *x, const float *gain, int rows, int n, float eps,
+                    float gain_offset);
+    /* Rotates the first rot_dim dims of each head in place (rotate-half
+     * convention), for rows of n_heads*head_dim; cos/sin from inv_freq at
+     * pos[row], multiplied by attn_factor. */
+    void (*rope)(em_backend *be, float *x, int rows, int n_heads, int head_dim, int rot_dim, const int32_t *pos,
+                 const float *inv_freq, float attn_factor);
+    /* out[i] = silu(gate[i]) * up[i] for rows of n, gate/up strided by ld. */
+    void (*swiglu)(em_backend *be, float *out, const float *gate, const float *up, int rows, int n, int ld_in);
+    void (*add)(em_backend *be, float *y, const float *x, size_t n); /* y += x */
+    /* out[i, :] = row ids[i] of the embedding table (any weight dtype). */
+    void (*embed)(em_backend *be, float *out, const em_weight *table, const int32_t *ids, int n);
+    /* Writes k/v rows [n, n_kv*head_dim] at positions pos[] into the view. */
+    void (*kv_write)(em_backend *be, const em_kv_view *kv, const float *k, const float *v, const int32_t *pos, int n,
+                     int n_kv, int head_dim);
+    /* Causal GQA attention for n query rows of one sequence at positions
+     * pos[], against keys 0..pos (or the last `window` when window > 0). */
+    void (*attention)(em_backend *be, float *out, const float *q, const em_kv_view *kv, const int32_t *pos, int n,
+                      int n_heads, int n_kv, int head_dim, float scale, int window);
+} em_backend_ops;
+
+struct em_backend {
+    const em_backend_ops *ops;
+    void *impl;
+    int n_threads;
+};
+
+/* Creates the CPU backend with n_threads (0: one per core). */
+em_status cpu_backend_create(int n_threads, em_backend **out);
+void cpu_backend_free(em_backend *be);
+
+/* Bytes of weight data read by one matmul over w (for roofline figures). */
+size_t em_weight_bytes(const em_weight *w);
+
+#endif

@@ -1,0 +1,61 @@
+/* cpu_internal.h — shared pieces of the CPU backend: the thread pool, scratch
+ * buffers and the SIMD kernel tables chosen at start from CPUID. */
+#ifndef EMBER_BACKEND_CPU_INTERNAL_H
+#define EMBER_BACKEND_CPU_INTERNAL_H
+
+#include "backend/backend.h"
+#include "base/threadpool.h"
+
+#include <stdbool.h>
+
+typedef struct cpu_features {
+    bool avx2_fma, f16c, avx512f, avx512bw, avx512vl, avx512bf16, avx512vnni;
+} cpu_features;
+
+const cpu_features *cpu_get_features(void);
+
+/* Dot-product tile kernels: y[m*ldy + n] = sum_k x[m*ldx + k] * w[n*ldw + k]
+ * for m < mr (<= 4), n < nr (<= 4). The x row type depends on the kernel. */
+typedef void (*tile_fn)(const void *x, size_t ldx, int mr, const void *w, size_t ldw, int nr, int K, float *y,
+                        size_t ldy);
+
+typedef struct cpu_kernels {
+    const char *isa;
+    tile_fn tile_f32_bf16; /* f32 x, bf16 w */
+    tile_fn tile_f32_f16;  /* f32 x, f16 w */
+    tile_fn tile_f32_f32;  /* f32 x, f32 w */
+    tile_fn tile_bf16_bf16; /* bf16 x, bf16 w (FAST math); NULL if unsupported */
+    float (*dot)(const float *a, const float *b, int n);
+    void (*axpy)(float *y, float a, const float *x, int n); /* y += a * x */
+    void (*silu_mul)(float *out, const float *gate, const float *up, int n);
+} cpu_kernels;
+
+/* Portable vector helpers shared by kernel tables that lack their own. */
+float cpu_dot_ref(const float *a, const float *b, int n);
+void cpu_axpy_ref(float *y, float a, const float *x, int n);
+void cpu_silu_mul_ref(float *out, const float *gate, const float *up, int n);
+
+const cpu_kernels *cpu_kernels_ref(void);
+const cpu_kernels *cpu_kernels_avx2(void);   /* NULL when not compiled in */
+const cpu_kernels *cpu_kernels_avx512(void); /* NULL when not compiled in */
+/* Best table for this machine (EMBER_CPU_ISA may narrow it, read at start). */
+const cpu_kernels *cpu_kernels_best(void);
+
+typedef struct cpu_backend {
+    em_pool *pool;
+    const cpu_kernels *k;
+    /* per-thread scratch for attention scores / converted activations */
+    float **scratch;
+    size_t *scratch_len;
+    uint16_t *xbf16; /* activations converted to bf16 for FAST matmuls */
+    size_t xbf16_len;
+} cpu_backend;
+
+/* Ensures thread t's scratch holds n floats; returns it. */
+float *cpu_scratch(cpu_backend *cb, int t, size_t n);
+
+void cpu_matmul(em_backend *be, float *y, const float *x, int M, const em_weight *w, const float *bias, em_math math);
+void cpu_attention(em_backend *be, float *out, const float *q, const em_kv_view *kv, const int32_t *pos, int n,
+                   int n_heads, int n_kv, int head_dim, float scale, int window);
+
+#endif

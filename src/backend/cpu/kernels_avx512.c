@@ -1,0 +1,169 @@
+/* kernels_avx512.c — AVX-512 dot-product tiles (F, BW, VL, BF16, F16C).
+ *
+ * Each tile computes up to 4x4 dot products along K at once: 16 accumulators
+ * of 16 lanes, so every weight vector loaded is used by 4 activation rows and
+ * every activation vector by 4 weight rows. bf16 weights widen to f32 with a
+ * zero-extend and a shift (exact). The FAST kernel multiplies bf16 pairs with
+ * VDPBF16PS, twice the f32 FMA rate, at the cost of rounding activations. */
+#include "backend/cpu/cpu_internal.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#define AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma,f16c,avx2")))
+
+AVX512_TARGET static inline __m512 load_bf16_as_f32(const uint16_t *p, __mmask16 m) {
+    __m256i h = _mm256_maskz_loadu_epi16(m, p);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+AVX512_TARGET static inline __m512 load_f16_as_f32(const uint16_t *p, __mmask16 m) {
+    __m256i h = _mm256_maskz_loadu_epi16(m, p);
+    return _mm512_cvtph_ps(h);
+}
+
+AVX512_TARGET static inline __m512 load_f32(const float *p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+
+/* The generic tile body; WLOAD widens 16 weights to f32. MR/NR are small
+ * constants after inlining, so the loops fully unroll. */
+#define AVX512_TILE_BODY(WT, WLOAD)                                                                 \
+    const float *x = xv;                                                                            \
+    const WT *w = wv;                                                                               \
+    __m512 acc[4][4];                                                                               \
+    _Pragma("GCC unroll 4") for (int m = 0; m < MR; m++)                                                                    \
+        _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) acc[m][n] = _mm512_setzero_ps();                               \
+    for (int k = 0; k < K; k += 16) {                                                               \
+        __mmask16 mask = K - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (K - k)) - 1);        \
+        __m512 wr[4], xr[4];                                                                        \
+        _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) wr[n] = WLOAD(w + (size_t)n * ldw + k, mask);                  \
+        _Pragma("GCC unroll 4") for (int m = 0; m < MR; m++) xr[m] = _mm512_maskz_loadu_ps(mask, x + (size_t)m * ldx + k);  \
+        _Pragma("GCC unroll 4") for (int m = 0; m < MR; m++)                                                                \
+            _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) acc[m][n] = _mm512_fmadd_ps(xr[m], wr[n], acc[m][n]);      \
+    }                                                                                               \
+    _Pragma("GCC unroll 4") for (int m = 0; m < MR; m++)                                                                    \
+        _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) y[(size_t)m * ldy + n] = _mm512_reduce_add_ps(acc[m][n]);
+
+#define DEFINE_TILE(SUFFIX, WT, WLOAD)                                                              \
+    AVX512_TARGET __attribute__((always_inline)) static inline void tile_##SUFFIX##_mn(             \
+        const void *xv, size_t ldx, const void *wv, size_t ldw, int K, float *y, size_t ldy,        \
+        const int MR, const int NR) {                                                               \
+        AVX512_TILE_BODY(WT, WLOAD)                                                                 \
+    }                                                                                               \
+    AVX512_TARGET static void tile_##SUFFIX(const void *x, size_t ldx, int mr, const void *w,       \
+                                            size_t ldw, int nr, int K, float *y, size_t ldy) {      \
+        if (mr == 4 && nr == 4) tile_##SUFFIX##_mn(x, ldx, w, ldw, K, y, ldy, 4, 4);                \
+        else if (mr == 1 && nr == 4) tile_##SUFFIX##_mn(x, ldx, w, ldw, K, y, ldy, 1, 4);           \
+        else if (mr == 2 && nr == 4) tile_##SUFFIX##_mn(x, ldx, w, ldw, K, y, ldy, 2, 4);           \
+        else if (mr == 3 && nr == 4) tile_##SUFFIX##_mn(x, ldx, w, ldw, K, y, ldy, 3, 4);           \
+        else                                                                                        \
+            for (int n = 0; n < nr; n++)                                                            \
+                for (int m = 0; m < mr; m++)                                                        \
+                    tile_##SUFFIX##_mn((const float *)x + (size_t)m * ldx, ldx,                     \
+                                       (const WT *)w + (size_t)n * ldw, ldw, K,                     \
+                                       y + (size_t)m * ldy + n, ldy, 1, 1);                         \
+    }
+
+DEFINE_TILE(f32_bf16, uint16_t, load_bf16_as_f32)
+DEFINE_TILE(f32_f16, uint16_t, load_f16_as_f32)
+DEFINE_TILE(f32_f32, float, load_f32)
+
+/* FAST: x and w both bf16; 32 products per VDPBF16PS. */
+AVX512_TARGET __attribute__((always_inline)) static inline void tile_bf16_mn(const uint16_t *x, size_t ldx,
+                                                                             const uint16_t *w, size_t ldw, int K,
+                                                                             float *y, size_t ldy, const int MR,
+                                                                             const int NR) {
+    __m512 acc[4][4];
+    _Pragma("GCC unroll 4") for (int m = 0; m < MR; m++)
+        _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) acc[m][n] = _mm512_setzero_ps();
+    for (int k = 0; k < K; k += 32) {
+        __mmask32 mask = K - k >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1ull << (K - k)) - 1);
+        __m512bh wr[4], xr[4];
+        _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) wr[n] = (__m512bh)_mm512_maskz_loadu_epi16(mask, w + (size_t)n * ldw + k);
+        _Pragma("GCC unroll 4") for (int m = 0; m < MR; m++) xr[m] = (__m512bh)_mm512_maskz_loadu_epi16(mask, x + (size_t)m * ldx + k);
+        _Pragma("GCC unroll 4") for (int m = 0; m < MR; m++)
+            _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) acc[m][n] = _mm512_dpbf16_ps(acc[m][n], xr[m], wr[n]);
+    }
+    _Pragma("GCC unroll 4") for (int m = 0; m < MR; m++)
+        _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) y[(size_t)m * ldy + n] = _mm512_reduce_add_ps(acc[m][n]);
+}
+
+AVX512_TARGET static void tile_bf16_bf16(const void *xv, size_t ldx, int mr, const void *wv, size_t ldw, int nr,
+                                         int K, float *y, size_t ldy) {
+    const uint16_t *x = xv, *w = wv;
+    if (mr == 4 && nr == 4) tile_bf16_mn(x, ldx, w, ldw, K, y, ldy, 4, 4);
+    else if (mr == 1 && nr == 4) tile_bf16_mn(x, ldx, w, ldw, K, y, ldy, 1, 4);
+    else if (mr == 2 && nr == 4) tile_bf16_mn(x, ldx, w, ldw, K, y, ldy, 2, 4);
+    else if (mr == 3 && nr == 4) tile_bf16_mn(x, ldx, w, ldw, K, y, ldy, 3, 4);
+    else
+        for (int n = 0; n < nr; n++)
+            for (int m = 0; m < mr; m++)
+                tile_bf16_mn(x + (size_t)m * ldx, ldx, w + (size_t)n * ldw, ldw, K, y + (size_t)m * ldy + n, ldy, 1, 1);
+}
+
+AVX512_TARGET static float avx512_dot(const float *a, const float *b, int n) {
+    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
+    }
+    for (; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), s0);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+}
+
+AVX512_TARGET static void avx512_axpy(float *y, float a, const float *x, int n) {
+    __m512 va = _mm512_set1_ps(a);
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        __m512 r = _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i));
+        _mm512_mask_storeu_ps(y + i, m, r);
+    }
+}
+
+/* exp(x) to about 1 ulp: x = k ln2 + r with |r| <= ln2/2, a degree-6
+ * polynomial for e^r, then scale by 2^k (scalef handles over/underflow). */
+AVX512_TARGET static inline __m512 exp512(__m512 x) {
+    x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.7f)), _mm512_set1_ps(-103.9f));
+    __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    __m512 r2 = _mm512_mul_ps(r, r);
+    p = _mm512_fmadd_ps(p, r2, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(p, k);
+}
+
+AVX512_TARGET static void avx512_silu_mul(float *out, const float *gate, const float *up, int n) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        __m512 g = _mm512_maskz_loadu_ps(m, gate + i), u = _mm512_maskz_loadu_ps(m, up + i);
+        __m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), g));
+        __m512 r = _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, e)), u);
+        _mm512_mask_storeu_ps(out + i, m, r);
+    }
+}
+
+static const cpu_kernels avx512_kernels = {
+    .isa = "avx512-bf16",
+    .tile_f32_bf16 = tile_f32_bf16,
+    .tile_f32_f16 = tile_f32_f16,
+    .tile_f32_f32 = tile_f32_f32,
+    .tile_bf16_bf16 = tile_bf16_bf16,
+    .dot = avx512_dot,
+    .axpy = avx512_axpy,
+    .silu_mul = avx512_silu_mul,
+};
+
+const cpu_kernels *cpu_kernels_avx512(void) { return &avx512_kernels; }
+#else
+const cpu_kernels *cpu_kernels_avx512(void) { return 0; }
+#endif

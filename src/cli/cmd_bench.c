@@ -1,0 +1,147 @@
+/* cmd_bench.c — `ember bench MODEL`: prefill and decode speed, time to first
+ * token, and decode as a fraction of this machine's memory roofline
+ * (weight bytes read per token / measured read bandwidth). */
+#include "cli/cli_model.h"
+
+#include "backend/cpu/membw.h"
+#include "base/alloc.h"
+#include "base/threadpool.h"
+#include "base/timer.h"
+#include "model/model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void bench_help(void) {
+    printf("usage: ember bench MODEL [--prompt-tokens 512] [--gen-tokens 128] [--repeat 1] [options]\n\n"
+           "Measures prefill tokens/s, decode tokens/s and time to first token on random\n"
+           "token ids, the machine's memory read bandwidth, and decode as a fraction of the\n"
+           "bandwidth roofline (bytes of weights read per token / bandwidth).\n\n%s"
+           "  --json                machine-readable output\n", cli_model_opts_help());
+}
+
+/* Weight bytes one decode step reads: every matrix once; the embedding table
+ * only as the head when tied (a lookup reads one row). */
+static double decode_bytes(const em_model *m) {
+    double total = (double)st_data_bytes(m->st);
+    const st_tensor *emb = st_find(m->st, "model.embed_tokens.weight");
+    if (emb && !m->cfg.tied_embeddings) total -= (double)emb->nbytes - (double)emb->nbytes / (double)m->cfg.vocab;
+    return total;
+}
+
+typedef struct bench_result {
+    double prefill_tps, decode_tps, ttft, bw, bytes_per_token;
+} bench_result;
+
+static em_status run_once(em_model *m, int n_prompt, int n_gen, bench_result *r) {
+    int32_t *ids = em_mallocn((size_t)n_prompt + (size_t)n_gen, sizeof *ids);
+    float *logits = em_mallocn((size_t)m->cfg.vocab, sizeof *logits);
+    em_status s = ids && logits ? EM_OK : em_fail(EM_ERR_NOMEM, "out of memory");
+    uint64_t x = 88172645463325252ULL;
+    for (int i = 0; s == EM_OK && i < n_prompt + n_gen; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        ids[i] = (int32_t)(x % (uint64_t)m->cfg.vocab);
+    }
+    int seq = -1;
+    if (s == EM_OK) s = kv_seq_alloc(m->kv, &seq);
+    double t0 = em_now();
+    for (int done = 0; s == EM_OK && done < n_prompt;) {
+        int n = n_prompt - done < 512 ? n_prompt - done : 512;
+        em_span sp = {seq, ids + done, n, done + n == n_prompt ? LOGITS_LAST : LOGITS_NONE};
+        em_batch b = {&sp, 1};
+        s = model_forward(m, &b, logits);
+        done += n;
+    }
+    double t1 = em_now();
+    for (int i = 0; s == EM_OK && i < n_gen; i++) {
+        em_span sp = {seq, ids + n_prompt + i, 1, LOGITS_LAST};
+        em_batch b = {&sp, 1};
+        s = model_forward(m, &b, logits);
+        if (i == 0) r->ttft = (em_now() - t0);
+    }
+    double t2 = em_now();
+    if (seq >= 0) kv_seq_release(m->kv, seq);
+    r->prefill_tps = n_prompt / (t1 - t0);
+    r->decode_tps = n_gen / (t2 - t1);
+    free(ids);
+    free(logits);
+    return s;
+}
+
+static int cmd_bench(int argc, char **argv) {
+    if (cli_wants_help(argc, argv)) {
+        bench_help();
+        return CLI_OK;
+    }
+    cli_model_opts mo;
+    cli_model_opts_init(&mo, EM_PRECISION_FAST);
+    const char *model = NULL;
+    long n_prompt = 512, n_gen = 128, repeat = 1;
+    bool json = false;
+    for (int i = 1; i < argc; i++) {
+        int r = cli_model_opt(&mo, argc, argv, &i, "bench");
+        if (r < 0) return CLI_USAGE;
+        if (r > 0 || cli_common_flag(argc, argv, &i)) continue;
+        long *target = cli_arg_is(argv[i], "--prompt-tokens") ? &n_prompt
+                     : cli_arg_is(argv[i], "--gen-tokens")    ? &n_gen
+                     : cli_arg_is(argv[i], "--repeat")        ? &repeat
+                                                              : NULL;
+        if (target) {
+            const char *v = cli_take_value(argc, argv, &i, "bench");
+            if (!v || !cli_parse_int(v, 1, 1 << 22, target)) { cli_error("bench", "%s needs a positive number", argv[i]); return CLI_USAGE; }
+        } else if (!strcmp(argv[i], "--json")) json = true;
+        else if (argv[i][0] == '-') { cli_error("bench", "unknown option %s", argv[i]); return CLI_USAGE; }
+        else if (!model) model = argv[i];
+        else { cli_error("bench", "unexpected argument %s", argv[i]); return CLI_USAGE; }
+    }
+    if (!model) { cli_error("bench", "MODEL is required (see --help)"); return CLI_USAGE; }
+    mo.open.max_sequences = 1;
+    if (!mo.open.max_context) mo.open.max_context = (int)(n_prompt + n_gen + 1);
+    em_model *m;
+    if (em_model_open(model, &mo.open, &m) != EM_OK) {
+        cli_error("bench", "%s", em_last_error());
+        return CLI_FAIL;
+    }
+    if (n_prompt + n_gen > m->max_ctx) {
+        cli_error("bench", "prompt + gen tokens (%ld) exceed the context of %d", n_prompt + n_gen, m->max_ctx);
+        em_model_free(m);
+        return CLI_USAGE;
+    }
+    em_pool *pool = em_pool_create(m->be->n_threads);
+    double bw = pool ? cpu_read_bandwidth(pool, (size_t)1 << 30) : 0;
+    em_pool_free(pool);
+    bench_result best = {0}, r = {0};
+    em_status s = EM_OK;
+    for (long k = 0; k < repeat && s == EM_OK; k++) {
+        s = run_once(m, (int)n_prompt, (int)n_gen, &r);
+        if (r.decode_tps > best.decode_tps) { best.decode_tps = r.decode_tps; }
+        if (r.prefill_tps > best.prefill_tps) { best.prefill_tps = r.prefill_tps; best.ttft = r.ttft; }
+    }
+    int rc = CLI_OK;
+    if (s != EM_OK) {
+        cli_error("bench", "%s", em_last_error());
+        rc = CLI_FAIL;
+    } else {
+        double bpt = decode_bytes(m), roof = bw > 0 ? bw / bpt : 0;
+        const char *prec = m->prefill_math == EM_MATH_FAST ? "fast" : "exact";
+        if (json)
+            printf("{\"model\":\"%s\",\"threads\":%d,\"precision\":\"%s\",\"prompt_tokens\":%ld,\"gen_tokens\":%ld,"
+                   "\"prefill_tps\":%.2f,\"decode_tps\":%.3f,\"ttft_s\":%.4f,\"bandwidth_gbs\":%.2f,"
+                   "\"bytes_per_token\":%.0f,\"roofline_tps\":%.3f,\"roofline_fraction\":%.4f}\n",
+                   m->name, m->be->n_threads, prec, n_prompt, n_gen, best.prefill_tps, best.decode_tps, best.ttft,
+                   bw / 1e9, bpt, roof, roof > 0 ? best.decode_tps / roof : 0);
+        else
+            printf("model %s (%s), %d threads, precision %s\n"
+                   "prefill: %ld tokens at %.1f tokens/s (time to first token %.3f s)\n"
+                   "decode:  %ld tokens at %.2f tokens/s\n"
+                   "memory:  %.1f GB/s read bandwidth, %.2f GB read per token, roofline %.2f tokens/s\n"
+                   "decode reaches %.1f%% of the memory roofline\n",
+                   m->name, m->cfg.model_type, m->be->n_threads, prec, n_prompt, best.prefill_tps, best.ttft, n_gen,
+                   best.decode_tps, bw / 1e9, bpt / 1e9, roof, roof > 0 ? 100 * best.decode_tps / roof : 0);
+    }
+    em_model_free(m);
+    return rc;
+}
+
+EM_CLI_VERB("bench", "measure prefill/decode tokens/s against the memory roofline", cmd_bench)

@@ -1,0 +1,60 @@
+/* generate.c — em_generate. With a scheduler running on the model (the
+ * server), the request joins its continuous batch; otherwise it runs here:
+ * prefill the prompt in chunks, then decode one token per forward. */
+#include "engine/engine.h"
+#include "engine/gen_seq.h"
+#include "engine/scheduler.h"
+
+#include "base/alloc.h"
+#include "base/timer.h"
+
+#include <stdlib.h>
+
+#define PREFILL_CHUNK 512
+
+/* Feeds history[fed..n_history) in chunks; logits for the last id. */
+static em_status feed(gen_seq *g, float *logits) {
+    while (g->fed < g->n_history) {
+        size_t n = g->n_history - g->fed < PREFILL_CHUNK ? g->n_history - g->fed : PREFILL_CHUNK;
+        bool last = g->fed + n == g->n_history;
+        em_span sp = {g->seq, g->history + g->fed, (int)n, last ? LOGITS_LAST : LOGITS_NONE};
+        em_batch b = {&sp, 1};
+        EM_TRY(model_forward(g->m, &b, logits));
+        g->fed += n;
+        if (gen_seq_cancelled(g)) return em_fail(EM_ERR_CANCELLED, "cancelled");
+    }
+    return EM_OK;
+}
+
+static em_status run_alone(gen_seq *g) {
+    em_model *m = g->m;
+    float *logits = em_mallocn((size_t)m->cfg.vocab, sizeof(float));
+    if (!logits) return em_fail(EM_ERR_NOMEM, "out of memory");
+    em_status s = kv_seq_alloc(m->kv, &g->seq);
+    double t_prefilled = 0;
+    while (s == EM_OK && !g->finished) {
+        s = feed(g, logits);
+        if (!t_prefilled) t_prefilled = em_now();
+        if (s == EM_OK) s = gen_seq_sample(g, logits);
+    }
+    if (s == EM_ERR_CANCELLED) {
+        gen_seq_finish(g, EM_FINISH_CANCELLED);
+        s = EM_OK;
+    }
+    g->r->prefill_seconds = (t_prefilled ? t_prefilled : em_now()) - g->t_start;
+    g->r->decode_seconds = em_now() - (t_prefilled ? t_prefilled : g->t_start);
+    if (g->seq >= 0) kv_seq_release(m->kv, g->seq);
+    g->seq = -1;
+    free(logits);
+    return s;
+}
+
+em_status em_generate(em_model *m, const em_generate_params *p, em_generate_result *result) {
+    em_generate_result r;
+    gen_seq g;
+    em_status s = gen_seq_init(&g, m, p, &r);
+    if (s == EM_OK && !g.finished) s = m->sched ? sched_run(m->sched, &g) : run_alone(&g);
+    gen_seq_free(&g);
+    if (result) *result = r;
+    return s;
+}

@@ -1,0 +1,216 @@
+/* sampler.c — penalties, truncation and seeded sampling. */
+#include "engine/sampler.h"
+
+#include "base/alloc.h"
+#include "base/status.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static uint64_t splitmix(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+/* xoshiro256** */
+static uint64_t next_u64(sampler *s) {
+    uint64_t *r = s->rng, out = rotl(r[1] * 5, 7) * 9, t = r[1] << 17;
+    r[2] ^= r[0];
+    r[3] ^= r[1];
+    r[1] ^= r[2];
+    r[0] ^= r[3];
+    r[2] ^= t;
+    r[3] = rotl(r[3], 45);
+    return out;
+}
+
+double sampler_uniform(sampler *s) { return (double)(next_u64(s) >> 11) * (1.0 / 9007199254740992.0); }
+
+em_status sampler_init(sampler *s, const em_sampling *p, int n_vocab) {
+    memset(s, 0, sizeof *s);
+    s->p = *p;
+    s->n_vocab = n_vocab;
+    uint64_t seed = p->has_seed ? p->seed : (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)s;
+    for (int i = 0; i < 4; i++) s->rng[i] = splitmix(&seed);
+    s->probs = em_mallocn((size_t)n_vocab, sizeof *s->probs);
+    s->cand = em_mallocn((size_t)n_vocab, sizeof *s->cand);
+    s->count = em_calloc((size_t)n_vocab, sizeof *s->count);
+    if (!s->probs || !s->cand || !s->count) {
+        sampler_free(s);
+        return em_fail(EM_ERR_NOMEM, "out of memory for the sampler");
+    }
+    return EM_OK;
+}
+
+void sampler_free(sampler *s) {
+    free(s->probs);
+    free(s->cand);
+    free(s->count);
+    memset(s, 0, sizeof *s);
+}
+
+void sampler_process(sampler *s, float *logits, const int32_t *history, size_t n_history,
+                     const int32_t *bias_ids, const float *bias_values, size_t n_bias) {
+    for (size_t i = 0; i < n_bias; i++)
+        if (bias_ids[i] >= 0 && bias_ids[i] < s->n_vocab) logits[bias_ids[i]] += bias_values[i];
+    const em_sampling *p = &s->p;
+    bool rep = p->repetition_penalty > 0 && p->repetition_penalty != 1.0f;
+    bool add = p->presence_penalty != 0 || p->frequency_penalty != 0;
+    if (!rep && !add) return;
+    size_t start = p->penalty_window > 0 && n_history > (size_t)p->penalty_window ? n_history - (size_t)p->penalty_window : 0;
+    for (size_t i = start; i < n_history; i++)
+        if (history[i] >= 0 && history[i] < s->n_vocab) s->count[history[i]]++;
+    for (size_t i = start; i < n_history; i++) {
+        int32_t t = history[i];
+        if (t < 0 || t >= s->n_vocab || s->count[t] == 0) continue;
+        float l = logits[t];
+        if (rep) l = l > 0 ? l / p->repetition_penalty : l * p->repetition_penalty;
+        l -= p->presence_penalty + p->frequency_penalty * (float)s->count[t];
+        logits[t] = l;
+        s->count[t] = 0; /* applied once per distinct token; also resets the scratch */
+    }
+}
+
+static int cmp_prob_desc(const void *a, const void *b, void *ctx) {
+    const float *pr = ctx;
+    float x = pr[*(const int32_t *)a], y = pr[*(const int32_t *)b];
+    if (x != y) return x > y ? -1 : 1;
+    return *(const int32_t *)a - *(const int32_t *)b; /* ties: lower id first, deterministic */
+}
+
+/* Log-softmax statistics of the processed logits: max and log-sum-exp. */
+static void log_softmax_stats(const float *l, int n, float *mx, double *lse) {
+    float m = -INFINITY;
+    for (int i = 0; i < n; i++)
+        if (l[i] > m) m = l[i];
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += exp((double)(l[i] - m));
+    *mx = m;
+    *lse = log(sum);
+}
+
+static void fill_top(const float *l, int n, int top_n, float mx, double lse, em_token_info *info) {
+    if (top_n > EM_MAX_TOP_LOGPROBS) top_n = EM_MAX_TOP_LOGPROBS;
+    info->n_top = 0;
+    for (int i = 0; i < n; i++) {
+        int k = info->n_top;
+        if (k == top_n && l[i] <= l[info->top_ids[k - 1]]) continue;
+        if (k < top_n) info->n_top++;
+        else k = top_n - 1;
+        while (k > 0 && l[info->top_ids[k - 1]] < l[i]) {
+            info->top_ids[k] = info->top_ids[k - 1];
+            k--;
+        }
+        info->top_ids[k] = i;
+    }
+    for (int k = 0; k < info->n_top; k++) info->top_logprobs[k] = (float)((double)(l[info->top_ids[k]] - mx) - lse);
+}
+
+static int32_t argmax(const float *l, int n) {
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (l[i] > l[best]) best = i;
+    return best;
+}
+
+/* Collects the candidates with tempered probability above floor_rel times
+ * the best one's (probs[id] = exp((l - max) / T)); returns their count. */
+static int collect(sampler *s, const float *logits, float mx, float inv_t, float floor_rel) {
+    float zmin = floor_rel > 0 ? logf(floor_rel) : -40.0f;
+    int nc = 0;
+    for (int i = 0; i < s->n_vocab; i++) {
+        float z = (logits[i] - mx) * inv_t;
+        if (z > zmin) {
+            s->cand[nc++] = i;
+            s->probs[i] = expf(z);
+        }
+    }
+    return nc;
+}
+
+/* Temperature, top-k, min-p and top-p, then one draw. Tokens more than
+ * e^40 times less likely than the best are never candidates (their total
+ * mass is below float resolution). Sorting all candidates is avoided when it
+ * cannot change the result: without top-k/top-p no order is needed, and
+ * top-p first tries the candidates within 1e-4 of the best — when they hold
+ * the nucleus, the nucleus is the same as over all candidates. */
+static int32_t sample_truncated(sampler *s, const float *logits, float mx) {
+    const em_sampling *p = &s->p;
+    float inv_t = 1.0f / p->temperature;
+    int nc = collect(s, logits, mx, inv_t, 0);
+    double total = 0;
+    for (int i = 0; i < nc; i++) total += s->probs[s->cand[i]];
+    bool need_sort = p->top_k > 0 || (p->top_p > 0 && p->top_p < 1);
+    if (need_sort && p->top_k == 0) {
+        /* try the head of the distribution first */
+        double head = 0;
+        int nh = 0;
+        for (int i = 0; i < nc; i++) {
+            float pr = s->probs[s->cand[i]];
+            if (pr >= 1e-4f) {
+                head += pr;
+                nh++;
+            }
+        }
+        if (head >= p->top_p * total && nh < nc) {
+            int k = 0;
+            for (int i = 0; i < nc; i++)
+                if (s->probs[s->cand[i]] >= 1e-4f) s->cand[k++] = s->cand[i];
+            nc = k; /* total keeps the full mass: the nucleus limit is unchanged */
+        }
+    }
+    if (need_sort) qsort_r(s->cand, (size_t)nc, sizeof *s->cand, cmp_prob_desc, s->probs);
+    if (p->top_k > 0 && nc > p->top_k) {
+        nc = p->top_k;
+        total = 0;
+        for (int i = 0; i < nc; i++) total += s->probs[s->cand[i]];
+    }
+    if (p->top_p > 0 && p->top_p < 1) {
+        double cum = 0, limit = p->top_p * total;
+        int keep = 0;
+        while (keep < nc) {
+            cum += s->probs[s->cand[keep++]];
+            if (cum >= limit) break;
+        }
+        nc = keep;
+    }
+    if (p->min_p > 0) { /* relative to the most likely token (prob 1 here) */
+        int keep = 0;
+        for (int i = 0; i < nc; i++)
+            if (s->probs[s->cand[i]] >= p->min_p) s->cand[keep++] = s->cand[i];
+        nc = keep;
+    }
+    double sum = 0;
+    for (int i = 0; i < nc; i++) sum += s->probs[s->cand[i]];
+    double r = sampler_uniform(s) * sum, acc = 0;
+    for (int i = 0; i < nc; i++) {
+        acc += s->probs[s->cand[i]];
+        if (r < acc) return s->cand[i];
+    }
+    return s->cand[nc - 1];
+}
+
+int32_t sampler_pick(sampler *s, const float *logits, int top_n, em_token_info *info) {
+    int n = s->n_vocab;
+    const em_sampling *p = &s->p;
+    float mx;
+    double lse;
+    log_softmax_stats(logits, n, &mx, &lse);
+    if (top_n > 0) fill_top(logits, n, top_n, mx, lse, info);
+    else info->n_top = 0;
+    int32_t tok;
+    if (p->temperature <= 0 || p->top_k == 1) {
+        tok = argmax(logits, n);
+    } else {
+        tok = sample_truncated(s, logits, mx);
+    }
+    info->token = tok;
+    info->logprob = (float)((double)(logits[tok] - mx) - lse);
+    return tok;
+}

@@ -1,0 +1,36 @@
+/* sampler.h — from logits to the next token: logit bias, penalties over a
+ * window of history, an optional logit processor, then greedy or
+ * temperature / top-k / top-p / min-p sampling with a seeded generator.
+ * The same seed and inputs always give the same tokens. */
+#ifndef EMBER_ENGINE_SAMPLER_H
+#define EMBER_ENGINE_SAMPLER_H
+
+#include "ember/ember.h"
+
+#include <stdint.h>
+
+typedef struct sampler {
+    em_sampling p;
+    uint64_t rng[4];
+    int n_vocab;
+    float *probs;   /* scratch: candidate probabilities */
+    int32_t *cand;  /* scratch: candidate ids */
+    int32_t *count; /* scratch: per-token counts for penalties */
+} sampler;
+
+/* Allocates scratch for n_vocab; seeds from p->seed (or the clock). */
+em_status sampler_init(sampler *s, const em_sampling *p, int n_vocab);
+void sampler_free(sampler *s);
+
+/* Applies bias and penalties to logits in place (history = all ids so far,
+ * prompt included). */
+void sampler_process(sampler *s, float *logits, const int32_t *history, size_t n_history,
+                     const int32_t *bias_ids, const float *bias_values, size_t n_bias);
+/* Picks the next token from processed logits. Fills info->logprob and, when
+ * top_n > 0, the top_n alternatives (log-softmax of the processed logits). */
+int32_t sampler_pick(sampler *s, const float *logits, int top_n, em_token_info *info);
+
+/* Uniform double in [0, 1) from the sampler's generator. */
+double sampler_uniform(sampler *s);
+
+#endif

@@ -1,0 +1,303 @@
+/* dense.c — the Llama family graph (llama, mistral, qwen2, qwen3).
+ *
+ * Pre-norm decoder: x += o_proj(attn(rope(q), rope(k), v)); x += down(silu(gate) * up),
+ * with GQA, optional q/k/v biases (qwen2, llama attention_bias), per-head
+ * q/k RMSNorm (qwen3), sliding-window layers (mistral), tied or untied head.
+ * All tokens of a batch go through each layer together; only attention is
+ * done per span, against that span's sequence in the paged cache. */
+#include "model/model.h"
+
+#include "base/alloc.h"
+#include "model/rope.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct dense_layer {
+    em_weight wq, wk, wv, wo, wg, wu, wd;
+    float *bq, *bk, *bv, *bo, *bg, *bu, *bd;
+    float *attn_norm, *mlp_norm, *q_norm, *k_norm;
+    int window;
+} dense_layer;
+
+typedef struct dense_impl {
+    dense_layer *layers;
+    em_weight embed, head;
+    float *final_norm;
+    float *inv_freq;
+    float attn_factor;
+    int rot_dim;
+    /* workspace, grown to the largest batch seen */
+    int cap_tokens;
+    float *x, *h, *q, *k, *v, *att, *gate, *up, *act;
+    int32_t *pos, *ids;
+    /* rows grouped by arithmetic: a span of >= FAST_MIN_SPAN tokens may use
+     * FAST math; shorter spans (decode) are always EXACT, so a sequence's
+     * numbers do not depend on what else is in its batch. */
+    int n_runs;
+    int *run_start, *run_len;
+    em_math *run_math;
+} dense_impl;
+
+#define FAST_MIN_SPAN 16
+
+#define LNAME(buf, i, suffix) snprintf(buf, sizeof buf, "model.layers.%d.%s", i, suffix)
+
+static em_status bind_bias(em_model *m, int i, const char *what, bool present, int64_t n, float **out) {
+    char name[160];
+    LNAME(name, i, what);
+    *out = NULL;
+    if (!present) return EM_OK;
+    return weight_load_vector(m, name, n, false, out);
+}
+
+static em_status bind_layer(em_model *m, int i, dense_layer *L) {
+    const model_config *c = &m->cfg;
+    int64_t H = c->hidden, qd = (int64_t)c->n_heads * c->head_dim, kvd = (int64_t)c->n_kv_heads * c->head_dim;
+    int64_t F = c->intermediate;
+    char name[160];
+#define BIND(field, suffix, rows, cols) \
+    LNAME(name, i, suffix);             \
+    EM_TRY(weight_bind(m, name, rows, cols, &L->field))
+    BIND(wq, "self_attn.q_proj.weight", qd, H);
+    BIND(wk, "self_attn.k_proj.weight", kvd, H);
+    BIND(wv, "self_attn.v_proj.weight", kvd, H);
+    BIND(wo, "self_attn.o_proj.weight", H, qd);
+    BIND(wg, "mlp.gate_proj.weight", F, H);
+    BIND(wu, "mlp.up_proj.weight", F, H);
+    BIND(wd, "mlp.down_proj.weight", H, F);
+#undef BIND
+    EM_TRY(bind_bias(m, i, "self_attn.q_proj.bias", c->qkv_bias, qd, &L->bq));
+    EM_TRY(bind_bias(m, i, "self_attn.k_proj.bias", c->qkv_bias, kvd, &L->bk));
+    EM_TRY(bind_bias(m, i, "self_attn.v_proj.bias", c->qkv_bias, kvd, &L->bv));
+    EM_TRY(bind_bias(m, i, "self_attn.o_proj.bias", c->o_bias, H, &L->bo));
+    EM_TRY(bind_bias(m, i, "mlp.gate_proj.bias", c->mlp_bias, F, &L->bg));
+    EM_TRY(bind_bias(m, i, "mlp.up_proj.bias", c->mlp_bias, F, &L->bu));
+    EM_TRY(bind_bias(m, i, "mlp.down_proj.bias", c->mlp_bias, H, &L->bd));
+    LNAME(name, i, "input_layernorm.weight");
+    EM_TRY(weight_load_vector(m, name, H, false, &L->attn_norm));
+    LNAME(name, i, "post_attention_layernorm.weight");
+    EM_TRY(weight_load_vector(m, name, H, false, &L->mlp_norm));
+    if (c->qk_norm) {
+        LNAME(name, i, "self_attn.q_norm.weight");
+        EM_TRY(weight_load_vector(m, name, c->head_dim, false, &L->q_norm));
+        LNAME(name, i, "self_attn.k_norm.weight");
+        EM_TRY(weight_load_vector(m, name, c->head_dim, false, &L->k_norm));
+    }
+    L->window = c->sliding_window > 0 && c->layer_sliding[i] ? c->sliding_window : 0;
+    return EM_OK;
+}
+
+static void dense_free(em_model *m) {
+    dense_impl *d = m->impl;
+    if (!d) return;
+    em_backend *be = m->be;
+    for (int i = 0; d->layers && i < m->cfg.n_layers; i++) {
+        dense_layer *L = &d->layers[i];
+        float *vs[] = {L->bq, L->bk, L->bv, L->bo, L->bg, L->bu, L->bd, L->attn_norm, L->mlp_norm, L->q_norm, L->k_norm};
+        for (size_t k = 0; k < sizeof vs / sizeof vs[0]; k++)
+            if (vs[k]) be->ops->free(be, vs[k]);
+    }
+    free(d->layers);
+    float *ws[] = {d->final_norm, d->x, d->h, d->q, d->k, d->v, d->att, d->gate, d->up, d->act};
+    for (size_t k = 0; k < sizeof ws / sizeof ws[0]; k++)
+        if (ws[k]) be->ops->free(be, ws[k]);
+    free(d->inv_freq);
+    free(d->run_start);
+    free(d->run_len);
+    free(d->run_math);
+    free(d->pos);
+    free(d->ids);
+    free(d);
+    m->impl = NULL;
+}
+
+static em_status dense_load(em_model *m) {
+    const model_config *c = &m->cfg;
+    dense_impl *d = em_calloc(1, sizeof *d);
+    if (!d) return em_fail(EM_ERR_NOMEM, "out of memory");
+    m->impl = d;
+    d->layers = em_calloc((size_t)c->n_layers, sizeof *d->layers);
+    if (!d->layers) return em_fail(EM_ERR_NOMEM, "out of memory");
+    EM_TRY(weight_bind(m, "model.embed_tokens.weight", c->vocab, c->hidden, &d->embed));
+    if (c->tied_embeddings || !st_find(m->st, "lm_head.weight")) {
+        if (!c->tied_embeddings)
+            return em_fail(EM_ERR_FORMAT, "%s: tensor lm_head.weight is missing and tie_word_embeddings is false", m->dir);
+        d->head = d->embed;
+    } else {
+        EM_TRY(weight_bind(m, "lm_head.weight", c->vocab, c->hidden, &d->head));
+    }
+    EM_TRY(weight_load_vector(m, "model.norm.weight", c->hidden, false, &d->final_norm));
+    for (int i = 0; i < c->n_layers; i++) EM_TRY(bind_layer(m, i, &d->layers[i]));
+    d->rot_dim = (int)(c->head_dim * c->rope.partial_rotary_factor);
+    d->rot_dim &= ~1;
+    d->inv_freq = em_calloc((size_t)d->rot_dim / 2 + 1, sizeof *d->inv_freq);
+    if (!d->inv_freq) return em_fail(EM_ERR_NOMEM, "out of memory");
+    rope_inv_freq(&c->rope, d->rot_dim, c->max_pos, d->inv_freq, &d->attn_factor);
+    return EM_OK;
+}
+
+static em_status ensure_workspace(em_model *m, dense_impl *d, int T) {
+    if (T <= d->cap_tokens) return EM_OK;
+    const model_config *c = &m->cfg;
+    em_backend *be = m->be;
+    float **bufs[] = {&d->x, &d->h, &d->q, &d->k, &d->v, &d->att, &d->gate, &d->up, &d->act};
+    size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
+    size_t widths[] = {(size_t)c->hidden, (size_t)c->hidden, qd, kvd, kvd, qd, (size_t)c->intermediate,
+                       (size_t)c->intermediate, (size_t)c->intermediate};
+    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) {
+        if (*bufs[k]) be->ops->free(be, *bufs[k]);
+        size_t w = widths[k] > (size_t)c->hidden ? widths[k] : (size_t)c->hidden, bytes;
+        if (!em_mul(w * sizeof(float), (size_t)T, &bytes) || !(*bufs[k] = be->ops->alloc(be, bytes))) {
+            d->cap_tokens = 0;
+            return em_fail(EM_ERR_NOMEM, "out of memory for a batch of %d tokens", T);
+        }
+    }
+    free(d->pos);
+    free(d->ids);
+    d->pos = em_mallocn((size_t)T, sizeof *d->pos);
+    d->ids = em_mallocn((size_t)T, sizeof *d->ids);
+    if (!d->pos || !d->ids) return em_fail(EM_ERR_NOMEM, "out of memory");
+    d->cap_tokens = T;
+    return EM_OK;
+}
+
+/* out[T, w->rows] = in[T, w->cols] · wᵀ, run by run of equal arithmetic. */
+static void mm(em_model *m, dense_impl *d, float *out, const float *in, const em_weight *w, const float *bias) {
+    for (int r = 0; r < d->n_runs; r++) {
+        size_t o = (size_t)d->run_start[r];
+        m->be->ops->matmul(m->be, out + o * (size_t)w->rows, in + o * (size_t)w->cols, d->run_len[r], w, bias,
+                           d->run_math[r]);
+    }
+}
+
+static em_status plan_runs(em_model *m, dense_impl *d, const em_batch *b) {
+    free(d->run_start);
+    free(d->run_len);
+    free(d->run_math);
+    d->n_runs = 0;
+    d->run_start = em_mallocn((size_t)b->n_spans + 1, sizeof *d->run_start);
+    d->run_len = em_mallocn((size_t)b->n_spans + 1, sizeof *d->run_len);
+    d->run_math = em_mallocn((size_t)b->n_spans + 1, sizeof *d->run_math);
+    if (!d->run_start || !d->run_len || !d->run_math) return em_fail(EM_ERR_NOMEM, "out of memory");
+    int row = 0;
+    for (int s = 0; s < b->n_spans; s++) {
+        int n = b->spans[s].n;
+        if (!n) continue;
+        em_math math = n >= FAST_MIN_SPAN ? m->prefill_math : EM_MATH_EXACT;
+        if (d->n_runs && d->run_math[d->n_runs - 1] == math) {
+            d->run_len[d->n_runs - 1] += n;
+        } else {
+            d->run_start[d->n_runs] = row;
+            d->run_len[d->n_runs] = n;
+            d->run_math[d->n_runs++] = math;
+        }
+        row += n;
+    }
+    return EM_OK;
+}
+
+static void attention_block(em_model *m, dense_impl *d, dense_layer *L, int layer, const em_batch *b, int T) {
+    const model_config *c = &m->cfg;
+    em_backend *be = m->be;
+    const em_backend_ops *op = be->ops;
+    int qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
+    op->rmsnorm(be, d->h, d->x, L->attn_norm, T, c->hidden, (float)c->rms_eps, 0.0f);
+    mm(m, d, d->q, d->h, &L->wq, L->bq);
+    mm(m, d, d->k, d->h, &L->wk, L->bk);
+    mm(m, d, d->v, d->h, &L->wv, L->bv);
+    if (L->q_norm) {
+        op->rmsnorm(be, d->q, d->q, L->q_norm, T * c->n_heads, c->head_dim, (float)c->rms_eps, 0.0f);
+        op->rmsnorm(be, d->k, d->k, L->k_norm, T * c->n_kv_heads, c->head_dim, (float)c->rms_eps, 0.0f);
+    }
+    op->rope(be, d->q, T, c->n_heads, c->head_dim, d->rot_dim, d->pos, d->inv_freq, d->attn_factor);
+    op->rope(be, d->k, T, c->n_kv_heads, c->head_dim, d->rot_dim, d->pos, d->inv_freq, d->attn_factor);
+    float scale = 1.0f / sqrtf((float)c->head_dim);
+    int row = 0;
+    for (int s = 0; s < b->n_spans; s++) {
+        const em_span *sp = &b->spans[s];
+        em_kv_view kv = kv_seq_view(m->kv, sp->seq, layer);
+        op->kv_write(be, &kv, d->k + (size_t)row * kvd, d->v + (size_t)row * kvd, d->pos + row, sp->n,
+                     c->n_kv_heads, c->head_dim);
+        op->attention(be, d->att + (size_t)row * qd, d->q + (size_t)row * qd, &kv, d->pos + row, sp->n, c->n_heads,
+                      c->n_kv_heads, c->head_dim, scale, L->window);
+        row += sp->n;
+    }
+    mm(m, d, d->h, d->att, &L->wo, L->bo);
+    op->add(be, d->x, d->h, (size_t)T * c->hidden);
+}
+
+static void mlp_block(em_model *m, dense_impl *d, dense_layer *L, int T) {
+    const model_config *c = &m->cfg;
+    em_backend *be = m->be;
+    const em_backend_ops *op = be->ops;
+    op->rmsnorm(be, d->h, d->x, L->mlp_norm, T, c->hidden, (float)c->rms_eps, 0.0f);
+    mm(m, d, d->gate, d->h, &L->wg, L->bg);
+    mm(m, d, d->up, d->h, &L->wu, L->bu);
+    op->swiglu(be, d->act, d->gate, d->up, T, c->intermediate, c->intermediate);
+    mm(m, d, d->h, d->act, &L->wd, L->bd);
+    op->add(be, d->x, d->h, (size_t)T * c->hidden);
+}
+
+/* Gathers the rows that want logits into d->h, returns how many. */
+static int gather_logit_rows(em_model *m, dense_impl *d, const em_batch *b) {
+    int H = m->cfg.hidden, row = 0, out = 0;
+    for (int s = 0; s < b->n_spans; s++) {
+        const em_span *sp = &b->spans[s];
+        if (sp->logits == LOGITS_ALL) {
+            memmove(d->h + (size_t)out * H, d->x + (size_t)row * H, (size_t)sp->n * H * sizeof(float));
+            out += sp->n;
+        } else if (sp->logits == LOGITS_LAST) {
+            memmove(d->h + (size_t)out * H, d->x + (size_t)(row + sp->n - 1) * H, (size_t)H * sizeof(float));
+            out += 1;
+        }
+        row += sp->n;
+    }
+    return out;
+}
+
+static em_status dense_forward(em_model *m, const em_batch *b, float *logits) {
+    dense_impl *d = m->impl;
+    const model_config *c = &m->cfg;
+    int T = 0;
+    for (int s = 0; s < b->n_spans; s++) T += b->spans[s].n;
+    if (T == 0) return EM_OK;
+    EM_TRY(ensure_workspace(m, d, T));
+    EM_TRY(plan_runs(m, d, b));
+    int row = 0;
+    for (int s = 0; s < b->n_spans; s++) {
+        const em_span *sp = &b->spans[s];
+        int len = m->kv->seqs[sp->seq].len;
+        EM_TRY(kv_seq_reserve(m->kv, sp->seq, len + sp->n));
+        for (int i = 0; i < sp->n; i++) {
+            if (sp->tokens[i] < 0 || sp->tokens[i] >= c->vocab)
+                return em_fail(EM_ERR_INVALID, "token id %d is outside the vocabulary of %d", sp->tokens[i], c->vocab);
+            d->ids[row] = sp->tokens[i];
+            d->pos[row++] = len + i;
+        }
+    }
+    em_backend *be = m->be;
+    be->ops->embed(be, d->x, &d->embed, d->ids, T);
+    for (int l = 0; l < c->n_layers; l++) {
+        attention_block(m, d, &d->layers[l], l, b, T);
+        mlp_block(m, d, &d->layers[l], T);
+    }
+    for (int s = 0; s < b->n_spans; s++) m->kv->seqs[b->spans[s].seq].len += b->spans[s].n;
+    int rows = gather_logit_rows(m, d, b);
+    if (rows) {
+        /* the head runs EXACT: its rows are single positions (or, for
+         * LOGITS_ALL, reference comparisons) */
+        be->ops->rmsnorm(be, d->h, d->h, d->final_norm, rows, c->hidden, (float)c->rms_eps, 0.0f);
+        be->ops->matmul(be, logits, d->h, rows, &d->head, NULL, EM_MATH_EXACT);
+    }
+    return EM_OK;
+}
+
+const family_ops dense_family = {
+    .name = "dense",
+    .load = dense_load,
+    .forward = dense_forward,
+    .free = dense_free,
+};

@@ -1,0 +1,87 @@
+/* model.h — a loaded model: config, weights, backend, KV cache, and the
+ * family implementation behind the one forward entry point.
+ *
+ * forward(model, batch, logits): a batch is a list of spans, each a run of
+ * new tokens appended to one cache sequence. The same call serves prefill,
+ * decode, batched decode, speculative verification and scoring. */
+#ifndef EMBER_MODEL_MODEL_H
+#define EMBER_MODEL_MODEL_H
+
+#include "backend/backend.h"
+#include "chat/chat.h"
+#include "io/model_config.h"
+#include "io/safetensors.h"
+#include "model/kv_cache.h"
+#include "tokenizer/tokenizer.h"
+
+#include <pthread.h>
+
+typedef enum { LOGITS_NONE = 0, LOGITS_LAST, LOGITS_ALL } logits_mode;
+
+typedef struct em_span {
+    int seq;               /* KV-cache sequence slot */
+    const int32_t *tokens; /* appended at positions len.. of the sequence */
+    int n;
+    logits_mode logits;
+} em_span;
+
+typedef struct em_batch {
+    const em_span *spans;
+    int n_spans;
+} em_batch;
+
+typedef struct family_ops {
+    const char *name;
+    /* Binds weights and allocates the implementation state (m->impl). */
+    em_status (*load)(em_model *m);
+    /* Runs the batch; writes logits rows in span order (n rows for
+     * LOGITS_ALL, 1 for LOGITS_LAST) into logits[rows, vocab]. Advances each
+     * sequence's length by its span. */
+    em_status (*forward)(em_model *m, const em_batch *b, float *logits);
+    void (*free)(em_model *m);
+} family_ops;
+
+extern const family_ops dense_family;
+
+struct em_model {
+    char *dir;
+    char *name;
+    model_config cfg;
+    generation_defaults gen;
+    st_set *st;
+    em_backend *be;
+    kv_cache *kv;
+    const family_ops *family;
+    void *impl;
+    tokenizer *tok;
+    chat_template *tmpl;
+    em_math prefill_math;
+    int max_ctx;
+    int32_t eos_ids[2 * MC_MAX_EOS];
+    size_t n_eos;
+    pthread_mutex_t compute_mu; /* one forward at a time */
+    struct em_scheduler *sched; /* continuous batching, when started */
+};
+
+/* Rows of logits a batch produces. */
+int batch_logit_rows(const em_batch *b);
+/* Runs family->forward under the compute lock. */
+em_status model_forward(em_model *m, const em_batch *b, float *logits);
+
+/* Loads the tokenizer and chat template of m->dir when present (text.c);
+ * model_text_close releases them. */
+em_status model_text_open(em_model *m);
+void model_text_close(em_model *m);
+em_status model_template_open(em_model *m);
+void model_template_close(em_model *m);
+
+/* ---- weight binding (weights.c) ---- */
+
+/* Binds a [rows, cols] linear weight `name` (F32/F16/BF16, in place).
+ * A wrong shape, dtype or a missing tensor is an error naming the tensor. */
+em_status weight_bind(em_model *m, const char *name, int64_t rows, int64_t cols, em_weight *w);
+/* Loads a 1-D tensor of n elements as f32 into backend memory (owned by the
+ * caller, free with be->ops->free). optional: absent → *out NULL, EM_OK. */
+em_status weight_load_vector(em_model *m, const char *name, int64_t n, bool optional, float **out);
+
+#endif

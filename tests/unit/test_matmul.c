@@ -1,0 +1,81 @@
+/* CPU matmul: every kernel table (portable, AVX2, AVX-512) and dtype against
+ * a double-precision reference, on shapes with ragged edges; FAST (bf16
+ * activations) within bf16 rounding. */
+#include "test.h"
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_internal.h"
+#include "base/timer.h"
+
+#include <stdint.h>
+
+static uint64_t rs = 12345;
+static float frand(void) {
+    rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
+    return (float)((rs >> 11) * (1.0 / 9007199254740992.0)) * 2 - 1;
+}
+
+static void check_shape(em_backend *be, int M, int N, int K, em_dtype dt, em_math math) {
+    float *x = malloc(sizeof(float) * M * K), *y = malloc(sizeof(float) * M * N), *bias = malloc(sizeof(float) * N);
+    void *w = malloc((size_t)N * K * 4);
+    float *wf = malloc(sizeof(float) * N * K);
+    for (int i = 0; i < M * K; i++) x[i] = frand();
+    for (int i = 0; i < N; i++) bias[i] = frand();
+    for (int i = 0; i < N * K; i++) {
+        float v = frand();
+        if (dt == EM_BF16) { ((uint16_t *)w)[i] = f32_to_bf16(v); wf[i] = bf16_to_f32(((uint16_t *)w)[i]); }
+        else if (dt == EM_F16) { ((uint16_t *)w)[i] = f32_to_f16(v); wf[i] = f16_to_f32(((uint16_t *)w)[i]); }
+        else { ((float *)w)[i] = v; wf[i] = v; }
+    }
+    em_weight wt = {.dtype = dt, .rows = N, .cols = K, .data = w};
+    be->ops->matmul(be, y, x, M, &wt, bias, math);
+    double worst = 0;
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double ref = bias[n];
+            for (int k = 0; k < K; k++) ref += (double)x[m * K + k] * wf[n * K + k];
+            double err = fabs(ref - y[m * N + n]);
+            if (err > worst) worst = err;
+        }
+    double tol = math == EM_MATH_FAST ? 0.02 * sqrt(K) : 1e-5 * sqrt(K) * 4;
+    CHECKF(worst <= tol, "M=%d N=%d K=%d dtype=%s math=%d err=%g", M, N, K, dtype_name(dt), (int)math, worst);
+    free(x); free(y); free(bias); free(w); free(wf);
+}
+
+static void bench(em_backend *be, em_math math) {
+    int M = 128, N = 2048, K = 2048;
+    float *x = calloc((size_t)M * K, 4), *y = calloc((size_t)M * N, 4);
+    uint16_t *w = calloc((size_t)N * K, 2);
+    for (int i = 0; i < N * K; i++) w[i] = f32_to_bf16(frand());
+    for (int i = 0; i < M * K; i++) x[i] = frand();
+    em_weight wt = {.dtype = EM_BF16, .rows = N, .cols = K, .data = w};
+    be->ops->matmul(be, y, x, M, &wt, NULL, math);
+    double t0 = em_now();
+    for (int r = 0; r < 5; r++) be->ops->matmul(be, y, x, M, &wt, NULL, math);
+    double dt = (em_now() - t0) / 5;
+    fprintf(stderr, "  %s %s: %.1f GFLOP/s (M=%d N=%d K=%d)\n", ((cpu_backend *)be->impl)->k->isa,
+            math == EM_MATH_FAST ? "fast" : "exact", 2.0 * M * N * K / dt / 1e9, M, N, K);
+    free(x); free(y); free(w);
+}
+
+int main(void) {
+    const cpu_kernels *tables[] = {cpu_kernels_ref(), cpu_kernels_avx2(), cpu_kernels_avx512()};
+    const cpu_features *f = cpu_get_features();
+    bool usable[] = {true, f->avx2_fma, f->avx512f && f->avx512bw && f->avx512vl && f->avx512bf16};
+    em_backend *be;
+    REQUIRE(cpu_backend_create(getenv("EMBER_BENCH_THREADS") ? atoi(getenv("EMBER_BENCH_THREADS")) : 2, &be) == EM_OK);
+    int shapes[][3] = {{1, 7, 5}, {1, 64, 100}, {3, 33, 70}, {4, 4, 16}, {5, 13, 257}, {17, 9, 33}, {20, 64, 64}, {33, 21, 130}};
+    em_dtype dts[] = {EM_BF16, EM_F16, EM_F32};
+    for (int t = 0; t < 3; t++) {
+        if (!tables[t] || !usable[t]) continue;
+        ((cpu_backend *)be->impl)->k = tables[t];
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            for (int d = 0; d < 3; d++) {
+                check_shape(be, shapes[s][0], shapes[s][1], shapes[s][2], dts[d], EM_MATH_EXACT);
+                check_shape(be, shapes[s][0], shapes[s][1], shapes[s][2], dts[d], EM_MATH_FAST);
+            }
+        if (getenv("EMBER_BENCH")) { bench(be, EM_MATH_EXACT); bench(be, EM_MATH_FAST); }
+    }
+    cpu_backend_free(be);
+    return test_summary();
+}
