@@ -150,6 +150,8 @@ typedef struct em_generate_params {
     const int32_t *stop_ids;    /* extra ids that end the generation (besides EOS) */
     size_t n_stop_ids;
     int ignore_eos;             /* don't stop on the model's EOS ids */
+    int skip_text;              /* leave em_token_info.text NULL (the caller
+                                   detokenizes itself) */
     em_token_fn on_token;       /* may be NULL */
     em_logits_fn on_logits;     /* may be NULL */
     void *user;

@@ -44,7 +44,7 @@ em_status gen_seq_init(gen_seq *g, em_model *m, const em_generate_params *p, em_
     }
     memcpy(g->history, p->prompt, p->n_prompt * sizeof(int32_t));
     g->n_history = p->n_prompt;
-    if (m->tok && p->on_token && !(g->detok = tok_stream_new(m->tok, false))) {
+    if (m->tok && p->on_token && !p->skip_text && !(g->detok = tok_stream_new(m->tok, false))) {
         gen_seq_free(g);
         return em_fail(EM_ERR_NOMEM, "out of memory");
     }

@@ -3,6 +3,7 @@
  * backend and KV cache, and hand the graph to its family. */
 #include "engine/engine.h"
 #include "engine/scheduler.h"
+#include "engine/grammar/grammar.h"
 #include "model/model.h"
 #include "model/registry.h"
 
@@ -139,6 +140,7 @@ em_status em_model_open(const char *path, const em_open_options *opts, em_model 
 void em_model_free(em_model *m) {
     if (!m) return;
     sched_stop(m);
+    grammar_vocab_free(m->grammar_vocab);
     if (m->family && m->family->free) m->family->free(m);
     model_text_close(m);
     kv_cache_free(m->kv);

@@ -97,6 +97,7 @@ struct em_model {
     size_t n_eos;
     pthread_mutex_t compute_mu; /* one forward at a time */
     struct em_scheduler *sched; /* continuous batching, when started */
+    struct grammar_vocab *grammar_vocab; /* constrained decoding, built on first use */
     /* Optional canonical -> checkpoint tensor name mapping, set by a family
      * whose checkpoints come in several layouts (NULL: names as given). */
     const char *(*weight_name)(const em_model *m, const char *name, char *buf, size_t len);
