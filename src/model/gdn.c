@@ -72,12 +72,11 @@ void q35_gdn_block(em_model *m, q35_impl *d, q35_layer *L, const q35_span *sp, i
     const qwen3_5_config *q = &c->q35;
     em_backend *be = m->be;
     const em_backend_ops *op = be->ops;
-    em_math math = T >= 16 ? m->prefill_math : EM_MATH_EXACT;
     int Hv = q->lin_v_heads;
-    op->matmul(be, d->qkv, d->h, T, &L->gdn.w_qkv, NULL, math);
-    op->matmul(be, d->z, d->h, T, &L->gdn.w_z, NULL, math);
-    op->matmul(be, d->b, d->h, T, &L->gdn.w_b, NULL, math);
-    op->matmul(be, d->a, d->h, T, &L->gdn.w_a, NULL, math);
+    row_runs_matmul(be, &d->runs, d->qkv, d->h, &L->gdn.w_qkv, NULL);
+    row_runs_matmul(be, &d->runs, d->z, d->h, &L->gdn.w_z, NULL);
+    row_runs_matmul(be, &d->runs, d->b, d->h, &L->gdn.w_b, NULL);
+    row_runs_matmul(be, &d->runs, d->a, d->h, &L->gdn.w_a, NULL);
     op->gdn_gates(be, d->g, d->beta, d->a, d->b, Hv, L->gdn.A_log, L->gdn.dt_bias, T, Hv);
     int row = 0;
     for (int s = 0; s < n_spans; s++) {
@@ -88,7 +87,7 @@ void q35_gdn_block(em_model *m, q35_impl *d, q35_layer *L, const q35_span *sp, i
         row += sp[s].n;
     }
     op->rmsnorm_gated(be, d->core, d->core, d->z, L->gdn.norm, T * Hv, q->lin_v_dim, (float)c->rms_eps);
-    op->matmul(be, d->h, d->core, T, &L->gdn.w_out, NULL, math);
+    row_runs_matmul(be, &d->runs, d->h, d->core, &L->gdn.w_out, NULL);
 }
 
 void q35_gdn_replay(em_model *m, q35_impl *d, q35_layer *L, int seq, int n) {

@@ -91,6 +91,7 @@ static void q35_free(em_model *m) {
     em_backend *be = m->be;
     for (int i = 0; d->layers && i < m->cfg.n_layers; i++) q35_layer_free(be, &d->layers[i]);
     free(d->layers);
+    row_runs_free(&d->runs);
     q35_mtp_free(m, d);
     float *ws[] = {d->final_norm, d->x, d->h, d->hid, d->cat, d->qg, d->q, d->gate, d->k, d->v, d->att,
                    d->mg, d->mu, d->act, d->qkv, d->z, d->a, d->b, d->g, d->beta, d->core};
@@ -202,12 +203,11 @@ static void gated_attention(em_model *m, q35_impl *d, q35_layer *L, const q35_sp
     em_backend *be = m->be;
     const em_backend_ops *op = be->ops;
     const q35_attn *A = &L->attn;
-    em_math math = T >= 16 ? m->prefill_math : EM_MATH_EXACT;
     int qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
     float eps = (float)c->rms_eps;
-    op->matmul(be, d->qg, d->h, T, &A->wq, A->bq, math);
-    op->matmul(be, d->k, d->h, T, &A->wk, A->bk, math);
-    op->matmul(be, d->v, d->h, T, &A->wv, A->bv, math);
+    row_runs_matmul(be, &d->runs, d->qg, d->h, &A->wq, A->bq);
+    row_runs_matmul(be, &d->runs, d->k, d->h, &A->wk, A->bk);
+    row_runs_matmul(be, &d->runs, d->v, d->h, &A->wv, A->bv);
     split_query_gate(c, d, T);
     op->rmsnorm(be, d->q, d->q, A->q_norm, T * c->n_heads, c->head_dim, eps, 0.0f);
     op->rmsnorm(be, d->k, d->k, A->k_norm, T * c->n_kv_heads, c->head_dim, eps, 0.0f);
@@ -226,19 +226,18 @@ static void gated_attention(em_model *m, q35_impl *d, q35_layer *L, const q35_sp
         row += sp[s].n;
     }
     op->sigmoid_mul(be, d->att, d->gate, T, qd, qd);
-    op->matmul(be, d->h, d->att, T, &A->wo, A->bo, math);
+    row_runs_matmul(be, &d->runs, d->h, d->att, &A->wo, A->bo);
 }
 
 void q35_mlp(em_model *m, q35_impl *d, q35_layer *L, int T) {
     const model_config *c = &m->cfg;
     em_backend *be = m->be;
     const em_backend_ops *op = be->ops;
-    em_math math = T >= 16 ? m->prefill_math : EM_MATH_EXACT;
     op->rmsnorm(be, d->h, d->x, L->mlp_norm, T, c->hidden, (float)c->rms_eps, 0.0f);
-    op->matmul(be, d->mg, d->h, T, &L->wg, NULL, math);
-    op->matmul(be, d->mu, d->h, T, &L->wu, NULL, math);
+    row_runs_matmul(be, &d->runs, d->mg, d->h, &L->wg, NULL);
+    row_runs_matmul(be, &d->runs, d->mu, d->h, &L->wu, NULL);
     op->swiglu(be, d->act, d->mg, d->mu, T, c->intermediate, c->intermediate);
-    op->matmul(be, d->h, d->act, T, &L->wd, NULL, math);
+    row_runs_matmul(be, &d->runs, d->h, d->act, &L->wd, NULL);
     op->add(be, d->x, d->h, (size_t)T * c->hidden);
 }
 
@@ -283,20 +282,22 @@ static em_status prepare_spans(em_model *m, q35_impl *d, const em_batch *b, q35_
     return EM_OK;
 }
 
-static int gather_logit_rows(em_model *m, q35_impl *d, const em_batch *b) {
-    int H = m->cfg.hidden, row = 0, out = 0;
-    for (int s = 0; s < b->n_spans; s++) {
-        const em_span *sp = &b->spans[s];
-        if (sp->logits == LOGITS_ALL) {
-            memcpy(d->h + (size_t)out * H, d->hid + (size_t)row * H, (size_t)sp->n * H * sizeof(float));
-            out += sp->n;
-        } else if (sp->logits == LOGITS_LAST && sp->n > 0) {
-            memcpy(d->h + (size_t)out * H, d->hid + (size_t)(row + sp->n - 1) * H, (size_t)H * sizeof(float));
-            out += 1;
-        }
-        row += sp->n;
+/* Journaled spans (speculative verification) stay EXACT so they compute
+ * what single steps would. */
+static em_status plan_runs(em_model *m, q35_impl *d, const q35_span *sp, int n_spans) {
+    int ns[64];
+    bool ex[64];
+    int *n = n_spans <= 64 ? ns : em_mallocn((size_t)n_spans, sizeof *n);
+    bool *e = n_spans <= 64 ? ex : em_mallocn((size_t)n_spans, sizeof *e);
+    em_status st = n && e ? EM_OK : em_fail(EM_ERR_NOMEM, "out of memory planning a batch");
+    for (int i = 0; st == EM_OK && i < n_spans; i++) {
+        n[i] = sp[i].n;
+        e[i] = sp[i].journal_first >= 0;
     }
-    return out;
+    if (st == EM_OK) st = row_runs_plan(&d->runs, n, e, n_spans, m->prefill_math);
+    if (n != ns) free(n);
+    if (e != ex) free(e);
+    return st;
 }
 
 static em_status q35_forward(em_model *m, const em_batch *b, float *logits) {
@@ -309,6 +310,7 @@ static em_status q35_forward(em_model *m, const em_batch *b, float *logits) {
     q35_span stack[8], *sp = b->n_spans <= 8 ? stack : em_mallocn((size_t)b->n_spans, sizeof *sp);
     if (!sp) return em_fail(EM_ERR_NOMEM, "out of memory");
     em_status st = prepare_spans(m, d, b, sp);
+    if (st == EM_OK) st = plan_runs(m, d, sp, b->n_spans);
     if (st == EM_OK) {
         em_backend *be = m->be;
         be->ops->embed(be, d->x, &d->embed, d->ids, T);
@@ -316,8 +318,8 @@ static em_status q35_forward(em_model *m, const em_batch *b, float *logits) {
         for (int s = 0; s < b->n_spans; s++) m->kv->seqs[b->spans[s].seq].len += b->spans[s].n;
         /* every row normed: the MTP head reads the hidden state of each token */
         be->ops->rmsnorm(be, d->hid, d->x, d->final_norm, T, c->hidden, (float)c->rms_eps, 0.0f);
-        int rows = gather_logit_rows(m, d, b);
-        if (rows) be->ops->matmul(be, logits, d->h, rows, &d->head, NULL, rows >= 16 ? m->prefill_math : EM_MATH_EXACT);
+        int rows = batch_gather_logit_rows(b, d->hid, d->h, c->hidden);
+        if (rows) be->ops->matmul(be, logits, d->h, rows, &d->head, NULL, EM_MATH_EXACT);
     }
     if (sp != stack) free(sp);
     return st;

@@ -5,6 +5,7 @@
 #define EMBER_MODEL_QWEN3_5_INTERNAL_H
 
 #include "io/sanitize_qwen3_5.h"
+#include "model/batch_rows.h"
 #include "model/model.h"
 #include "model/recurrent_state.h"
 
@@ -43,6 +44,7 @@ typedef struct q35_mtp {
 } q35_mtp;
 
 typedef struct q35_impl {
+    row_runs runs; /* arithmetic per row of the current batch (batch_rows.h) */
     q35_layout layout;
     q35_layer *layers;
     q35_mtp mtp;
