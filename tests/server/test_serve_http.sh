@@ -84,7 +84,9 @@ check "400 bad json" '[ "$(code /v1/chat/completions "{nope")" = 400 ]'
 check "400 missing messages" '[ "$(code /v1/chat/completions "{}")" = 400 ]'
 check "400 wrong type" '[ "$(code /v1/chat/completions "{$U,\"temperature\":\"x\"}")" = 400 ]'
 check "400 context" '[ "$(code /v1/chat/completions "{$U,\"max_tokens\":100000}")" = 400 ]'
-check "400 required tool_choice" '[ "$(code /v1/chat/completions "{$U,$TOOLS,\"tool_choice\":\"required\"}")" = 400 ]'
+r=$(post /v1/chat/completions "{$U,$TOOLS,\"tool_choice\":\"required\",\"parallel_tool_calls\":false,\"max_tokens\":200,\"temperature\":0}")
+check "required tool_choice forces a call" '[ "$(echo "$r" | jq_ "d[\"choices\"][0][\"finish_reason\"]")" = tool_calls ]'
+check "400 tool_choice without tools" '[ "$(code /v1/chat/completions "{$U,\"tool_choice\":\"required\"}")" = 400 ]'
 check "400 json_schema" '[ "$(code /v1/chat/completions "{$U,\"response_format\":{\"type\":\"json_schema\"}}")" = 400 ]'
 check "404 route" '[ "$(curl -s -o /dev/null -w "%{http_code}" "${A[@]}" "$B/v1/nothing")" = 404 ]'
 check "404 model" '[ "$(code /v1/chat/completions "{$U,\"model\":\"gpt-4\"}")" = 404 ] && [ "$(curl -s -o /dev/null -w "%{http_code}" "${A[@]}" "$B/v1/models/x")" = 404 ]'
@@ -107,6 +109,7 @@ wait_clients() { for p in $(jobs -p); do [ "$p" != "$SRV" ] && wait "$p"; done; 
 wait_clients
 ok=0; for f in "$WORK"/load.*; do tail -2 "$f" | grep -q "data: \[DONE\]" && ok=$((ok + 1)); done
 check "24 load streams complete ($ok)" '[ $ok = 24 ]'
+[ $ok = 24 ] || for f in "$WORK"/load.*; do tail -2 "$f" | grep -q "data: \[DONE\]" || { echo "== $f"; head -c 600 "$f"; echo; }; done
 check "server alive after load" '[ "$(curl -s -o /dev/null -w "%{http_code}" "$B/health")" = 200 ]'
 check "metrics" 'curl -s "${A[@]}" "$B/metrics" | grep -q "ember_requests_total{route=\"/v1/chat/completions\",status=\"200\"}"'
 check "stats" '[ "$(curl -s "${A[@]}" "$B/stats" | jq_ "d[\"queue\"][\"running\"] >= 0 and d[\"tokens\"][\"generated\"] > 0")" = True ]'
