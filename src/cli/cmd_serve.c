@@ -8,6 +8,7 @@
 
 #include "base/log.h"
 #include "engine/engine.h"
+#include "io/demo_model.h"
 #include "server/server.h"
 
 #include <pthread.h>
@@ -19,8 +20,8 @@
 
 static void serve_usage(FILE *f) {
     fprintf(f,
-            "usage: ember serve MODEL [options]\n\n"
-            "Serves MODEL over HTTP: /v1/chat/completions, /v1/completions, /v1/models,\n"
+            "usage: ember serve [MODEL] [options]\n\n"
+            "Serves MODEL (default: the demo model shipped with ember) over HTTP: /v1/chat/completions, /v1/completions, /v1/models,\n"
             "/health, /stats, /metrics and a chat page at /.\n\n"
             "  --host ADDR            address to listen on (default 127.0.0.1)\n"
             "  --port N               port (default 8080; 0 picks a free one)\n"
@@ -114,8 +115,8 @@ static int parse_args(int argc, char **argv, srv_config *cfg, loader *l) {
             return CLI_USAGE;
         }
     }
-    if (!l->path) {
-        cli_error("serve", "MODEL is required (a model directory)");
+    if (!l->path && !(l->path = em_demo_model_dir())) {
+        cli_error("serve", "no MODEL given and the demo model is not installed");
         return CLI_USAGE;
     }
     return CLI_OK;

@@ -21,7 +21,8 @@ ln -s "$NODE_DIR/node_modules" "$WORK/node_modules"
 tests=()
 for t in "$EMBER_SRC"/tests/node/*.test.mjs; do cp "$t" "$WORK/"; tests+=("$WORK/$(basename "$t")"); done
 
-"$EMBER_BIN" serve "$MODEL" --port 0 --api-key sdk-k3y --max-concurrency 2 >"$WORK/log" 2>&1 &
+# MODEL omitted: the demo model (found through EMBER_DEMO_MODEL here).
+EMBER_DEMO_MODEL="$MODEL" "$EMBER_BIN" serve --port 0 --api-key sdk-k3y --max-concurrency 2 >"$WORK/log" 2>&1 &
 SRV=$!
 for _ in $(seq 150); do grep -q "listening on" "$WORK/log" && break; sleep 0.1; done
 B=$(grep -o 'http://127.0.0.1:[0-9]*' "$WORK/log" | head -1)
