@@ -24,6 +24,9 @@ static const route routes[] = {
     {"GET", "/v1/models/", openai_models_get, true, true},
     {"POST", "/v1/chat/completions", openai_chat_completions, true, true},
     {"POST", "/v1/completions", openai_completions, true, true},
+    {"POST", "/v1/responses", openai_responses_create, true, true},
+    {"GET", "/v1/responses/", openai_responses_get, true, false},
+    {"DELETE", "/v1/responses/", openai_responses_delete, true, false},
 };
 
 static bool path_matches(const route *r, const char *path) {
