@@ -326,12 +326,15 @@ static bool command(chat_state *c, const char *line) {
             fprintf(stderr, "(no tool call to answer)\n");
             return true;
         }
+        /* Copied first: adding a message may move the array `last` points into. */
+        char *call_id = em_strdup(last->tool_calls[0].id ? last->tool_calls[0].id : "");
         em_message *m;
-        if (em_request_add_message(&c->conv, EM_ROLE_TOOL, line + 6, &m) != EM_OK ||
-            !(m->tool_call_id = em_strdup(last->tool_calls[0].id ? last->tool_calls[0].id : ""))) {
+        if (!call_id || em_request_add_message(&c->conv, EM_ROLE_TOOL, line + 6, &m) != EM_OK) {
+            free(call_id);
             fprintf(stderr, "ember chat: out of memory\n");
             return true;
         }
+        m->tool_call_id = call_id;
         run_turn(c);
     } else if (!strcmp(line, "/help")) {
         fprintf(stderr, "/reset  /system TEXT  /tool RESULT  /exit — Ctrl-C stops a reply\n");

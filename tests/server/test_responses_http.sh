@@ -18,9 +18,11 @@ trap cleanup EXIT
 fails=0
 check() { if eval "$2"; then :; else echo "FAIL: $1"; fails=$((fails + 1)); fi; }
 start_server() {
+  # A fresh log each time: the previous server's "listening on" line must not be read as this one's.
+  rm -f "$WORK/log"
   "$EMBER_BIN" serve "$MODEL" --port 0 --api-key k "$@" >"$WORK/log" 2>&1 &
   SRV=$!
-  for _ in $(seq 150); do grep -q "listening on" "$WORK/log" && break; sleep 0.1; done
+  for _ in $(seq 150); do grep -q "listening on" "$WORK/log" 2>/dev/null && break; sleep 0.1; done
   B=$(grep -o 'http://127.0.0.1:[0-9]*' "$WORK/log" | head -1)
   for _ in $(seq 300); do [ "$(curl -s -o /dev/null -w '%{http_code}' "$B/health")" = 200 ] && break; sleep 0.1; done
 }
@@ -80,7 +82,7 @@ check "GET unknown id" '[ "$(code "$B/v1/responses/resp_nope")" = 404 ]'
 check "GET bad sub-path" '[ "$(code "$B/v1/responses/resp_nope/other")" = 404 ]'
 check "GET id with odd bytes" '[ "$(code "$B/v1/responses/..%2F..%2Fetc")" = 404 ]'
 check "DELETE unknown" '[ "$(code -X DELETE "$B/v1/responses/resp_nope")" = 404 ]'
-check "POST on an id is 405" '[ "$(code -X POST "$B/v1/responses/resp_nope" -d "{}")" = 405 ]'
+check "POST on an id is 405, Allow: GET, DELETE" '[ "$(code -X POST "$B/v1/responses/resp_nope" -d "{}")" = 405 ] && curl -s -i -X POST "${A[@]}" "$B/v1/responses/resp_nope" -d "{}" | grep -qi "^Allow: GET, DELETE, OPTIONS"'
 check "GET /v1/responses is 405" '[ "$(code "$B/v1/responses")" = 405 ]'
 
 # ---- store, retrieve, input items, delete -------------------------------------
