@@ -25,8 +25,8 @@ static void serve_usage(FILE *f) {
     fprintf(f,
             "usage: ember serve [MODEL] [options]\n\n"
             "Serves MODEL (default: the demo model shipped with ember) over HTTP:\n"
-            "/v1/chat/completions, /v1/completions, /v1/models, /health, /stats, /metrics\n"
-            "and a chat page at /. Requests are served with continuous batching.\n\n"
+            "/v1/chat/completions, /v1/completions, /v1/responses, /v1/models, /health, /stats,\n"
+            "/metrics and a chat page at /. Requests are served with continuous batching.\n\n"
             "  --host ADDR            address to listen on (default 127.0.0.1)\n"
             "  --port N               port (default 8080; 0 picks a free one)\n"
             "  --api-key KEY          require \"Authorization: Bearer KEY\"\n"
@@ -44,6 +44,9 @@ static void serve_usage(FILE *f) {
             "  --cors-origin ORIGIN   send CORS headers allowing ORIGIN (or *)\n"
             "  --max-body BYTES       largest request body (default 8 MiB)\n"
             "  --timeout S            idle connection timeout in seconds (default 30)\n"
+            "  --response-store-ttl S     stored /v1/responses objects live S seconds (default 86400; 0: until evicted)\n"
+            "  --response-store-bytes N   cap on their total size (default 256 MiB); least recently used go first\n"
+            "  --response-store-dir DIR   also keep them in DIR (one JSON file each), reloaded at start\n"
             "  -v, --verbose / -q, --quiet\n");
 }
 
@@ -148,6 +151,14 @@ static int parse_args(int argc, char **argv, srv_config *cfg, loader *l) {
         } else if (cli_arg_is(a, "--timeout")) {
             if (!int_opt(argc, argv, &i, 1, 3600, &v)) return CLI_USAGE;
             cfg->idle_timeout_s = (int)v;
+        } else if (cli_arg_is(a, "--response-store-ttl")) {
+            if (!int_opt(argc, argv, &i, 0, 10L * 365 * 86400, &v)) return CLI_USAGE;
+            cfg->response_store_ttl_s = (double)v;
+        } else if (cli_arg_is(a, "--response-store-bytes")) {
+            if (!int_opt(argc, argv, &i, 1024, 1L << 40, &v)) return CLI_USAGE;
+            cfg->response_store_bytes = (size_t)v;
+        } else if (cli_arg_is(a, "--response-store-dir")) {
+            if (!(cfg->response_store_dir = cli_take_value(argc, argv, &i, "serve"))) return CLI_USAGE;
         } else if (a[0] == '-') {
             cli_error("serve", "unknown option %s", a);
             return CLI_USAGE;

@@ -13,5 +13,8 @@ void openai_models_list(srv_request *req, srv_response *resp);    /* GET /v1/mod
 void openai_models_get(srv_request *req, srv_response *resp);     /* GET /v1/models/{id} */
 void openai_chat_completions(srv_request *req, srv_response *resp); /* POST /v1/chat/completions */
 void openai_completions(srv_request *req, srv_response *resp);    /* POST /v1/completions */
+void openai_responses_create(srv_request *req, srv_response *resp); /* POST /v1/responses */
+void openai_responses_get(srv_request *req, srv_response *resp);  /* GET /v1/responses/{id}[/input_items] */
+void openai_responses_delete(srv_request *req, srv_response *resp); /* DELETE /v1/responses/{id} */
 
 #endif

@@ -6,6 +6,7 @@
 #include "engine/engine.h"
 #include "engine/scheduler.h"
 #include "server/metrics.h"
+#include "server/response_store.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -89,6 +90,14 @@ void route_stats(srv_request *req, srv_response *resp) {
                           "mean_ttft_seconds", t.ttft_count ? t.ttft_sum / (double)t.ttft_count : 0.0);
     if (o && m) json_object_set_new(o, "model", json_string(em_model_name(m)));
     if (o && m && em_model_scheduler(m)) json_object_set_new(o, "engine", engine_stats_json(em_model_scheduler(m)));
+    resp_store_stats rs;
+    resp_store_get_stats(s->responses, &rs);
+    if (o)
+        json_object_set_new(o, "response_store",
+                            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "count", (json_int_t)rs.count, "bytes",
+                                      (json_int_t)rs.bytes, "hits", (json_int_t)rs.hits, "misses", (json_int_t)rs.misses,
+                                      "evicted", (json_int_t)rs.evicted, "expired", (json_int_t)rs.expired, "loaded",
+                                      (json_int_t)rs.loaded));
     srv_reply_json(resp, 200, o);
 }
 
