@@ -250,10 +250,22 @@ static bool parse_tool_choice(json_t *body, em_request *req, oai_resp_opts *o, o
         o->tool_choice = json_string("none");
         return o->tool_choice ? true : oom(e, "tool_choice");
     }
-    if ((json_is_string(tc) && !strcmp(json_string_value(tc), "required")) || json_is_object(tc))
-        return oai_fail(e, 400, "unsupported_value", "tool_choice",
-                        "tool_choice '%s' needs constrained decoding, which this server does not offer yet; use 'auto'",
-                        json_is_string(tc) ? "required" : "object");
+    /* required / a named function: enforced by a grammar over the model's
+     * tool-call syntax (engine/structured.c) */
+    if (json_is_string(tc) && !strcmp(json_string_value(tc), "required")) {
+        req->tool_choice = EM_TOOL_CHOICE_REQUIRED;
+        o->tool_choice = json_string("required");
+        return o->tool_choice ? true : oom(e, "tool_choice");
+    }
+    if (json_is_object(tc)) { /* {"type": "function", "name": "..."} */
+        const char *name = json_string_value(json_object_get(tc, "name"));
+        if (!name || strcmp(json_string_value(json_object_get(tc, "type")) ? json_string_value(json_object_get(tc, "type")) : "", "function"))
+            return oai_fail(e, 400, "invalid_value", "tool_choice", "tool_choice must be {\"type\": \"function\", \"name\": ...}");
+        if (!(req->tool_choice_name = strdup(name))) return oom(e, "tool_choice");
+        req->tool_choice = EM_TOOL_CHOICE_NAMED;
+        o->tool_choice = json_deep_copy(tc);
+        return o->tool_choice ? true : oom(e, "tool_choice");
+    }
     return oai_fail(e, 400, "invalid_value", "tool_choice", "tool_choice must be 'auto', 'none', 'required' or an object");
 }
 
@@ -266,12 +278,14 @@ static bool parse_text_and_reasoning(json_t *body, em_request *req, oai_resp_opt
         if (!json_is_object(fmt) || !json_is_string(type))
             return oai_fail(e, 400, "invalid_type", "text.format", "text.format must be an object with a 'type'");
         const char *t = json_string_value(type);
-        if (!strcmp(t, "json_schema") || !strcmp(t, "json_object"))
-            return oai_fail(e, 400, "unsupported_value", "text.format",
-                            "text.format '%s' (structured outputs) needs constrained decoding, which this server does "
-                            "not offer yet",
-                            t);
-        if (strcmp(t, "text")) return oai_fail(e, 400, "invalid_value", "text.format", "unknown text.format type '%.40s'", t);
+        if (!strcmp(t, "json_object")) {
+            req->response_json = true;
+        } else if (!strcmp(t, "json_schema")) { /* {"type", "name", "schema", "strict"} */
+            json_t *schema = json_object_get(fmt, "schema");
+            if (!json_is_object(schema))
+                return oai_fail(e, 400, "invalid_value", "text.format.schema", "text.format json_schema needs a 'schema' object");
+            if (!(req->response_schema = json_deep_copy(schema))) return oom(e, "text.format");
+        } else if (strcmp(t, "text")) return oai_fail(e, 400, "invalid_value", "text.format", "unknown text.format type '%.40s'", t);
     }
     json_t *r = field(body, "reasoning");
     if (r && !json_is_object(r)) return oai_fail(e, 400, "invalid_type", "reasoning", "'reasoning' must be an object");
