@@ -32,7 +32,11 @@ typedef struct dense_impl {
     /* workspace, grown to the largest batch seen */
     int cap_tokens;
     float *x, *h, *q, *k, *v, *att, *gate, *up, *act;
-    int32_t *pos, *ids;
+    int32_t *pos, *ids; /* host arrays: operations copy what they need */
+    /* logits in backend memory before their download (backends without
+     * host memory), grown to the most rows seen */
+    float *logits;
+    int cap_logit_rows;
     /* rows grouped by arithmetic: a span of >= FAST_MIN_SPAN tokens may use
      * FAST math; shorter spans (decode) are always EXACT, so a sequence's
      * numbers do not depend on what else is in its batch. */
@@ -101,7 +105,7 @@ static void dense_free(em_model *m) {
             if (vs[k]) be->ops->free(be, vs[k]);
     }
     free(d->layers);
-    float *ws[] = {d->final_norm, d->x, d->h, d->q, d->k, d->v, d->att, d->gate, d->up, d->act};
+    float *ws[] = {d->final_norm, d->x, d->h, d->q, d->k, d->v, d->att, d->gate, d->up, d->act, d->logits};
     for (size_t k = 0; k < sizeof ws / sizeof ws[0]; k++)
         if (ws[k]) be->ops->free(be, ws[k]);
     free(d->inv_freq);
@@ -161,6 +165,20 @@ static em_status ensure_workspace(em_model *m, dense_impl *d, int T) {
     d->ids = em_mallocn((size_t)T, sizeof *d->ids);
     if (!d->pos || !d->ids) return em_fail(EM_ERR_NOMEM, "out of memory");
     d->cap_tokens = T;
+    return EM_OK;
+}
+
+/* Device-side logits for `rows` rows (backends without host memory). */
+static em_status ensure_logits(em_model *m, dense_impl *d, int rows) {
+    if (rows <= d->cap_logit_rows) return EM_OK;
+    em_backend *be = m->be;
+    if (d->logits) be->ops->free(be, d->logits);
+    d->logits = NULL;
+    d->cap_logit_rows = 0;
+    size_t bytes;
+    if (!em_mul((size_t)rows * sizeof(float), (size_t)m->cfg.vocab, &bytes) || !(d->logits = be->ops->alloc(be, bytes)))
+        return em_fail(EM_ERR_NOMEM, "out of %s memory for %d rows of logits", be->desc, rows);
+    d->cap_logit_rows = rows;
     return EM_OK;
 }
 
@@ -243,14 +261,15 @@ static void mlp_block(em_model *m, dense_impl *d, dense_layer *L, int T) {
 
 /* Gathers the rows that want logits into d->h, returns how many. */
 static int gather_logit_rows(em_model *m, dense_impl *d, const em_batch *b) {
+    em_backend *be = m->be;
     int H = m->cfg.hidden, row = 0, out = 0;
     for (int s = 0; s < b->n_spans; s++) {
         const em_span *sp = &b->spans[s];
         if (sp->logits == LOGITS_ALL) {
-            memmove(d->h + (size_t)out * H, d->x + (size_t)row * H, (size_t)sp->n * H * sizeof(float));
+            be->ops->copy(be, d->h + (size_t)out * H, d->x + (size_t)row * H, (size_t)sp->n * H * sizeof(float));
             out += sp->n;
         } else if (sp->logits == LOGITS_LAST) {
-            memmove(d->h + (size_t)out * H, d->x + (size_t)(row + sp->n - 1) * H, (size_t)H * sizeof(float));
+            be->ops->copy(be, d->h + (size_t)out * H, d->x + (size_t)(row + sp->n - 1) * H, (size_t)H * sizeof(float));
             out += 1;
         }
         row += sp->n;
@@ -290,7 +309,13 @@ static em_status dense_forward(em_model *m, const em_batch *b, float *logits) {
         /* the head runs EXACT: its rows are single positions (or, for
          * LOGITS_ALL, reference comparisons) */
         be->ops->rmsnorm(be, d->h, d->h, d->final_norm, rows, c->hidden, (float)c->rms_eps, 0.0f);
-        be->ops->matmul(be, logits, d->h, rows, &d->head, NULL, EM_MATH_EXACT);
+        if (be->ops->host_memory) {
+            be->ops->matmul(be, logits, d->h, rows, &d->head, NULL, EM_MATH_EXACT);
+        } else {
+            EM_TRY(ensure_logits(m, d, rows));
+            be->ops->matmul(be, d->logits, d->h, rows, &d->head, NULL, EM_MATH_EXACT);
+            EM_TRY(be->ops->download(be, logits, d->logits, (size_t)rows * (size_t)c->vocab * sizeof(float)));
+        }
     }
     return EM_OK;
 }
