@@ -4,7 +4,8 @@
 # /usr/local/cuda), ON requires it, OFF skips it. Code is built for Hopper
 # (sm_90 machine code) plus compute_90 PTX that newer GPUs compile at load;
 # EMBER_CUDA_ARCHS overrides the list (CMake CUDA_ARCHITECTURES syntax).
-# Sets EMBER_CUDA_OBJECTS / EMBER_CUDA_LIBS for libember and defines
+# cuBLAS is loaded at run time (no link dependency); the CUDA runtime is
+# linked statically. Sets EMBER_CUDA_OBJECTS / EMBER_CUDA_LIBS for libember and defines
 # EMBER_HAVE_CUDA for the C code that selects the backend.
 
 set(EMBER_CUDA_ARCHS "90-real;90-virtual" CACHE STRING "CUDA architectures for the CUDA backend")
@@ -48,10 +49,18 @@ if(EMBER_HAVE_CUDA)
   if(EMBER_WERROR)
     target_compile_options(ember_cuda PRIVATE -Werror=all-warnings)
   endif()
-  target_link_libraries(ember_cuda PRIVATE CUDA::cudart CUDA::cublas)
+  # cuBLAS is opened at run time (src/backend/cuda/cuda_blas.cu): linked,
+  # its libraries would add ~150 MB to every process, CPU-only runs too.
+  # The CUDA runtime is linked statically for the same reason.
+  find_library(EMBER_CUBLAS_LIBRARY cublas HINTS ${CUDAToolkit_LIBRARY_DIR})
+  if(EMBER_CUBLAS_LIBRARY)
+    get_filename_component(EMBER_CUBLAS_REAL ${EMBER_CUBLAS_LIBRARY} REALPATH)
+    target_compile_definitions(ember_cuda PRIVATE EMBER_CUBLAS_PATH="${EMBER_CUBLAS_REAL}")
+  endif()
+  target_include_directories(ember_cuda PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
   target_compile_definitions(ember_obj PUBLIC EMBER_HAVE_CUDA=1)
   set(EMBER_CUDA_OBJECTS $<TARGET_OBJECTS:ember_cuda>)
-  set(EMBER_CUDA_LIBS CUDA::cudart CUDA::cublas)
+  set(EMBER_CUDA_LIBS CUDA::cudart_static ${CMAKE_DL_LIBS})
   message(STATUS "CUDA backend: on (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, architectures ${EMBER_CUDA_ARCHS})")
 else()
   message(STATUS "CUDA backend: off")

@@ -236,7 +236,8 @@ static void cuda_destroy(em_backend *be) {
         stage_free(&cb->stage);
         if (cb->xconv) cudaFree(cb->xconv);
         if (cb->wide) cudaFree(cb->wide);
-        if (cb->blas) cublasDestroy(cb->blas);
+        if (cb->blas) cb->fn.destroy(cb->blas);
+        cuda_blas_close(&cb->fn);
         if (cb->stream) cudaStreamDestroy(cb->stream);
         free(cb);
     }
@@ -307,12 +308,19 @@ extern "C" em_status cuda_backend_create(int device, em_backend **out) {
     cb->n_sm = prop.multiProcessorCount;
     snprintf(be->desc, sizeof be->desc, "cuda:%d (%.48s, %.0f GiB)", device, prop.name,
              (double)prop.totalGlobalMem / 1073741824.0);
+    char why[256];
+    if (!cuda_blas_open(&cb->fn, why, sizeof why)) {
+        em_status st = em_fail(EM_ERR_UNSUPPORTED, "%s: %s", be->desc, why);
+        cuda_destroy(be);
+        return st;
+    }
     cublasStatus_t bs = CUBLAS_STATUS_SUCCESS;
     if ((e = cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking)) != cudaSuccess ||
-        (bs = cublasCreate(&cb->blas)) != CUBLAS_STATUS_SUCCESS ||
-        (bs = cublasSetStream(cb->blas, cb->stream)) != CUBLAS_STATUS_SUCCESS ||
+        (bs = cb->fn.create(&cb->blas)) != CUBLAS_STATUS_SUCCESS ||
+        (bs = cb->fn.set_stream(cb->blas, cb->stream)) != CUBLAS_STATUS_SUCCESS ||
         /* default math: f32 GEMMs stay f32 (no TF32 rounding) */
-        (bs = cublasSetMathMode(cb->blas, CUBLAS_DEFAULT_MATH)) != CUBLAS_STATUS_SUCCESS || !stage_alloc(cb, STAGE_MIN_BYTES)) {
+        (bs = cb->fn.set_math_mode(cb->blas, CUBLAS_DEFAULT_MATH)) != CUBLAS_STATUS_SUCCESS ||
+        !stage_alloc(cb, STAGE_MIN_BYTES)) {
         em_status st = em_fail(EM_ERR_IO, "%s: cannot set up the stream and cuBLAS: %s", be->desc,
                                e != cudaSuccess ? cudaGetErrorString(e)
                                : bs != CUBLAS_STATUS_SUCCESS ? "cuBLAS initialisation failed"

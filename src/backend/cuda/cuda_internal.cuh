@@ -32,9 +32,30 @@ typedef struct cuda_stage {
     int n_recent, next_recent;
 } cuda_stage;
 
+/* cuBLAS is opened when a CUDA backend is created (cuda_blas.cu), not
+ * linked: its libraries are large, and a CPU-only run of a CUDA build
+ * should not carry them. */
+typedef struct cuda_blas {
+    void *lib;
+    decltype(&cublasCreate_v2) create;
+    decltype(&cublasDestroy_v2) destroy;
+    decltype(&cublasSetStream_v2) set_stream;
+    decltype(&cublasSetMathMode) set_math_mode;
+    decltype(&cublasSgemm_v2) sgemm;
+    /* the C entry point (C++ sees an overload set under this name) */
+    cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void *,
+                              const void *, cudaDataType, int, const void *, cudaDataType, int, const void *, void *,
+                              cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+} cuda_blas;
+
+/* Opens cuBLAS into *b; false with the reason in why. */
+bool cuda_blas_open(cuda_blas *b, char *why, size_t cap);
+void cuda_blas_close(cuda_blas *b);
+
 typedef struct cuda_backend {
     int device;
     cudaStream_t stream;
+    cuda_blas fn;
     cublasHandle_t blas;
     cuda_stage stage;
     /* matmul scratch: activations rounded to bf16 (FAST), weight slices

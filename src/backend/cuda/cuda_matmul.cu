@@ -149,7 +149,7 @@ static void gemm_exact(cuda_backend *cb, float *y, const float *x, int M, const 
             ws = cb->wide;
         }
         /* column-major view: yᵀ[N, M] = W[K, N]ᵀ · xᵀ[K, M] */
-        cuda_note_blas(cb, cublasSgemm(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, nr, M, K, &one, ws, K, x, K, &zero, y + n0, N),
+        cuda_note_blas(cb, cb->fn.sgemm(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, nr, M, K, &one, ws, K, x, K, &zero, y + n0, N),
                        "matmul (cuBLAS SGEMM)");
     }
 }
@@ -163,7 +163,7 @@ static void gemm_fast(cuda_backend *cb, float *y, const float *x, int M, const e
     CUDA_LAUNCHED(cb, "matmul (rounding activations)");
     const float one = 1.0f, zero = 0.0f;
     cuda_note_blas(cb,
-                   cublasGemmEx(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &one, w->data, CUDA_R_16BF, K, cb->xconv,
+                   cb->fn.gemm_ex(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &one, w->data, CUDA_R_16BF, K, cb->xconv,
                                 CUDA_R_16BF, K, &zero, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                    "matmul (cuBLAS bf16 GEMM)");
 }
