@@ -70,6 +70,8 @@ typedef struct em_open_options {
     const em_config *config; /* NULL: the process snapshot (read from the
                                 environment on first use); the model keeps
                                 its own reference */
+    const char *device;      /* "cpu", "cuda" or "cuda:N"; NULL: EMBER_DEVICE
+                                (default cpu) */
 } em_open_options;
 
 /* Opens a model directory (config.json + *.safetensors [+ tokenizer.json]).

@@ -1,16 +1,24 @@
 /* backend.h — the operation table every compute backend implements.
  *
  * Model graphs are written once against these operations and run on any
- * backend. Pointers passed to operations live in the backend's memory space
- * (host memory for the CPU backend, device memory for CUDA); activations are
- * f32 rows, row-major. Weights are described by em_weight and stay in the
- * layout they were loaded in (f32/f16/bf16 in place, MLX affine packed). */
+ * backend. Buffers passed to operations live in the backend's memory space
+ * (host memory for the CPU backend, device memory for CUDA) and come from
+ * alloc/reserve; host data enters through upload and leaves through
+ * download. Small per-call arrays — token ids, positions, inv_freq and the
+ * block tables of an em_kv_view — are host arrays: a device backend copies
+ * what it needs. Activations are f32 rows, row-major. Weights are described
+ * by em_weight and keep the layout they were loaded in (f32/f16/bf16, MLX
+ * affine packed); on a host-memory backend they are used in place.
+ *
+ * Operations are queued in order; only download waits for them, so a
+ * device backend runs a whole forward step without host synchronisation. */
 #ifndef EMBER_BACKEND_H
 #define EMBER_BACKEND_H
 
 #include "base/status.h"
 #include "tensor/dtype.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -31,7 +39,8 @@ typedef struct em_weight {
  * round activations to bf16 for compute-bound GEMMs (prefill). */
 typedef enum em_math { EM_MATH_EXACT = 0, EM_MATH_FAST } em_math;
 
-/* One sequence's view of a layer of the paged KV cache. */
+/* One sequence's view of a layer of the paged KV cache. The tables are host
+ * arrays; the blocks they point to are backend memory. */
 typedef struct em_kv_view {
     float *const *k_blocks; /* per block: [block_size][n_kv][head_dim] */
     float *const *v_blocks;
@@ -43,8 +52,29 @@ typedef struct em_backend em_backend;
 
 typedef struct em_backend_ops {
     const char *name;
+    /* Backend memory is ordinary host memory: callers may read and write it
+     * directly, and weights are used in place without an upload. */
+    bool host_memory;
+    void (*destroy)(em_backend *be);
     void *(*alloc)(em_backend *be, size_t bytes); /* zeroed, 64-byte aligned */
     void (*free)(em_backend *be, void *p);
+    /* A large pool (the KV cache) of `bytes`, contents undefined; the CPU
+     * reserves address space committed as it is touched. NULL on failure. */
+    void *(*reserve)(em_backend *be, size_t bytes);
+    void (*release)(em_backend *be, void *p, size_t bytes);
+    /* Host → backend copy; src may be reused as soon as it returns. */
+    em_status (*upload)(em_backend *be, void *dst, const void *src, size_t bytes);
+    /* Backend → host copy after all queued work; reports any failure of the
+     * queued operations (device errors surface here). */
+    em_status (*download)(em_backend *be, void *dst, const void *src, size_t bytes);
+    /* Copy within backend memory (regions may overlap). */
+    void (*copy)(em_backend *be, void *dst, const void *src, size_t bytes);
+    /* Bytes of backend memory still free, or 0 when not bounded apart from
+     * the host's (CPU). Optional (NULL: 0). */
+    size_t (*mem_free)(em_backend *be);
+    /* Measured read bandwidth of backend memory in bytes/s, for roofline
+     * figures; optional (NULL: the caller measures host memory). */
+    double (*bandwidth)(em_backend *be);
     /* y[M, w->rows] = x[M, w->cols] · wᵀ (+ bias[w->rows] when not NULL). */
     void (*matmul)(em_backend *be, float *y, const float *x, int M, const em_weight *w, const float *bias, em_math math);
     /* y = x / rms(x) * (gain + gain_offset) over rows of n. y may equal x. */
@@ -102,11 +132,20 @@ struct em_backend {
     const em_backend_ops *ops;
     void *impl;
     int n_threads;
+    char desc[96]; /* "cpu (avx512)", "cuda:0 (NVIDIA H200)" */
 };
 
 /* Creates the CPU backend with n_threads (0: one per core). */
 em_status cpu_backend_create(int n_threads, em_backend **out);
 void cpu_backend_free(em_backend *be);
+
+/* Creates the backend a device string names: "cpu", "cuda" (device 0) or
+ * "cuda:N". A CUDA device in a build without CUDA, or on a machine without
+ * that GPU, is an error saying so. The caller frees with em_backend_free. */
+em_status em_backend_open(const char *device, int n_threads, em_backend **out);
+void em_backend_free(em_backend *be);
+/* Parses a device string: *cuda false for "cpu"; *index is the GPU number. */
+em_status em_device_parse(const char *device, bool *cuda, int *index);
 
 /* Bytes of weight data read by one matmul over w (for roofline figures). */
 size_t em_weight_bytes(const em_weight *w);

@@ -93,6 +93,10 @@ static bool in_choices(const char *choices, const char *v) {
         const char *bar = strchr(p, '|');
         size_t len = bar ? (size_t)(bar - p) : strlen(p);
         if (len == n && !strncmp(p, v, n)) return true;
+        /* "x:N": the prefix "x:" then one to three digits */
+        if (len >= 2 && p[len - 1] == 'N' && p[len - 2] == ':' && n > len - 1 && n <= len + 2 &&
+            !strncmp(p, v, len - 1) && strspn(v + len - 1, "0123456789") == n - (len - 1))
+            return true;
         if (!bar) break;
         p = bar + 1;
     }

@@ -30,12 +30,13 @@
 #include <stddef.h>
 
 /* X(ID, NAME, KIND, DEFAULT, LO, HI, CHOICES, FLAG, HELP) — one line per variable.
- * NUMBER uses LO..HI; VALUE may restrict itself to CHOICES ("a|b|c"). */
+ * NUMBER uses LO..HI; VALUE may restrict itself to CHOICES ("a|b|c"); a
+ * choice "x:N" accepts x: followed by a decimal number. */
 #define EM_CONFIG_TABLE(X) \
     X(THREADS, "EMBER_THREADS", NUMBER, "0", 0, 1024, NULL, "--threads", "compute threads; 0 = one per core") \
     X(CTX, "EMBER_CTX", NUMBER, "0", 0, 1 << 24, NULL, "--ctx", "context length; 0 = the model's max_position_embeddings") \
     X(PRECISION, "EMBER_PRECISION", VALUE, "auto", 0, 0, "auto|exact|fast", "--precision", "activation precision; auto = the verb's default") \
-    X(DEVICE, "EMBER_DEVICE", VALUE, "cpu", 0, 0, "cpu", "--device", "where models run") \
+    X(DEVICE, "EMBER_DEVICE", VALUE, "cpu", 0, 0, "cpu|cuda|cuda:N", "--device", "where models run: cpu, or the GPU cuda[:N]") \
     X(CPU_ISA, "EMBER_CPU_ISA", VALUE, "auto", 0, 0, "auto|portable|avx2|avx512", NULL, "widest CPU kernels allowed") \
     X(PREFAULT, "EMBER_PREFAULT", FLAG, "0", 0, 0, NULL, "--prefault", "read every weight page while opening a model") \
     X(LOG_LEVEL, "EMBER_LOG_LEVEL", VALUE, "warn", 0, 0, "error|warn|info|debug", "--log-level", "least severe messages logged") \

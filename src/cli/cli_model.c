@@ -73,6 +73,7 @@ const char *cli_model_opts_help(void) {
     return "  --threads N           compute threads (default: one per core; EMBER_THREADS)\n"
            "  --ctx N               context length (default: the model's; EMBER_CTX)\n"
            "  --precision P         exact (f32 activations) or fast (bf16 dot products in prefill)\n"
+           "  --device D            cpu (default), cuda or cuda:N (EMBER_DEVICE)\n"
            "  --profiles DIR        extra model profiles (EMBER_PROFILES_DIR); see `ember config`\n"
            "  --temperature T       0 = greedy (default: generation_config.json, else 1)\n"
            "  --top-p P, --top-k K, --min-p P, --repetition-penalty R\n"

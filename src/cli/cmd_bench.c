@@ -154,9 +154,14 @@ static int cmd_bench(int argc, char **argv) {
         em_model_free(m);
         return CLI_USAGE;
     }
-    em_pool *pool = em_pool_create(m->be->n_threads);
-    double bw = pool ? cpu_read_bandwidth(pool, (size_t)1 << 30) : 0;
-    em_pool_free(pool);
+    double bw = 0;
+    if (m->be->ops->bandwidth) {
+        bw = m->be->ops->bandwidth(m->be); /* the device's memory, where the weights are */
+    } else {
+        em_pool *pool = em_pool_create(m->be->n_threads);
+        bw = pool ? cpu_read_bandwidth(pool, (size_t)1 << 30) : 0;
+        em_pool_free(pool);
+    }
     bench_result best = {0}, r = {0};
     em_status s = EM_OK;
     for (long k = 0; k < repeat && s == EM_OK; k++) {
@@ -176,18 +181,18 @@ static int cmd_bench(int argc, char **argv) {
         double bpt = decode_bytes(m), roof = bw > 0 ? bw / bpt : 0;
         const char *prec = m->prefill_math == EM_MATH_FAST ? "fast" : "exact";
         if (json)
-            printf("{\"model\":\"%s\",\"threads\":%d,\"precision\":\"%s\",\"prompt_tokens\":%ld,\"gen_tokens\":%ld,"
+            printf("{\"model\":\"%s\",\"device\":\"%s\",\"threads\":%d,\"precision\":\"%s\",\"prompt_tokens\":%ld,\"gen_tokens\":%ld,"
                    "\"prefill_tps\":%.2f,\"decode_tps\":%.3f,\"ttft_s\":%.4f,\"bandwidth_gbs\":%.2f,"
                    "\"bytes_per_token\":%.0f,\"roofline_tps\":%.3f,\"roofline_fraction\":%.4f}\n",
-                   m->name, m->be->n_threads, prec, n_prompt, n_gen, best.prefill_tps, best.decode_tps, best.ttft,
+                   m->name, m->be->ops->name, m->be->n_threads, prec, n_prompt, n_gen, best.prefill_tps, best.decode_tps, best.ttft,
                    bw / 1e9, bpt, roof, roof > 0 ? best.decode_tps / roof : 0);
         else
-            printf("model %s (%s), %d threads, precision %s\n"
+            printf("model %s (%s) on %s, precision %s\n"
                    "prefill: %ld tokens at %.1f tokens/s (time to first token %.3f s)\n"
                    "decode:  %ld tokens at %.2f tokens/s\n"
                    "memory:  %.1f GB/s read bandwidth, %.2f GB read per token, roofline %.2f tokens/s\n"
                    "decode reaches %.1f%% of the memory roofline\n",
-                   m->name, m->cfg.model_type, m->be->n_threads, prec, n_prompt, best.prefill_tps, best.ttft, n_gen,
+                   m->name, m->cfg.model_type, m->be->desc, prec, n_prompt, best.prefill_tps, best.ttft, n_gen,
                    best.decode_tps, bw / 1e9, bpt / 1e9, roof, roof > 0 ? 100 * best.decode_tps / roof : 0);
         if (spec && best.spec_steps) {
             double rate = best.spec_drafted ? (double)best.spec_accepted / (double)best.spec_drafted : 0;

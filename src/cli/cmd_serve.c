@@ -34,6 +34,7 @@ static void serve_usage(FILE *f) {
             "  --queue N              requests that may wait beyond those (default 64)\n"
             "  --ctx N                context length (default: the model's)\n"
             "  --threads N            compute threads (default: one per core)\n"
+            "  --device D             cpu (default), cuda or cuda:N (EMBER_DEVICE)\n"
             "  --max-batch N          sequences decoded together per step (default 8)\n"
             "  --prefill-chunk N      prompt tokens prefilled per step (default 512)\n"
             "  --memory-budget BYTES  cap on weights + KV cache + workspace; refuses a model that cannot\n"
@@ -120,6 +121,8 @@ static int parse_args(int argc, char **argv, srv_config *cfg, loader *l) {
         } else if (cli_arg_is(a, "--threads")) {
             if (!int_opt(argc, argv, &i, 1, 4096, &v)) return CLI_USAGE;
             l->opts.n_threads = (int)v;
+        } else if (cli_arg_is(a, "--device")) {
+            if (!(l->opts.device = cli_take_value(argc, argv, &i, "serve"))) return CLI_USAGE;
         } else if (cli_arg_is(a, "--max-batch")) {
             if (!int_opt(argc, argv, &i, 1, 1024, &v)) return CLI_USAGE;
             l->opts.max_sequences = (int)v;

@@ -43,10 +43,23 @@ static em_status resolve_options(em_model *m, em_open_options *o) {
     if (!o->max_context) o->max_context = (int)em_config_int(c, EMC_CTX);
     if (o->precision == EM_PRECISION_AUTO)
         o->precision = !strcmp(em_config_str(c, EMC_PRECISION), "fast") ? EM_PRECISION_FAST : EM_PRECISION_EXACT;
-    const char *dev = em_config_str(c, EMC_DEVICE);
-    if (strcmp(dev, "cpu"))
-        return em_fail(EM_ERR_UNSUPPORTED, "EMBER_DEVICE=%s: this build runs models on the cpu only", dev);
-    return EM_OK;
+    if (!o->device) o->device = em_config_str(c, EMC_DEVICE);
+    bool cuda;
+    int index;
+    return em_device_parse(o->device, &cuda, &index);
+}
+
+/* KV room on a device with bounded memory: every sequence at full context
+ * when that fits in what the weights left free (minus headroom for the
+ * workspace), else what fits; the cache then shares blocks under pressure. */
+static size_t device_kv_budget(const em_model *m, int kv_layers, int seqs) {
+    if (!m->be->ops->mem_free) return 0;
+    size_t avail = m->be->ops->mem_free(m->be), headroom = avail / 10, full;
+    if (headroom < ((size_t)1 << 30)) headroom = (size_t)1 << 30;
+    if (avail <= headroom) return 1; /* fails in kv_cache_create, with the sizes in its message */
+    size_t per_tok = kv_bytes_per_token(kv_layers, m->cfg.n_kv_heads, m->cfg.head_dim);
+    if (!em_mul(per_tok, (size_t)m->max_ctx, &full) || !em_mul(full, (size_t)seqs, &full)) return avail - headroom;
+    return full <= avail - headroom ? 0 : avail - headroom;
 }
 
 /* EMBER_PREFAULT: read one byte per page of every tensor, so the weights are
@@ -95,19 +108,21 @@ static em_status open_parts(em_model *m, const em_open_options *o) {
     m->family = m->identity.impl->ops;
     EM_LOGI("%s: implementation %s: %s", m->dir, m->identity.impl->name, m->identity.why);
     if (em_config_flag(m->config, EMC_PREFAULT)) prefault(m->st);
-    EM_TRY(cpu_backend_create(o->n_threads, &m->be));
+    EM_TRY(em_backend_open(o->device, o->n_threads, &m->be));
     m->max_ctx = o->max_context > 0 && o->max_context < m->cfg.max_pos ? o->max_context : m->cfg.max_pos;
     int seqs = o->max_sequences > 0 ? o->max_sequences : 8;
+    m->max_seqs = seqs;
     /* hybrid families keep KV only for their attention layers */
     int kv_layers = m->cfg.n_kv_layers > 0 ? m->cfg.n_kv_layers : m->cfg.n_layers;
-    size_t kv_bytes = o->kv_cache_bytes;
-    EM_TRY(kv_budget_from_memory(m, kv_layers, o->memory_budget, &kv_bytes));
-    EM_TRY(kv_cache_create(kv_layers, m->cfg.n_kv_heads, m->cfg.head_dim, m->max_ctx, seqs, kv_bytes, &m->kv));
     m->prefill_math = o->precision == EM_PRECISION_FAST ? EM_MATH_FAST : EM_MATH_EXACT;
+    /* weights first: on a GPU the KV cache takes what they leave free */
     EM_TRY(m->family->load(m));
+    size_t kv_bytes = o->kv_cache_bytes ? o->kv_cache_bytes : device_kv_budget(m, kv_layers, seqs);
+    EM_TRY(kv_budget_from_memory(m, kv_layers, o->memory_budget, &kv_bytes));
+    EM_TRY(kv_cache_create(m->be, kv_layers, m->cfg.n_kv_heads, m->cfg.head_dim, m->max_ctx, seqs, kv_bytes, &m->kv));
     EM_TRY(model_text_open(m));
-    EM_LOGI("%s: %s, %d layers, hidden %d, vocab %d, loaded in %.2fs (%d threads)", m->dir, m->cfg.model_type,
-            m->cfg.n_layers, m->cfg.hidden, m->cfg.vocab, em_now() - t0, m->be->n_threads);
+    EM_LOGI("%s: %s, %d layers, hidden %d, vocab %d, loaded in %.2fs on %s", m->dir, m->cfg.model_type,
+            m->cfg.n_layers, m->cfg.hidden, m->cfg.vocab, em_now() - t0, m->be->desc);
     return EM_OK;
 }
 
@@ -144,7 +159,8 @@ void em_model_free(em_model *m) {
     if (m->family && m->family->free) m->family->free(m);
     model_text_close(m);
     kv_cache_free(m->kv);
-    cpu_backend_free(m->be);
+    if (m->be) weights_release(m);
+    em_backend_free(m->be);
     st_close(m->st);
     pthread_mutex_destroy(&m->compute_mu);
     em_config_release(m->config);

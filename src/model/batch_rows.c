@@ -71,15 +71,15 @@ int batch_tokens(const em_batch *b) {
     return t;
 }
 
-int batch_gather_logit_rows(const em_batch *b, const float *x, float *out, int H) {
+int batch_gather_logit_rows(em_backend *be, const em_batch *b, const float *x, float *out, int H) {
     int row = 0, n_out = 0;
     for (int s = 0; s < b->n_spans; s++) {
         const em_span *sp = &b->spans[s];
         if (sp->logits == LOGITS_ALL && sp->n) {
-            memmove(out + (size_t)n_out * H, x + (size_t)row * H, (size_t)sp->n * H * sizeof(float));
+            be->ops->copy(be, out + (size_t)n_out * H, x + (size_t)row * H, (size_t)sp->n * H * sizeof(float));
             n_out += sp->n;
         } else if (sp->logits == LOGITS_LAST && sp->n) {
-            memmove(out + (size_t)n_out * H, x + (size_t)(row + sp->n - 1) * H, (size_t)H * sizeof(float));
+            be->ops->copy(be, out + (size_t)n_out * H, x + (size_t)(row + sp->n - 1) * H, (size_t)H * sizeof(float));
             n_out += 1;
         }
         row += sp->n;

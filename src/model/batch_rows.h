@@ -31,8 +31,8 @@ void row_runs_matmul(em_backend *be, const row_runs *r, float *out, const float 
 
 /* Tokens in a batch. */
 int batch_tokens(const em_batch *b);
-/* Copies the rows of x (width H) that want logits, in span order, to out;
- * returns how many. out may alias x. */
-int batch_gather_logit_rows(const em_batch *b, const float *x, float *out, int H);
+/* Copies the rows of x (width H, backend memory) that want logits, in span
+ * order, to out through the backend; returns how many. out may alias x. */
+int batch_gather_logit_rows(em_backend *be, const em_batch *b, const float *x, float *out, int H);
 
 #endif

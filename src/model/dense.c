@@ -33,8 +33,12 @@ typedef struct dense_impl {
     /* workspace, grown to the largest batch seen */
     int cap_tokens;
     float *x, *h, *q, *k, *v, *att, *gate, *up, *act;
-    int32_t *pos, *ids;
-    row_runs runs; /* arithmetic per row (batch_rows.h) */
+    int32_t *pos, *ids; /* host arrays: operations copy what they need */
+    row_runs runs;      /* arithmetic per row (batch_rows.h) */
+    /* logits in backend memory before their download (backends without
+     * host memory), grown to the most rows seen */
+    float *logits;
+    int cap_logit_rows;
 } dense_impl;
 
 #define LNAME(buf, i, suffix) snprintf(buf, sizeof buf, "model.layers.%d.%s", i, suffix)
@@ -95,7 +99,7 @@ static void dense_free(em_model *m) {
             if (vs[k]) be->ops->free(be, vs[k]);
     }
     free(d->layers);
-    float *ws[] = {d->final_norm, d->x, d->h, d->q, d->k, d->v, d->att, d->gate, d->up, d->act};
+    float *ws[] = {d->final_norm, d->x, d->h, d->q, d->k, d->v, d->att, d->gate, d->up, d->act, d->logits};
     for (size_t k = 0; k < sizeof ws / sizeof ws[0]; k++)
         if (ws[k]) be->ops->free(be, ws[k]);
     free(d->inv_freq);
@@ -153,6 +157,20 @@ static em_status ensure_workspace(em_model *m, dense_impl *d, int T) {
     d->ids = em_mallocn((size_t)T, sizeof *d->ids);
     if (!d->pos || !d->ids) return em_fail(EM_ERR_NOMEM, "out of memory");
     d->cap_tokens = T;
+    return EM_OK;
+}
+
+/* Device-side logits for `rows` rows (backends without host memory). */
+static em_status ensure_logits(em_model *m, dense_impl *d, int rows) {
+    if (rows <= d->cap_logit_rows) return EM_OK;
+    em_backend *be = m->be;
+    if (d->logits) be->ops->free(be, d->logits);
+    d->logits = NULL;
+    d->cap_logit_rows = 0;
+    size_t bytes;
+    if (!em_mul((size_t)rows * sizeof(float), (size_t)m->cfg.vocab, &bytes) || !(d->logits = be->ops->alloc(be, bytes)))
+        return em_fail(EM_ERR_NOMEM, "out of %s memory for %d rows of logits", be->desc, rows);
+    d->cap_logit_rows = rows;
     return EM_OK;
 }
 
@@ -228,12 +246,18 @@ static em_status dense_forward(em_model *m, const em_batch *b, float *logits) {
         mlp_block(m, d, &d->layers[l], T);
     }
     for (int s = 0; s < b->n_spans; s++) m->kv->seqs[b->spans[s].seq].len += b->spans[s].n;
-    int rows = batch_gather_logit_rows(b, d->x, d->h, c->hidden);
+    int rows = batch_gather_logit_rows(m->be, b, d->x, d->h, c->hidden);
     if (rows) {
         /* the head runs EXACT: its rows are single positions (or, for
          * LOGITS_ALL, reference comparisons) */
         be->ops->rmsnorm(be, d->h, d->h, d->final_norm, rows, c->hidden, (float)c->rms_eps, 0.0f);
-        be->ops->matmul(be, logits, d->h, rows, &d->head, NULL, EM_MATH_EXACT);
+        if (be->ops->host_memory) {
+            be->ops->matmul(be, logits, d->h, rows, &d->head, NULL, EM_MATH_EXACT);
+        } else {
+            EM_TRY(ensure_logits(m, d, rows));
+            be->ops->matmul(be, d->logits, d->h, rows, &d->head, NULL, EM_MATH_EXACT);
+            EM_TRY(be->ops->download(be, logits, d->logits, (size_t)rows * (size_t)c->vocab * sizeof(float)));
+        }
     }
     return EM_OK;
 }

@@ -5,7 +5,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #define KV_BLOCK 32
 
@@ -13,15 +12,11 @@ size_t kv_bytes_per_token(int n_layers, int n_kv, int head_dim) {
     return (size_t)n_layers * 2u * (size_t)n_kv * (size_t)head_dim * sizeof(float);
 }
 
-static float *reserve(size_t bytes) {
-    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
-}
-
-em_status kv_cache_create(int n_layers, int n_kv, int head_dim, int max_ctx, int max_seqs, size_t budget_bytes,
+em_status kv_cache_create(em_backend *be, int n_layers, int n_kv, int head_dim, int max_ctx, int max_seqs, size_t budget_bytes,
                           kv_cache **out) {
     kv_cache *c = em_calloc(1, sizeof *c);
     if (!c) return em_fail(EM_ERR_NOMEM, "out of memory");
+    c->be = be;
     c->n_layers = n_layers;
     c->n_kv = n_kv;
     c->head_dim = head_dim;
@@ -59,8 +54,8 @@ em_status kv_cache_create(int n_layers, int n_kv, int head_dim, int max_ctx, int
         return em_fail(EM_ERR_NOMEM, "out of memory");
     }
     for (int l = 0; l < n_layers; l++) {
-        c->k_layer[l] = reserve(bytes);
-        c->v_layer[l] = reserve(bytes);
+        c->k_layer[l] = be->ops->reserve(be, bytes);
+        c->v_layer[l] = be->ops->reserve(be, bytes);
         if (!c->k_layer[l] || !c->v_layer[l]) {
             kv_cache_free(c);
             return em_fail(EM_ERR_NOMEM, "cannot reserve %zu bytes of KV cache", bytes);
@@ -81,8 +76,8 @@ em_status kv_cache_create(int n_layers, int n_kv, int head_dim, int max_ctx, int
 void kv_cache_free(kv_cache *c) {
     if (!c) return;
     for (int l = 0; l < c->n_layers; l++) {
-        if (c->k_layer && c->k_layer[l]) munmap(c->k_layer[l], c->layer_bytes);
-        if (c->v_layer && c->v_layer[l]) munmap(c->v_layer[l], c->layer_bytes);
+        if (c->k_layer && c->k_layer[l]) c->be->ops->release(c->be, c->k_layer[l], c->layer_bytes);
+        if (c->v_layer && c->v_layer[l]) c->be->ops->release(c->be, c->v_layer[l], c->layer_bytes);
     }
     for (int s = 0; c->seqs && s < c->max_seqs; s++) {
         free(c->seqs[s].blocks);

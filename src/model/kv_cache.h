@@ -3,8 +3,10 @@
  * Keys and values live in fixed-size blocks (block_size positions x n_kv
  * heads x head_dim, f32). Each sequence owns a block table; blocks are taken
  * from a free list as the sequence grows and returned when it is freed, so
- * batching and prefix reuse share one mechanism. Storage is reserved as
- * virtual memory up front and committed by the OS only as blocks are used.
+ * batching and prefix reuse share one mechanism. Storage is the backend's
+ * (ops->reserve): on the CPU virtual memory committed by the OS only as
+ * blocks are used, on a GPU device memory; block tables hold pointers into
+ * it that only the backend's operations dereference.
  * Allocation is thread-safe; a sequence is used by one thread at a time. */
 #ifndef EMBER_MODEL_KV_CACHE_H
 #define EMBER_MODEL_KV_CACHE_H
@@ -25,6 +27,7 @@ typedef struct kv_seq {
 } kv_seq;
 
 typedef struct kv_cache {
+    em_backend *be;      /* owns the storage (not owned by the cache) */
     int n_layers, n_kv, head_dim, block_size;
     int max_blocks, max_seqs, max_ctx;
     size_t block_floats; /* block_size * n_kv * head_dim */
@@ -48,10 +51,11 @@ typedef struct kv_cache {
     unsigned long long prefix_lookup_tokens, prefix_hit_tokens, prefix_evictions;
 } kv_cache;
 
-/* Reserves room for max_seqs sequences of up to max_ctx positions, or fewer
- * blocks when budget_bytes (> 0) is smaller: sequences then compete for
- * blocks and the scheduler preempts under pressure. */
-em_status kv_cache_create(int n_layers, int n_kv, int head_dim, int max_ctx, int max_seqs, size_t budget_bytes,
+/* Reserves room in be's memory for max_seqs sequences of up to max_ctx
+ * positions, or fewer blocks when budget_bytes (> 0) is smaller: sequences
+ * then compete for blocks and the scheduler preempts under pressure. be must
+ * outlive the cache. */
+em_status kv_cache_create(em_backend *be, int n_layers, int n_kv, int head_dim, int max_ctx, int max_seqs, size_t budget_bytes,
                           kv_cache **out);
 void kv_cache_free(kv_cache *c);
 

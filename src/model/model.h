@@ -85,6 +85,11 @@ struct em_model {
     generation_defaults gen;
     st_set *st;
     em_backend *be;
+    /* device copies of weight tensors (backends without host memory),
+     * released by weights_release */
+    void **weight_bufs;
+    size_t n_weight_bufs, cap_weight_bufs;
+    size_t weight_uploaded, weight_progress; /* bytes, for load progress */
     kv_cache *kv;
     const family_ops *family;
     model_identity identity;
@@ -93,6 +98,7 @@ struct em_model {
     chat_template *tmpl;
     em_math prefill_math;
     int max_ctx;
+    int max_seqs; /* sequence slots of the KV cache (known before it exists) */
     int32_t eos_ids[2 * MC_MAX_EOS];
     size_t n_eos;
     pthread_mutex_t compute_mu; /* one forward at a time */
@@ -122,9 +128,13 @@ void model_template_close(em_model *m);
 
 /* ---- weight binding (weights.c) ---- */
 
-/* Binds a [rows, cols] linear weight `name` (F32/F16/BF16, in place).
- * A wrong shape, dtype or a missing tensor is an error naming the tensor. */
+/* Binds a [rows, cols] linear weight `name` (F32/F16/BF16): in place on a
+ * host-memory backend, else uploaded once into backend memory owned by the
+ * model (weights_release). A wrong shape, dtype or a missing tensor is an
+ * error naming the tensor. */
 em_status weight_bind(em_model *m, const char *name, int64_t rows, int64_t cols, em_weight *w);
+/* Frees the device copies weight_bind made. */
+void weights_release(em_model *m);
 /* Loads a 1-D tensor of n elements as f32 into backend memory (owned by the
  * caller, free with be->ops->free). optional: absent → *out NULL, EM_OK. */
 em_status weight_load_vector(em_model *m, const char *name, int64_t n, bool optional, float **out);

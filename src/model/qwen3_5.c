@@ -124,6 +124,10 @@ static em_status bind_head(em_model *m, q35_impl *d) {
 static em_status q35_load(em_model *m) {
     const model_config *c = &m->cfg;
     const qwen3_5_config *q = &c->q35;
+    const em_backend_ops *ops = m->be->ops;
+    if (!ops->conv1d_silu || !ops->gated_delta_rule || !ops->gdn_gates || !ops->rmsnorm_gated || !ops->sigmoid_mul)
+        return em_fail(EM_ERR_UNSUPPORTED, "%s: the Qwen3.5 family needs the Gated DeltaNet operations, which the %s "
+                       "backend does not have yet (use --device cpu)", m->dir, m->be->desc);
     q35_impl *d = em_calloc(1, sizeof *d);
     if (!d) return em_fail(EM_ERR_NOMEM, "out of memory");
     m->impl = d;
@@ -144,7 +148,7 @@ static em_status q35_load(em_model *m) {
         EM_TRY(L->linear ? q35_gdn_bind(m, d, i, L) : q35_bind_attn_layer(m, d, p, L));
     }
     EM_TRY(q35_mtp_bind(m, d));
-    if (n_lin) EM_TRY(rstate_create(n_lin, m->kv->max_seqs, q->conv_kernel, d->channels, q->lin_v_heads, q->lin_k_dim,
+    if (n_lin) EM_TRY(rstate_create(n_lin, m->max_seqs, q->conv_kernel, d->channels, q->lin_v_heads, q->lin_k_dim,
                                     q->lin_v_dim, &d->rs));
     d->rot_dim = (int)(c->head_dim * c->rope.partial_rotary_factor) & ~1;
     d->inv_freq = em_calloc((size_t)d->rot_dim / 2 + 1, sizeof *d->inv_freq);
@@ -318,7 +322,7 @@ static em_status q35_forward(em_model *m, const em_batch *b, float *logits) {
         for (int s = 0; s < b->n_spans; s++) m->kv->seqs[b->spans[s].seq].len += b->spans[s].n;
         /* every row normed: the MTP head reads the hidden state of each token */
         be->ops->rmsnorm(be, d->hid, d->x, d->final_norm, T, c->hidden, (float)c->rms_eps, 0.0f);
-        int rows = batch_gather_logit_rows(b, d->hid, d->h, c->hidden);
+        int rows = batch_gather_logit_rows(m->be, b, d->hid, d->h, c->hidden);
         if (rows) be->ops->matmul(be, logits, d->h, rows, &d->head, NULL, EM_MATH_EXACT);
     }
     if (sp != stack) free(sp);

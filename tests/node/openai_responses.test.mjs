@@ -197,7 +197,8 @@ test("errors surface as APIError subclasses with OpenAI's shape", async () => {
   await bad({ input: [{ role: "user", content: [{ type: "input_image", image_url: "https://example.com/x.png" }] }] },
             "input[0].content[0]");
   await bad({ input: [{ role: "user", content: [{ type: "hologram" }] }] }, "input[0].content[0]");
-  await bad({ input: "hi", text: { format: { type: "json_schema", name: "x", schema: {} } } }, "text.format");
+  await bad({ input: "hi", text: { format: { type: "json_schema", name: "x" } } }, "text.format.schema");
+  await bad({ input: "hi", text: { format: { type: "json_schema", name: "x", schema: { type: "object", not: {} } } } });
   await bad({ input: "hi", tools: [{ type: "web_search" }] }, "tools[0]");
   await bad({ input: "hi", temperature: 5 }, "temperature");
   await bad({}, "input");
