@@ -41,6 +41,7 @@ static void collect_eos(em_model *m) {
 
 static em_status open_parts(em_model *m, const em_open_options *o) {
     EM_TRY(model_config_load(m->dir, &m->cfg));
+    EM_TRY(quant_config_load(m->dir, &m->qcfg));
     EM_TRY(generation_defaults_load(m->dir, &m->gen));
     collect_eos(m);
     m->family = family_for(&m->cfg);
@@ -90,6 +91,7 @@ void em_model_free(em_model *m) {
     kv_cache_free(m->kv);
     cpu_backend_free(m->be);
     st_close(m->st);
+    quant_config_free(&m->qcfg);
     pthread_mutex_destroy(&m->compute_mu);
     free(m->dir);
     free(m->name);

@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "chat/chat.h"
 #include "io/model_config.h"
+#include "io/quant_config.h"
 #include "io/safetensors.h"
 #include "model/kv_cache.h"
 #include "tokenizer/tokenizer.h"
@@ -47,6 +48,7 @@ struct em_model {
     char *dir;
     char *name;
     model_config cfg;
+    quant_config qcfg; /* MLX quantization block (present = false when none) */
     generation_defaults gen;
     st_set *st;
     em_backend *be;
@@ -76,7 +78,9 @@ void model_template_close(em_model *m);
 
 /* ---- weight binding (weights.c) ---- */
 
-/* Binds a [rows, cols] linear weight `name` (F32/F16/BF16, in place).
+/* Binds a [rows, cols] linear weight `name` in place: F32/F16/BF16, or MLX
+ * affine (`<module>.weight` U32 packed + `<module>.scales` + `<module>.biases`)
+ * when m->qcfg quantizes the module or the checkpoint holds its scales.
  * A wrong shape, dtype or a missing tensor is an error naming the tensor. */
 em_status weight_bind(em_model *m, const char *name, int64_t rows, int64_t cols, em_weight *w);
 /* Loads a 1-D tensor of n elements as f32 into backend memory (owned by the

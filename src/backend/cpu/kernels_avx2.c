@@ -69,6 +69,8 @@ static const cpu_kernels avx2_kernels = {
     .tile_f32_f16 = avx2_f32_f16,
     .tile_f32_f32 = avx2_f32_f32,
     .tile_bf16_bf16 = NULL,
+    .qtile = NULL, /* dequantized rows + the f32 tiles beat the scalar tile */
+    .qdequant = cpu_qdequant_ref,
 };
 
 const cpu_kernels *cpu_kernels_avx2(void) { return &avx2_kernels; }

@@ -106,6 +106,8 @@ static const cpu_kernels avx512_kernels = {
     .tile_f32_f16 = tile_f32_f16,
     .tile_f32_f32 = tile_f32_f32,
     .tile_bf16_bf16 = tile_bf16_bf16,
+    .qtile = cpu_qtile_avx512,
+    .qdequant = cpu_qdequant_avx512,
 };
 
 const cpu_kernels *cpu_kernels_avx512(void) { return &avx512_kernels; }
