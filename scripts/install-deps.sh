@@ -7,6 +7,7 @@ PKGS=(
   build-essential cmake pkg-config clang libclang-rt-14-dev
   libjansson-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev libopenblas-dev
   python3 python3-jinja2 curl ca-certificates
+  chromium
 )
 # Node.js drives the SDK tests; a machine may already carry a newer Node with
 # its own npm (which conflicts with Debian's npm), so only add it when absent.

@@ -58,6 +58,8 @@ typedef struct em_open_options {
     em_precision precision; /* AUTO means EXACT for the library */
     int verbose;            /* log progress to stderr */
     int max_sequences;      /* concurrent sequences in the KV cache; 0: 8 */
+    size_t kv_cache_bytes;  /* cap on KV-cache memory; 0: room for every
+                               sequence at full context */
 } em_open_options;
 
 /* Opens a model directory (config.json + *.safetensors [+ tokenizer.json]).

@@ -1,152 +1,60 @@
-/* generate.c — em_generate: prefill the prompt in chunks, then decode one
- * token at a time through the sampler, reporting each token to the caller
- * until EOS, max_tokens, the callback or cancellation stops it. */
+/* generate.c — em_generate. With a scheduler running on the model (the
+ * server), the request joins its continuous batch; otherwise it runs here:
+ * prefill the prompt in chunks, then decode one token per forward. */
 #include "engine/engine.h"
-#include "engine/sampler.h"
-#include "model/model.h"
+#include "engine/gen_seq.h"
+#include "engine/scheduler.h"
 
 #include "base/alloc.h"
 #include "base/timer.h"
 
 #include <stdlib.h>
-#include <string.h>
 
 #define PREFILL_CHUNK 512
 
-typedef struct gen_state {
-    em_model *m;
-    const em_generate_params *p;
-    int seq;
-    sampler smp;
-    float *logits;
-    int32_t *history;
-    size_t n_history;
-    tok_stream *detok; /* NULL without a tokenizer */
-} gen_state;
-
-static bool is_stop_id(const gen_state *g, int32_t t) {
-    const em_generate_params *p = g->p;
-    if (!p->ignore_eos)
-        for (size_t i = 0; i < g->m->n_eos; i++)
-            if (g->m->eos_ids[i] == t) return true;
-    for (size_t i = 0; i < p->n_stop_ids; i++)
-        if (p->stop_ids[i] == t) return true;
-    return false;
-}
-
-static em_status prefill(gen_state *g) {
-    const em_generate_params *p = g->p;
-    size_t done = 0;
-    while (done < p->n_prompt) {
-        size_t n = p->n_prompt - done < PREFILL_CHUNK ? p->n_prompt - done : PREFILL_CHUNK;
-        bool last = done + n == p->n_prompt;
-        em_span sp = {g->seq, p->prompt + done, (int)n, last ? LOGITS_LAST : LOGITS_NONE};
+/* Feeds history[fed..n_history) in chunks; logits for the last id. */
+static em_status feed(gen_seq *g, float *logits) {
+    while (g->fed < g->n_history) {
+        size_t n = g->n_history - g->fed < PREFILL_CHUNK ? g->n_history - g->fed : PREFILL_CHUNK;
+        bool last = g->fed + n == g->n_history;
+        em_span sp = {g->seq, g->history + g->fed, (int)n, last ? LOGITS_LAST : LOGITS_NONE};
         em_batch b = {&sp, 1};
-        EM_TRY(model_forward(g->m, &b, g->logits));
-        done += n;
-        if (p->cancel && *p->cancel) return em_fail(EM_ERR_CANCELLED, "cancelled during prefill");
+        EM_TRY(model_forward(g->m, &b, logits));
+        g->fed += n;
+        if (gen_seq_cancelled(g)) return em_fail(EM_ERR_CANCELLED, "cancelled");
     }
     return EM_OK;
 }
 
-/* Text the detokenizer still holds at the end (an incomplete character)
- * goes out in one last callback with token -1. */
-static void flush_text(gen_state *g) {
-    char *text = NULL;
-    size_t len = 0;
-    if (!g->detok || !g->p->on_token || tok_stream_flush(g->detok, &text, &len) != EM_OK) return;
-    if (len) {
-        em_token_info info = {.token = -1, .text = text, .text_len = len};
-        g->p->on_token(g->p->user, &info);
+static em_status run_alone(gen_seq *g) {
+    em_model *m = g->m;
+    float *logits = em_mallocn((size_t)m->cfg.vocab, sizeof(float));
+    if (!logits) return em_fail(EM_ERR_NOMEM, "out of memory");
+    em_status s = kv_seq_alloc(m->kv, &g->seq);
+    double t_prefilled = 0;
+    while (s == EM_OK && !g->finished) {
+        s = feed(g, logits);
+        if (!t_prefilled) t_prefilled = em_now();
+        if (s == EM_OK) s = gen_seq_sample(g, logits);
     }
-    free(text);
-}
-
-static em_status check_params(const em_model *m, const em_generate_params *p) {
-    if (!p->prompt || p->n_prompt == 0) return em_fail(EM_ERR_INVALID, "the prompt is empty");
-    if (p->max_tokens < 0) return em_fail(EM_ERR_INVALID, "max_tokens must not be negative");
-    for (size_t i = 0; i < p->n_prompt; i++)
-        if (p->prompt[i] < 0 || p->prompt[i] >= m->cfg.vocab)
-            return em_fail(EM_ERR_INVALID, "prompt token %zu (id %d) is outside the vocabulary of %d", i, p->prompt[i],
-                           m->cfg.vocab);
-    if (p->n_prompt + (size_t)p->max_tokens > (size_t)m->max_ctx)
-        return em_fail(EM_ERR_LIMIT, "prompt (%zu tokens) + max_tokens (%d) exceeds the context of %d tokens",
-                       p->n_prompt, p->max_tokens, m->max_ctx);
-    if (p->top_logprobs < 0 || p->top_logprobs > EM_MAX_TOP_LOGPROBS)
-        return em_fail(EM_ERR_INVALID, "top_logprobs must be between 0 and %d", EM_MAX_TOP_LOGPROBS);
-    return EM_OK;
-}
-
-static em_status decode_loop(gen_state *g, em_generate_result *r) {
-    const em_generate_params *p = g->p;
-    int V = g->m->cfg.vocab;
-    for (int step = 0;; step++) {
-        if (p->cancel && *p->cancel) {
-            r->finish = EM_FINISH_CANCELLED;
-            return EM_OK;
-        }
-        if (step >= p->max_tokens) {
-            r->finish = EM_FINISH_LENGTH;
-            return EM_OK;
-        }
-        sampler_process(&g->smp, g->logits, g->history, g->n_history, p->bias_ids, p->bias_values, p->n_bias);
-        if (p->on_logits) p->on_logits(p->user, g->logits, V, g->history, g->n_history);
-        em_token_info info = {0};
-        int32_t tok = sampler_pick(&g->smp, g->logits, p->top_logprobs, &info);
-        g->history[g->n_history++] = tok;
-        r->n_generated++;
-        bool stop = is_stop_id(g, tok);
-        char *text = NULL;
-        size_t text_len = 0;
-        if (g->detok) EM_TRY(tok_stream_feed(g->detok, tok, &text, &text_len));
-        info.text = text ? text : (g->detok ? "" : NULL);
-        info.text_len = text_len;
-        int want_stop = p->on_token ? p->on_token(p->user, &info) : 0;
-        free(text);
-        if (want_stop) {
-            r->finish = EM_FINISH_CALLBACK;
-            return EM_OK;
-        }
-        if (stop) {
-            r->finish = EM_FINISH_STOP;
-            return EM_OK;
-        }
-        if (step + 1 >= p->max_tokens) continue; /* no forward for a token we won't sample after */
-        em_span sp = {g->seq, &tok, 1, LOGITS_LAST};
-        em_batch b = {&sp, 1};
-        EM_TRY(model_forward(g->m, &b, g->logits));
+    if (s == EM_ERR_CANCELLED) {
+        gen_seq_finish(g, EM_FINISH_CANCELLED);
+        s = EM_OK;
     }
+    g->r->prefill_seconds = (t_prefilled ? t_prefilled : em_now()) - g->t_start;
+    g->r->decode_seconds = em_now() - (t_prefilled ? t_prefilled : g->t_start);
+    if (g->seq >= 0) kv_seq_release(m->kv, g->seq);
+    g->seq = -1;
+    free(logits);
+    return s;
 }
 
 em_status em_generate(em_model *m, const em_generate_params *p, em_generate_result *result) {
-    em_generate_result r = {.n_prompt = p->n_prompt};
-    EM_TRY(check_params(m, p));
-    gen_state g = {.m = m, .p = p, .seq = -1};
-    em_status s = sampler_init(&g.smp, &p->sampling, m->cfg.vocab);
-    if (s != EM_OK) return s;
-    g.logits = em_mallocn((size_t)m->cfg.vocab, sizeof(float));
-    g.history = em_mallocn(p->n_prompt + (size_t)p->max_tokens + 1, sizeof(int32_t));
-    if (!g.logits || !g.history) s = em_fail(EM_ERR_NOMEM, "out of memory");
-    if (s == EM_OK) s = kv_seq_alloc(m->kv, &g.seq);
-    if (s == EM_OK && m->tok && p->on_token && !(g.detok = tok_stream_new(m->tok, false)))
-        s = em_fail(EM_ERR_NOMEM, "out of memory");
-    if (s == EM_OK) {
-        memcpy(g.history, p->prompt, p->n_prompt * sizeof(int32_t));
-        g.n_history = p->n_prompt;
-        double t0 = em_now();
-        s = prefill(&g);
-        double t1 = em_now();
-        r.prefill_seconds = t1 - t0;
-        if (s == EM_OK) s = decode_loop(&g, &r);
-        if (s == EM_OK) flush_text(&g);
-        else if (s == EM_ERR_CANCELLED) { r.finish = EM_FINISH_CANCELLED; s = EM_OK; }
-        r.decode_seconds = em_now() - t1;
-    }
-    if (g.seq >= 0) kv_seq_release(m->kv, g.seq);
-    tok_stream_free(g.detok);
-    sampler_free(&g.smp);
-    free(g.logits);
-    free(g.history);
+    em_generate_result r;
+    gen_seq g;
+    em_status s = gen_seq_init(&g, m, p, &r);
+    if (s == EM_OK && !g.finished) s = m->sched ? sched_run(m->sched, &g) : run_alone(&g);
+    gen_seq_free(&g);
     if (result) *result = r;
     return s;
 }

@@ -2,6 +2,7 @@
  * resolve the directory, read the config, map the weights, create the
  * backend and KV cache, and hand the graph to its family. */
 #include "engine/engine.h"
+#include "engine/scheduler.h"
 #include "model/model.h"
 
 #include "base/alloc.h"
@@ -51,7 +52,7 @@ static em_status open_parts(em_model *m, const em_open_options *o) {
     EM_TRY(cpu_backend_create(o->n_threads, &m->be));
     m->max_ctx = o->max_context > 0 && o->max_context < m->cfg.max_pos ? o->max_context : m->cfg.max_pos;
     int seqs = o->max_sequences > 0 ? o->max_sequences : 8;
-    EM_TRY(kv_cache_create(m->cfg.n_layers, m->cfg.n_kv_heads, m->cfg.head_dim, m->max_ctx, seqs, &m->kv));
+    EM_TRY(kv_cache_create(m->cfg.n_layers, m->cfg.n_kv_heads, m->cfg.head_dim, m->max_ctx, seqs, o->kv_cache_bytes, &m->kv));
     m->prefill_math = o->precision == EM_PRECISION_FAST ? EM_MATH_FAST : EM_MATH_EXACT;
     EM_TRY(m->family->load(m));
     EM_TRY(model_text_open(m));
@@ -86,6 +87,7 @@ em_status em_model_open(const char *path, const em_open_options *opts, em_model 
 
 void em_model_free(em_model *m) {
     if (!m) return;
+    sched_stop(m);
     if (m->family && m->family->free) m->family->free(m);
     model_text_close(m);
     kv_cache_free(m->kv);

@@ -33,7 +33,15 @@ typedef struct dense_impl {
     int cap_tokens;
     float *x, *h, *q, *k, *v, *att, *gate, *up, *act;
     int32_t *pos, *ids;
+    /* rows grouped by arithmetic: a span of >= FAST_MIN_SPAN tokens may use
+     * FAST math; shorter spans (decode) are always EXACT, so a sequence's
+     * numbers do not depend on what else is in its batch. */
+    int n_runs;
+    int *run_start, *run_len;
+    em_math *run_math;
 } dense_impl;
+
+#define FAST_MIN_SPAN 16
 
 #define LNAME(buf, i, suffix) snprintf(buf, sizeof buf, "model.layers.%d.%s", i, suffix)
 
@@ -97,6 +105,9 @@ static void dense_free(em_model *m) {
     for (size_t k = 0; k < sizeof ws / sizeof ws[0]; k++)
         if (ws[k]) be->ops->free(be, ws[k]);
     free(d->inv_freq);
+    free(d->run_start);
+    free(d->run_len);
+    free(d->run_math);
     free(d->pos);
     free(d->ids);
     free(d);
@@ -153,16 +164,50 @@ static em_status ensure_workspace(em_model *m, dense_impl *d, int T) {
     return EM_OK;
 }
 
+/* out[T, w->rows] = in[T, w->cols] · wᵀ, run by run of equal arithmetic. */
+static void mm(em_model *m, dense_impl *d, float *out, const float *in, const em_weight *w, const float *bias) {
+    for (int r = 0; r < d->n_runs; r++) {
+        size_t o = (size_t)d->run_start[r];
+        m->be->ops->matmul(m->be, out + o * (size_t)w->rows, in + o * (size_t)w->cols, d->run_len[r], w, bias,
+                           d->run_math[r]);
+    }
+}
+
+static em_status plan_runs(em_model *m, dense_impl *d, const em_batch *b) {
+    free(d->run_start);
+    free(d->run_len);
+    free(d->run_math);
+    d->n_runs = 0;
+    d->run_start = em_mallocn((size_t)b->n_spans + 1, sizeof *d->run_start);
+    d->run_len = em_mallocn((size_t)b->n_spans + 1, sizeof *d->run_len);
+    d->run_math = em_mallocn((size_t)b->n_spans + 1, sizeof *d->run_math);
+    if (!d->run_start || !d->run_len || !d->run_math) return em_fail(EM_ERR_NOMEM, "out of memory");
+    int row = 0;
+    for (int s = 0; s < b->n_spans; s++) {
+        int n = b->spans[s].n;
+        if (!n) continue;
+        em_math math = n >= FAST_MIN_SPAN ? m->prefill_math : EM_MATH_EXACT;
+        if (d->n_runs && d->run_math[d->n_runs - 1] == math) {
+            d->run_len[d->n_runs - 1] += n;
+        } else {
+            d->run_start[d->n_runs] = row;
+            d->run_len[d->n_runs] = n;
+            d->run_math[d->n_runs++] = math;
+        }
+        row += n;
+    }
+    return EM_OK;
+}
+
 static void attention_block(em_model *m, dense_impl *d, dense_layer *L, int layer, const em_batch *b, int T) {
     const model_config *c = &m->cfg;
     em_backend *be = m->be;
     const em_backend_ops *op = be->ops;
-    em_math math = T >= 16 ? m->prefill_math : EM_MATH_EXACT;
     int qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
     op->rmsnorm(be, d->h, d->x, L->attn_norm, T, c->hidden, (float)c->rms_eps, 0.0f);
-    op->matmul(be, d->q, d->h, T, &L->wq, L->bq, math);
-    op->matmul(be, d->k, d->h, T, &L->wk, L->bk, math);
-    op->matmul(be, d->v, d->h, T, &L->wv, L->bv, math);
+    mm(m, d, d->q, d->h, &L->wq, L->bq);
+    mm(m, d, d->k, d->h, &L->wk, L->bk);
+    mm(m, d, d->v, d->h, &L->wv, L->bv);
     if (L->q_norm) {
         op->rmsnorm(be, d->q, d->q, L->q_norm, T * c->n_heads, c->head_dim, (float)c->rms_eps, 0.0f);
         op->rmsnorm(be, d->k, d->k, L->k_norm, T * c->n_kv_heads, c->head_dim, (float)c->rms_eps, 0.0f);
@@ -180,7 +225,7 @@ static void attention_block(em_model *m, dense_impl *d, dense_layer *L, int laye
                       c->n_kv_heads, c->head_dim, scale, L->window);
         row += sp->n;
     }
-    op->matmul(be, d->h, d->att, T, &L->wo, L->bo, math);
+    mm(m, d, d->h, d->att, &L->wo, L->bo);
     op->add(be, d->x, d->h, (size_t)T * c->hidden);
 }
 
@@ -188,12 +233,11 @@ static void mlp_block(em_model *m, dense_impl *d, dense_layer *L, int T) {
     const model_config *c = &m->cfg;
     em_backend *be = m->be;
     const em_backend_ops *op = be->ops;
-    em_math math = T >= 16 ? m->prefill_math : EM_MATH_EXACT;
     op->rmsnorm(be, d->h, d->x, L->mlp_norm, T, c->hidden, (float)c->rms_eps, 0.0f);
-    op->matmul(be, d->gate, d->h, T, &L->wg, L->bg, math);
-    op->matmul(be, d->up, d->h, T, &L->wu, L->bu, math);
+    mm(m, d, d->gate, d->h, &L->wg, L->bg);
+    mm(m, d, d->up, d->h, &L->wu, L->bu);
     op->swiglu(be, d->act, d->gate, d->up, T, c->intermediate, c->intermediate);
-    op->matmul(be, d->h, d->act, T, &L->wd, L->bd, math);
+    mm(m, d, d->h, d->act, &L->wd, L->bd);
     op->add(be, d->x, d->h, (size_t)T * c->hidden);
 }
 
@@ -221,6 +265,7 @@ static em_status dense_forward(em_model *m, const em_batch *b, float *logits) {
     for (int s = 0; s < b->n_spans; s++) T += b->spans[s].n;
     if (T == 0) return EM_OK;
     EM_TRY(ensure_workspace(m, d, T));
+    EM_TRY(plan_runs(m, d, b));
     int row = 0;
     for (int s = 0; s < b->n_spans; s++) {
         const em_span *sp = &b->spans[s];
@@ -242,9 +287,10 @@ static em_status dense_forward(em_model *m, const em_batch *b, float *logits) {
     for (int s = 0; s < b->n_spans; s++) m->kv->seqs[b->spans[s].seq].len += b->spans[s].n;
     int rows = gather_logit_rows(m, d, b);
     if (rows) {
+        /* the head runs EXACT: its rows are single positions (or, for
+         * LOGITS_ALL, reference comparisons) */
         be->ops->rmsnorm(be, d->h, d->h, d->final_norm, rows, c->hidden, (float)c->rms_eps, 0.0f);
-        em_math math = rows >= 16 ? m->prefill_math : EM_MATH_EXACT;
-        be->ops->matmul(be, logits, d->h, rows, &d->head, NULL, math);
+        be->ops->matmul(be, logits, d->h, rows, &d->head, NULL, EM_MATH_EXACT);
     }
     return EM_OK;
 }

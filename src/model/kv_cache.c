@@ -18,7 +18,8 @@ static float *reserve(size_t bytes) {
     return p == MAP_FAILED ? NULL : p;
 }
 
-em_status kv_cache_create(int n_layers, int n_kv, int head_dim, int max_ctx, int max_seqs, kv_cache **out) {
+em_status kv_cache_create(int n_layers, int n_kv, int head_dim, int max_ctx, int max_seqs, size_t budget_bytes,
+                          kv_cache **out) {
     kv_cache *c = em_calloc(1, sizeof *c);
     if (!c) return em_fail(EM_ERR_NOMEM, "out of memory");
     c->n_layers = n_layers;
@@ -33,6 +34,18 @@ em_status kv_cache_create(int n_layers, int n_kv, int head_dim, int max_ctx, int
         !em_mul(total_blocks, c->block_floats * sizeof(float), &bytes)) {
         free(c);
         return em_fail(EM_ERR_LIMIT, "KV cache of %d sequences x %d positions is too large", max_seqs, max_ctx);
+    }
+    size_t block_all_layers = c->block_floats * sizeof(float) * 2u * (size_t)n_layers;
+    if (budget_bytes > 0 && budget_bytes / block_all_layers < total_blocks) {
+        total_blocks = budget_bytes / block_all_layers;
+        if (total_blocks < blocks_per_seq) {
+            free(c);
+            return em_fail(EM_ERR_LIMIT,
+                           "a KV budget of %zu bytes holds %zu positions, less than one full context of %d "
+                           "(%zu bytes per position)", budget_bytes, total_blocks * KV_BLOCK, max_ctx,
+                           block_all_layers / KV_BLOCK);
+        }
+        bytes = total_blocks * c->block_floats * sizeof(float);
     }
     c->max_blocks = (int)total_blocks;
     c->layer_bytes = bytes;

@@ -36,8 +36,11 @@ typedef struct kv_cache {
     pthread_mutex_t mu;
 } kv_cache;
 
-/* Reserves room for max_seqs sequences of up to max_ctx positions. */
-em_status kv_cache_create(int n_layers, int n_kv, int head_dim, int max_ctx, int max_seqs, kv_cache **out);
+/* Reserves room for max_seqs sequences of up to max_ctx positions, or fewer
+ * blocks when budget_bytes (> 0) is smaller: sequences then compete for
+ * blocks and the scheduler preempts under pressure. */
+em_status kv_cache_create(int n_layers, int n_kv, int head_dim, int max_ctx, int max_seqs, size_t budget_bytes,
+                          kv_cache **out);
 void kv_cache_free(kv_cache *c);
 
 /* Claims a free sequence slot (empty). EM_ERR_LIMIT when none is free. */

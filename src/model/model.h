@@ -62,6 +62,7 @@ struct em_model {
     int32_t eos_ids[2 * MC_MAX_EOS];
     size_t n_eos;
     pthread_mutex_t compute_mu; /* one forward at a time */
+    struct em_scheduler *sched; /* continuous batching, when started */
 };
 
 /* Rows of logits a batch produces. */

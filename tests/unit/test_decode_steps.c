@@ -1,10 +1,12 @@
 /* Step-by-step decode vs full-sequence forward on each checkpoint given on
- * the command line: feeding ids one at a time through the KV cache must give
+ * the command line (default: every dense golden): feeding ids one at a time through the KV cache must give
  * (within f32 tolerance) the logits rows of one prefill over all ids; and a
- * prefill split into uneven chunks must too. Without arguments: skip. */
+ * prefill split into uneven chunks must too. */
 #include "test.h"
 
 #include "model/model.h"
+
+#include <glob.h>
 
 static void check_model(const char *dir) {
     em_model *m;
@@ -51,7 +53,16 @@ static void check_model(const char *dir) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) return 77;
-    for (int i = 1; i < argc; i++) check_model(argv[i]);
+    if (argc >= 2) {
+        for (int i = 1; i < argc; i++) check_model(argv[i]);
+        return test_summary();
+    }
+    /* default: every dense golden checkpoint */
+    char pattern[4096];
+    snprintf(pattern, sizeof pattern, "%s/tests/golden/dense/*/", test_src_dir());
+    glob_t g;
+    REQUIRE(glob(pattern, 0, NULL, &g) == 0 && g.gl_pathc > 0);
+    for (size_t i = 0; i < g.gl_pathc; i++) check_model(g.gl_pathv[i]);
+    globfree(&g);
     return test_summary();
 }

@@ -24,12 +24,6 @@ static inline const float *kv_row(float *const *blocks, int block_size, int n_kv
     return blocks[j / block_size] + ((size_t)(j % block_size) * (size_t)n_kv + (size_t)h) * (size_t)head_dim;
 }
 
-static float dot(const float *a, const float *b, int n) {
-    float s = 0;
-    for (int i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
 static void attn_task(void *ctx, int task, int thread) {
     const attn_job *a = ctx;
     int row = task / a->n_heads, h = task % a->n_heads;
@@ -43,7 +37,7 @@ static void attn_task(void *ctx, int task, int thread) {
     float mx = -INFINITY;
     for (int j = 0; j < n_keys; j++) {
         const float *k = kv_row(kv->k_blocks, kv->block_size, a->n_kv, hd, start + j, kvh);
-        scores[j] = dot(q, k, hd) * a->scale;
+        scores[j] = a->cb->k->dot(q, k, hd) * a->scale;
         if (scores[j] > mx) mx = scores[j];
     }
     float sum = 0;
@@ -56,8 +50,7 @@ static void attn_task(void *ctx, int task, int thread) {
     memset(o, 0, (size_t)hd * sizeof *o);
     for (int j = 0; j < n_keys; j++) {
         const float *v = kv_row(kv->v_blocks, kv->block_size, a->n_kv, hd, start + j, kvh);
-        float wgt = scores[j] * inv;
-        for (int d = 0; d < hd; d++) o[d] += wgt * v[d];
+        a->cb->k->axpy(o, scores[j] * inv, v, hd);
     }
 }
 

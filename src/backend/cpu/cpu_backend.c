@@ -73,18 +73,42 @@ static void cpu_rope(em_backend *be, float *x, int rows, int n_heads, int head_d
     }
 }
 
+typedef struct swiglu_job {
+    const cpu_kernels *k;
+    float *out;
+    const float *gate, *up;
+    int n, ld_in;
+} swiglu_job;
+
+static void swiglu_row(void *ctx, int r, int thread) {
+    (void)thread;
+    const swiglu_job *j = ctx;
+    j->k->silu_mul(j->out + (size_t)r * (size_t)j->n, j->gate + (size_t)r * (size_t)j->ld_in,
+                   j->up + (size_t)r * (size_t)j->ld_in, j->n);
+}
+
 static void cpu_swiglu(em_backend *be, float *out, const float *gate, const float *up, int rows, int n, int ld_in) {
-    (void)be;
-    for (int r = 0; r < rows; r++) {
-        const float *g = gate + (size_t)r * (size_t)ld_in, *u = up + (size_t)r * (size_t)ld_in;
-        float *o = out + (size_t)r * (size_t)n;
-        for (int i = 0; i < n; i++) o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-    }
+    cpu_backend *cb = be->impl;
+    swiglu_job j = {cb->k, out, gate, up, n, ld_in};
+    em_pool_for(cb->pool, rows, swiglu_row, &j);
+}
+
+typedef struct add_job {
+    float *y;
+    const float *x;
+    size_t n, chunk;
+} add_job;
+
+static void add_chunk(void *ctx, int t, int thread) {
+    (void)thread;
+    const add_job *j = ctx;
+    size_t b = (size_t)t * j->chunk, e = b + j->chunk < j->n ? b + j->chunk : j->n;
+    for (size_t i = b; i < e; i++) j->y[i] += j->x[i];
 }
 
 static void cpu_add(em_backend *be, float *y, const float *x, size_t n) {
-    (void)be;
-    for (size_t i = 0; i < n; i++) y[i] += x[i];
+    add_job j = {y, x, n, 1 << 14};
+    em_pool_for(((cpu_backend *)be->impl)->pool, (int)((n + j.chunk - 1) / j.chunk), add_chunk, &j);
 }
 
 static void cpu_embed(em_backend *be, float *out, const em_weight *t, const int32_t *ids, int n) {

@@ -34,7 +34,15 @@ typedef struct cpu_kernels {
     tile_fn tile_bf16_bf16; /* bf16 x, bf16 w (FAST math); NULL if unsupported */
     qtile_fn qtile;         /* NULL: small batches dequantize rows too */
     qdequant_fn qdequant;
+    float (*dot)(const float *a, const float *b, int n);
+    void (*axpy)(float *y, float a, const float *x, int n); /* y += a * x */
+    void (*silu_mul)(float *out, const float *gate, const float *up, int n);
 } cpu_kernels;
+
+/* Portable vector helpers shared by kernel tables that lack their own. */
+float cpu_dot_ref(const float *a, const float *b, int n);
+void cpu_axpy_ref(float *y, float a, const float *x, int n);
+void cpu_silu_mul_ref(float *out, const float *gate, const float *up, int n);
 
 /* Portable quantized kernels (kernels_ref.c), also the AVX2 table's. */
 void cpu_qtile_ref(const float *x, size_t ldx, int mr, const em_weight *w, int n0, int nr, float *y, size_t ldy);

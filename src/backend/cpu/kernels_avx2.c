@@ -63,6 +63,25 @@ DEFINE_AVX2_TILE(avx2_f32_bf16, uint16_t, ld_bf16, bf16_to_f32)
 DEFINE_AVX2_TILE(avx2_f32_f16, uint16_t, ld_f16, f16_to_f32)
 DEFINE_AVX2_TILE(avx2_f32_f32, float, ld_f32, ID)
 
+AVX2_TARGET static float avx2_dot(const float *a, const float *b, int n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+    }
+    float s = hsum8(_mm256_add_ps(s0, s1));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+AVX2_TARGET static void avx2_axpy(float *y, float a, const float *x, int n) {
+    __m256 va = _mm256_set1_ps(a);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
 static const cpu_kernels avx2_kernels = {
     .isa = "avx2-fma",
     .tile_f32_bf16 = avx2_f32_bf16,
@@ -71,6 +90,9 @@ static const cpu_kernels avx2_kernels = {
     .tile_bf16_bf16 = NULL,
     .qtile = NULL, /* dequantized rows + the f32 tiles beat the scalar tile */
     .qdequant = cpu_qdequant_ref,
+    .dot = avx2_dot,
+    .axpy = avx2_axpy,
+    .silu_mul = cpu_silu_mul_ref,
 };
 
 const cpu_kernels *cpu_kernels_avx2(void) { return &avx2_kernels; }

@@ -5,6 +5,8 @@
 #include "tensor/affine.h"
 #include "tensor/dtype.h"
 
+#include <math.h>
+
 #define REF_TILE(NAME, XT, XCONV, WT, WCONV)                                                        \
     static void NAME(const void *xv, size_t ldx, int mr, const void *wv, size_t ldw, int nr, int K,  \
                      float *y, size_t ldy) {                                                         \
@@ -49,6 +51,20 @@ void cpu_qtile_ref(const float *x, size_t ldx, int mr, const em_weight *w, int n
         for (int n = 0; n < nr; n++) y[(size_t)m * ldy + n] = acc[m][n];
 }
 
+float cpu_dot_ref(const float *a, const float *b, int n) {
+    float s = 0;
+    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+void cpu_axpy_ref(float *y, float a, const float *x, int n) {
+    for (int i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+void cpu_silu_mul_ref(float *out, const float *gate, const float *up, int n) {
+    for (int i = 0; i < n; i++) out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
 static const cpu_kernels ref_kernels = {
     .isa = "portable",
     .tile_f32_bf16 = ref_f32_bf16,
@@ -57,6 +73,9 @@ static const cpu_kernels ref_kernels = {
     .tile_bf16_bf16 = ref_bf16_bf16,
     .qtile = cpu_qtile_ref,
     .qdequant = cpu_qdequant_ref,
+    .dot = cpu_dot_ref,
+    .axpy = cpu_axpy_ref,
+    .silu_mul = cpu_silu_mul_ref,
 };
 
 const cpu_kernels *cpu_kernels_ref(void) { return &ref_kernels; }

@@ -621,12 +621,17 @@ static em_status eval_compare(jctx *c, jframe *f, const jnode *n, jv *out) {
     for (size_t i = 0; i < n->nkids && result; i++) {
         jv right;
         em_status st = eval(c, f, n->kids[i], &right);
-        if (st == EM_OK) {
-            c->line = n->line;
-            st = compare_op(c, n->ops[i], &left, &right, &result);
+        if (st != EM_OK) {
+            jv_release(left);
+            return st;
         }
+        c->line = n->line;
+        st = compare_op(c, n->ops[i], &left, &right, &result);
         jv_release(left);
-        if (st != EM_OK) return st;
+        if (st != EM_OK) {
+            jv_release(right);
+            return st;
+        }
         left = right;
     }
     jv_release(left);
@@ -753,7 +758,10 @@ static em_status eval(jctx *c, jframe *f, const jnode *n, jv *out) {
     case JN_TUPLE:
     case JN_DICT: {
         st = eval_seq(c, f, n, out);
-        if (st != EM_OK) jv_release(*out);
+        if (st != EM_OK) {
+            jv_release(*out);
+            *out = jv_none();
+        }
         return st;
     }
     case JN_GETATTR:
@@ -802,8 +810,12 @@ static em_status eval(jctx *c, jframe *f, const jnode *n, jv *out) {
             jv_to_str(&buf, &a);
             jv_to_str(&buf, &b);
             st = jx_check_size(c, buf.len);
-            *out = jbuf_take(&buf);
-            if (st == EM_OK && jv_is_oom(*out)) st = jx_oom(c);
+            if (st == EM_OK) {
+                *out = jbuf_take(&buf);
+                if (jv_is_oom(*out)) st = jx_oom(c);
+            } else {
+                jbuf_free(&buf);
+            }
         } else {
             st = binop(c, n->name, &a, &b, out);
         }

@@ -1,0 +1,311 @@
+/* scheduler.c — the continuous-batching loop (see scheduler.h). */
+#include "engine/scheduler.h"
+
+#include "base/alloc.h"
+#include "base/log.h"
+#include "base/timer.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct sched_req {
+    gen_seq *g;
+    em_status status;
+    bool done;
+    unsigned long long order; /* arrival order: preempt the newest */
+    double t_admitted;
+    bool in_batch; /* has a span in the step being built */
+    struct sched_req *next;
+} sched_req;
+
+struct em_scheduler {
+    em_model *m;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv, done_cv;
+    sched_req *wait_head, *wait_tail; /* FIFO, guarded by mu */
+    sched_req **active;               /* owned by the loop thread */
+    int n_active, max_batch, prefill_chunk;
+    bool stop;
+    unsigned long long next_order;
+    sched_stats stats; /* guarded by mu */
+    /* per-step buffers */
+    em_span *spans;
+    sched_req **span_req;
+    float *logits;
+    size_t logits_rows;
+};
+
+static void push_front(em_scheduler *s, sched_req *r) {
+    r->next = s->wait_head;
+    s->wait_head = r;
+    if (!s->wait_tail) s->wait_tail = r;
+}
+
+static sched_req *pop_front(em_scheduler *s) {
+    sched_req *r = s->wait_head;
+    if (r) {
+        s->wait_head = r->next;
+        if (!s->wait_head) s->wait_tail = NULL;
+        r->next = NULL;
+    }
+    return r;
+}
+
+static void complete(em_scheduler *s, sched_req *r, em_status st) {
+    gen_seq *g = r->g;
+    if (g->seq >= 0) kv_seq_release(s->m->kv, g->seq);
+    g->seq = -1;
+    double now = em_now();
+    g->r->prefill_seconds = (g->t_first ? g->t_first : now) - g->t_start;
+    g->r->decode_seconds = now - (g->t_first ? g->t_first : now);
+    pthread_mutex_lock(&s->mu);
+    r->status = st;
+    r->done = true;
+    pthread_cond_broadcast(&s->done_cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Moves waiting requests into the active set while slots are free. */
+static void admit(em_scheduler *s) {
+    pthread_mutex_lock(&s->mu);
+    while (s->n_active < s->max_batch && s->wait_head) {
+        sched_req *r = s->wait_head;
+        if (kv_seq_alloc(s->m->kv, &r->g->seq) != EM_OK) break;
+        pop_front(s);
+        r->g->fed = 0;
+        r->t_admitted = em_now();
+        s->active[s->n_active++] = r;
+    }
+    s->stats.active = s->n_active;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void remove_active(em_scheduler *s, int i) {
+    memmove(&s->active[i], &s->active[i + 1], (size_t)(s->n_active - i - 1) * sizeof s->active[0]);
+    s->n_active--;
+}
+
+/* Preempts the newest active request that has no span in the batch being
+ * built: its blocks are freed and it goes back to the front of the queue,
+ * to be recomputed from its history. Returns it, or NULL when none. */
+static sched_req *preempt_newest(em_scheduler *s) {
+    int victim = -1;
+    for (int i = 0; i < s->n_active; i++)
+        if (!s->active[i]->in_batch && (victim < 0 || s->active[i]->order > s->active[victim]->order)) victim = i;
+    if (victim < 0) return NULL;
+    sched_req *r = s->active[victim];
+    kv_seq_release(s->m->kv, r->g->seq);
+    r->g->seq = -1;
+    r->g->fed = 0;
+    remove_active(s, victim);
+    pthread_mutex_lock(&s->mu);
+    push_front(s, r);
+    s->stats.preemptions++;
+    pthread_mutex_unlock(&s->mu);
+    EM_LOGD("scheduler: KV cache full, preempted a sequence (%zu tokens to recompute)", r->g->n_history);
+    return r;
+}
+
+/* Drops finished and cancelled requests. */
+static void retire(em_scheduler *s) {
+    for (int i = 0; i < s->n_active;) {
+        sched_req *r = s->active[i];
+        if (!r->g->finished && gen_seq_cancelled(r->g)) gen_seq_finish(r->g, EM_FINISH_CANCELLED);
+        if (r->g->finished) {
+            remove_active(s, i);
+            complete(s, r, EM_OK);
+        } else {
+            i++;
+        }
+    }
+}
+
+/* Reserves KV room for r to reach `len` positions, preempting newer
+ * requests outside the batch. False when r itself was preempted (it waits)
+ * or cannot fit at all (then it is finished). */
+static bool reserve(em_scheduler *s, sched_req *r, int len) {
+    for (;;) {
+        em_status st = kv_seq_reserve(s->m->kv, r->g->seq, len);
+        if (st == EM_OK) return true;
+        if (st == EM_ERR_LIMIT) {
+            sched_req *v = preempt_newest(s);
+            if (v == r) return false;
+            if (v) continue;
+        }
+        EM_LOGW("scheduler: cannot grow a sequence to %d positions: %s", len, em_last_error());
+        gen_seq_finish(r->g, EM_FINISH_LENGTH);
+        return false;
+    }
+}
+
+/* Builds this step's spans: one token per decoding sequence first, then
+ * prompt chunks within the prefill budget. Reserves KV room for each. */
+static int build_batch(em_scheduler *s, int *n_rows) {
+    int n = 0, budget = s->prefill_chunk;
+    *n_rows = 0;
+    for (int i = 0; i < s->n_active; i++) s->active[i]->in_batch = false;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < s->n_active; i++) {
+            sched_req *r = s->active[i];
+            gen_seq *g = r->g;
+            size_t pending = g->n_history - g->fed;
+            bool decode = pending == 1;
+            if ((pass == 0) != decode || pending == 0 || g->finished || r->in_batch) continue;
+            int take = decode ? 1 : (int)(pending < (size_t)budget ? pending : (size_t)budget);
+            if (take <= 0) continue;
+            if (!reserve(s, r, (int)g->fed + take)) {
+                i = -1; /* the active list changed: rescan (spans kept) */
+                continue;
+            }
+            r->in_batch = true;
+            if (!decode) budget -= take;
+            bool last = g->fed + (size_t)take == g->n_history;
+            s->spans[n] = (em_span){g->seq, g->history + g->fed, take, last ? LOGITS_LAST : LOGITS_NONE};
+            s->span_req[n++] = r;
+            if (last) (*n_rows)++;
+        }
+    }
+    return n;
+}
+
+static em_status ensure_logits(em_scheduler *s, int rows) {
+    if ((size_t)rows <= s->logits_rows) return EM_OK;
+    free(s->logits);
+    s->logits = em_mallocn((size_t)rows * (size_t)s->m->cfg.vocab, sizeof(float));
+    s->logits_rows = s->logits ? (size_t)rows : 0;
+    return s->logits ? EM_OK : em_fail(EM_ERR_NOMEM, "out of memory for %d logits rows", rows);
+}
+
+static void fail_all(em_scheduler *s, em_status st) {
+    while (s->n_active) {
+        sched_req *r = s->active[0];
+        remove_active(s, 0);
+        gen_seq_finish(r->g, EM_FINISH_NONE);
+        complete(s, r, st);
+    }
+}
+
+static void step(em_scheduler *s) {
+    int rows;
+    int n = build_batch(s, &rows);
+    if (n == 0) return;
+    double t0 = em_now();
+    em_status st = ensure_logits(s, rows);
+    em_batch b = {s->spans, n};
+    if (st == EM_OK) st = model_forward(s->m, &b, s->logits);
+    if (st != EM_OK) {
+        EM_LOGE("scheduler: forward failed: %s", em_last_error());
+        fail_all(s, st);
+        return;
+    }
+    int row = 0, tokens = 0, prefill = 0;
+    for (int i = 0; i < n; i++) {
+        gen_seq *g = s->span_req[i]->g;
+        g->fed += (size_t)s->spans[i].n;
+        tokens += s->spans[i].n;
+        if (s->spans[i].n > 1) prefill += s->spans[i].n;
+        if (s->spans[i].logits != LOGITS_LAST) continue;
+        if (gen_seq_sample(g, s->logits + (size_t)row * (size_t)s->m->cfg.vocab) != EM_OK) gen_seq_finish(g, EM_FINISH_NONE);
+        row++;
+    }
+    pthread_mutex_lock(&s->mu);
+    s->stats.steps++;
+    s->stats.batched_tokens += (unsigned long long)tokens;
+    s->stats.prefill_tokens += (unsigned long long)prefill;
+    s->stats.decode_tokens += (unsigned long long)(tokens - prefill);
+    s->stats.busy_seconds += em_now() - t0;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void *loop(void *arg) {
+    em_scheduler *s = arg;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        while (!s->stop && !s->wait_head && s->n_active == 0) pthread_cond_wait(&s->work_cv, &s->mu);
+        bool stop = s->stop;
+        pthread_mutex_unlock(&s->mu);
+        if (stop) break;
+        admit(s);
+        step(s);
+        retire(s);
+    }
+    for (int i = 0; i < s->n_active; i++) gen_seq_finish(s->active[i]->g, EM_FINISH_CANCELLED);
+    retire(s);
+    pthread_mutex_lock(&s->mu);
+    for (sched_req *r; (r = pop_front(s));) {
+        gen_seq_finish(r->g, EM_FINISH_CANCELLED);
+        r->done = true;
+    }
+    pthread_cond_broadcast(&s->done_cv);
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+em_status sched_run(em_scheduler *s, gen_seq *g) {
+    sched_req r = {.g = g};
+    pthread_mutex_lock(&s->mu);
+    if (s->stop) {
+        pthread_mutex_unlock(&s->mu);
+        return em_fail(EM_ERR_CANCELLED, "the server is shutting down");
+    }
+    r.order = s->next_order++;
+    if (s->wait_tail) s->wait_tail->next = &r;
+    else s->wait_head = &r;
+    s->wait_tail = &r;
+    s->stats.waiting++;
+    pthread_cond_signal(&s->work_cv);
+    while (!r.done) pthread_cond_wait(&s->done_cv, &s->mu);
+    s->stats.waiting--;
+    pthread_mutex_unlock(&s->mu);
+    return r.status;
+}
+
+void sched_get_stats(em_scheduler *s, sched_stats *out) {
+    pthread_mutex_lock(&s->mu);
+    *out = s->stats;
+    pthread_mutex_unlock(&s->mu);
+}
+
+em_status sched_start(em_model *m, const sched_options *o) {
+    em_scheduler *s = em_calloc(1, sizeof *s);
+    if (!s) return em_fail(EM_ERR_NOMEM, "out of memory");
+    s->m = m;
+    s->max_batch = o && o->max_batch > 0 && o->max_batch < m->kv->max_seqs ? o->max_batch : m->kv->max_seqs;
+    s->prefill_chunk = o && o->prefill_chunk > 0 ? o->prefill_chunk : 512;
+    s->active = em_calloc((size_t)s->max_batch, sizeof *s->active);
+    s->spans = em_calloc((size_t)s->max_batch, sizeof *s->spans);
+    s->span_req = em_calloc((size_t)s->max_batch, sizeof *s->span_req);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->work_cv, NULL);
+    pthread_cond_init(&s->done_cv, NULL);
+    if (!s->active || !s->spans || !s->span_req || pthread_create(&s->thread, NULL, loop, s) != 0) {
+        free(s->active);
+        free(s->spans);
+        free(s->span_req);
+        free(s);
+        return em_fail(EM_ERR_NOMEM, "cannot start the scheduler");
+    }
+    m->sched = s;
+    return EM_OK;
+}
+
+void sched_stop(em_model *m) {
+    em_scheduler *s = m->sched;
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    s->stop = true;
+    pthread_cond_broadcast(&s->work_cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);
+    m->sched = NULL;
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->work_cv);
+    pthread_cond_destroy(&s->done_cv);
+    free(s->active);
+    free(s->spans);
+    free(s->span_req);
+    free(s->logits);
+    free(s);
+}

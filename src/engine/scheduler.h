@@ -1,0 +1,40 @@
+/* scheduler.h — continuous batching: one thread runs the model; every step
+ * is one batched forward over all active sequences. Decoding sequences add
+ * one token each; prompts are prefilled in chunks (at most prefill_chunk
+ * tokens per step, shared first come first served) interleaved with the
+ * decodes so a long prompt never freezes streams in progress. Requests
+ * join and leave between steps; a finished or cancelled sequence frees its
+ * KV blocks at once. When the KV cache runs out, the newest running
+ * sequence is preempted (its blocks freed) and later recomputed from its
+ * history, instead of failing everyone.
+ *
+ * Greedy outputs under batching equal those of each request served alone:
+ * a row's arithmetic depends only on its own span (see dense.c). */
+#ifndef EMBER_ENGINE_SCHEDULER_H
+#define EMBER_ENGINE_SCHEDULER_H
+
+#include "engine/gen_seq.h"
+
+typedef struct em_scheduler em_scheduler;
+
+typedef struct sched_options {
+    int max_batch;     /* active sequences per step; 0: the KV cache's slots */
+    int prefill_chunk; /* prompt tokens per step; 0: 512 */
+} sched_options;
+
+typedef struct sched_stats {
+    unsigned long long steps, batched_tokens, prefill_tokens, decode_tokens, preemptions;
+    int active, waiting;
+    double busy_seconds;
+} sched_stats;
+
+/* Starts the scheduler thread on m and attaches it (m->sched): from then on
+ * em_generate on m goes through it. */
+em_status sched_start(em_model *m, const sched_options *o);
+/* Stops the thread after cancelling what is still running; detaches. */
+void sched_stop(em_model *m);
+/* Runs g to completion inside the batch; blocks the calling thread. */
+em_status sched_run(em_scheduler *s, gen_seq *g);
+void sched_get_stats(em_scheduler *s, sched_stats *out);
+
+#endif

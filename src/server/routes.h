@@ -1,0 +1,17 @@
+/* routes.h — the route handlers the router dispatches to. Each fills resp
+ * (see server.h); "model" handlers run only once the model is loaded. */
+#ifndef EMBER_SERVER_ROUTES_H
+#define EMBER_SERVER_ROUTES_H
+
+#include "server/server.h"
+
+void route_webui(srv_request *req, srv_response *resp);           /* GET / */
+void route_health(srv_request *req, srv_response *resp);          /* GET /health */
+void route_stats(srv_request *req, srv_response *resp);           /* GET /stats */
+void route_metrics(srv_request *req, srv_response *resp);         /* GET /metrics */
+void openai_models_list(srv_request *req, srv_response *resp);    /* GET /v1/models */
+void openai_models_get(srv_request *req, srv_response *resp);     /* GET /v1/models/{id} */
+void openai_chat_completions(srv_request *req, srv_response *resp); /* POST /v1/chat/completions */
+void openai_completions(srv_request *req, srv_response *resp);    /* POST /v1/completions */
+
+#endif
