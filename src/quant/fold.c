@@ -13,7 +13,7 @@ static bool ends_with(const char *s, const char *suf) {
 static bool starts_with(const char *s, const char *pre) { return !strncmp(s, pre, strlen(pre)); }
 
 uint64_t plan_out_elements(const plan_out *e) {
-    return e->ndim == 1 ? (uint64_t)e->shape[0] : (uint64_t)e->shape[0] * (uint64_t)e->shape[1];
+    return e->ndim == 1 ? (uint64_t)e->shape[0] : (uint64_t)e->shape[0] * (uint64_t)e->shape[1]; /* ndim > 2: [d0, rest] */
 }
 
 /* An integer from config.json, or from its text_config (multimodal wrappers). */
@@ -37,6 +37,9 @@ static em_status push(fold_plan *p, size_t *cap, const char *name, const qsrc_te
     *e = (plan_out){.src = src, .ndim = src->ndim, .layer = -1};
     e->shape[0] = src->shape[0];
     e->shape[1] = src->ndim > 1 ? src->shape[1] : 1;
+    /* tensors of more dimensions (convolution kernels) are only copied: seen
+     * as [d0, rest] */
+    if (src->ndim > 2) e->shape[1] = (int64_t)(qsrc_elements(src) / (uint64_t)(src->shape[0] ? src->shape[0] : 1));
     if (!(e->name = em_strdup(name))) return em_fail(EM_ERR_NOMEM, "out of memory");
     p->n++;
     *out = e;
@@ -299,10 +302,6 @@ static em_status plan_identity(fold_plan *p, const qsrc *s) {
     for (size_t i = 0; i < s->n; i++) {
         const qsrc_tensor *t = &s->tensors[i];
         EM_TRY(push(p, &cap, t->name, t, &e));
-        if (t->ndim > 2) {
-            /* kept as is: e.g. convolution kernels; shape [d0, rest] */
-            e->shape[1] = (int64_t)(qsrc_elements(t) / (uint64_t)(t->shape[0] ? t->shape[0] : 1));
-        }
         e->linear = t->ndim == 2 && ends_with(t->name, ".weight");
     }
     return EM_OK;

@@ -84,7 +84,7 @@ static em_status decide(run *r) {
             EM_TRY(add_written(r, &cap, name, r->fdt, 2, ss));
             snprintf(name, sizeof name, "%s.biases", module);
             EM_TRY(add_written(r, &cap, name, r->fdt, 2, ss));
-        } else if (e->src->ndim > 2 && !r->plan.rotate) {
+        } else if (e->src->ndim > 2) {
             EM_TRY(add_written(r, &cap, e->name, r->fdt, e->src->ndim, e->src->shape));
         } else {
             EM_TRY(add_written(r, &cap, e->name, r->fdt, e->ndim, e->shape));
@@ -124,7 +124,6 @@ static em_status emit(run *r, size_t i, st_writer *w) {
     const plan_out *e = &r->plan.outs[i];
     const out_choice *c = &r->choice[i];
     uint64_t n = plan_out_elements(e);
-    if (e->src->ndim > 2 && !r->plan.rotate) n = qsrc_elements(e->src);
     size_t bytes;
     if (!em_mul((size_t)n, sizeof(float), &bytes)) return em_fail(EM_ERR_NOMEM, "%s: too large", e->name);
     if (bytes > r->rep->largest_tensor_bytes) r->rep->largest_tensor_bytes = bytes;
