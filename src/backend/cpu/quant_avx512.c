@@ -49,9 +49,16 @@ Q_TARGET static inline __m512 dq16(const uint8_t *p, const qconst *q) {
     return _mm512_cvtepi32_ps(r);
 }
 
+/* 8 bits: the 16 bytes widen straight to 32-bit lanes. */
+Q_TARGET static inline __m512 dq16_8(const uint8_t *p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)));
+}
+
+/* BITS8: a compile-time flag for the 8-bit path (the generic one serves all
+ * widths, 8 included). */
 Q_TARGET __attribute__((always_inline)) static inline void qtile_mn(const float *x, size_t ldx, const em_weight *w,
                                                                     int n0, float *y, size_t ldy, const int MR,
-                                                                    const int NR) {
+                                                                    const int NR, const bool BITS8) {
     const int bits = w->bits, G = w->group_size;
     const int64_t K = w->cols, gpr = K / G;
     const size_t row_bytes = (size_t)(K * bits / 8);
@@ -72,7 +79,7 @@ Q_TARGET __attribute__((always_inline)) static inline void qtile_mn(const float 
             int64_t k = g * G + c;
             __m512 wv[4], xv[4];
             _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++)
-                wv[n] = _mm512_fmadd_ps(dq16(wr[n] + k * bits / 8, &q), s[n], b[n]);
+                wv[n] = _mm512_fmadd_ps(BITS8 ? dq16_8(wr[n] + k) : dq16(wr[n] + k * bits / 8, &q), s[n], b[n]);
             _Pragma("GCC unroll 4") for (int m = 0; m < MR; m++) xv[m] = _mm512_loadu_ps(x + (size_t)m * ldx + k);
             _Pragma("GCC unroll 4") for (int m = 0; m < MR; m++)
                 _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) acc[m][n] = _mm512_fmadd_ps(xv[m], wv[n], acc[m][n]);
@@ -82,15 +89,23 @@ Q_TARGET __attribute__((always_inline)) static inline void qtile_mn(const float 
         _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) y[(size_t)m * ldy + n] = _mm512_reduce_add_ps(acc[m][n]);
 }
 
+#define QTILE_DISPATCH(B8)                                                                                  \
+    if (nr == 4 && mr == 1) qtile_mn(x, ldx, w, n0, y, ldy, 1, 4, B8);                                      \
+    else if (nr == 4 && mr == 2) qtile_mn(x, ldx, w, n0, y, ldy, 2, 4, B8);                                 \
+    else if (nr == 4 && mr == 3) qtile_mn(x, ldx, w, n0, y, ldy, 3, 4, B8);                                 \
+    else if (nr == 4 && mr == 4) qtile_mn(x, ldx, w, n0, y, ldy, 4, 4, B8);                                 \
+    else                                                                                                    \
+        for (int n = 0; n < nr; n++)                                                                        \
+            for (int m = 0; m < mr; m++)                                                                    \
+                qtile_mn(x + (size_t)m * ldx, ldx, w, n0 + n, y + (size_t)m * ldy + n, ldy, 1, 1, B8);
+
 Q_TARGET void cpu_qtile_avx512(const float *x, size_t ldx, int mr, const em_weight *w, int n0, int nr, float *y,
                                size_t ldy) {
-    if (nr == 4 && mr == 1) qtile_mn(x, ldx, w, n0, y, ldy, 1, 4);
-    else if (nr == 4 && mr == 2) qtile_mn(x, ldx, w, n0, y, ldy, 2, 4);
-    else if (nr == 4 && mr == 3) qtile_mn(x, ldx, w, n0, y, ldy, 3, 4);
-    else if (nr == 4 && mr == 4) qtile_mn(x, ldx, w, n0, y, ldy, 4, 4);
-    else
-        for (int n = 0; n < nr; n++)
-            for (int m = 0; m < mr; m++) qtile_mn(x + (size_t)m * ldx, ldx, w, n0 + n, y + (size_t)m * ldy + n, ldy, 1, 1);
+    if (w->bits == 8) {
+        QTILE_DISPATCH(true)
+    } else {
+        QTILE_DISPATCH(false)
+    }
 }
 
 Q_TARGET void cpu_qdequant_avx512(const em_weight *w, int64_t r, float *out) {
