@@ -67,6 +67,35 @@ typedef struct em_backend_ops {
      * pos[], against keys 0..pos (or the last `window` when window > 0). */
     void (*attention)(em_backend *be, float *out, const float *q, const em_kv_view *kv, const int32_t *pos, int n,
                       int n_heads, int n_kv, int head_dim, float scale, int window);
+
+    /* ---- hybrid (Gated DeltaNet) families ---- */
+
+    /* y[i] *= sigmoid(gate[i]) for rows of n; gate rows strided by ld_gate. */
+    void (*sigmoid_mul)(em_backend *be, float *y, const float *gate, int rows, int n, int ld_gate);
+    /* Depthwise causal conv1d over channels + SiLU, continuing a sequence:
+     * y[t][c] = silu(sum_j w[c][j] * x'[t + j][c]) where x' is the K-1 rows of
+     * `state` (oldest first) followed by x. Rows of x and y are ld floats
+     * apart (channels 0..C-1 used); y may equal x. On return state holds the
+     * last K-1 input rows: the fused "conv + SiLU + new state tail". */
+    void (*conv1d_silu)(em_backend *be, float *y, const float *x, int n, int C, int ld, const float *w, int K,
+                        float *state);
+    /* Decay and write strength of the gated delta rule, per token and value
+     * head: g = -exp(A_log) * softplus(a + dt_bias), beta = sigmoid(b); a/b
+     * rows strided by ld_in, g/beta rows of Hv. */
+    void (*gdn_gates)(em_backend *be, float *g, float *beta, const float *a, const float *b, int ld_in,
+                      const float *A_log, const float *dt_bias, int n, int Hv);
+    /* The gated delta rule over n tokens of one sequence. qkv rows (stride
+     * ld) hold q[Hk*dk], k[Hk*dk], v[Hv*dv]; q and k are L2-normalised here
+     * (and q scaled by 1/sqrt(dk)); value head h reads key head h/(Hv/Hk).
+     * state [Hv][dk][dv] is read and replaced by the state after the last
+     * token; out rows are [Hv*dv]. chunk 0: token-by-token recurrence;
+     * chunk > 0: the chunked (UT-transform) form in blocks of `chunk`
+     * tokens. Both compute the same function. */
+    void (*gated_delta_rule)(em_backend *be, float *out, const float *qkv, int ld, const float *g, const float *beta,
+                             float *state, int n, int Hk, int Hv, int dk, int dv, int chunk);
+    /* y = x / rms(x) * gain * silu(z) over rows of n (z rows strided like x). */
+    void (*rmsnorm_gated)(em_backend *be, float *y, const float *x, const float *z, const float *gain, int rows, int n,
+                          float eps);
 } em_backend_ops;
 
 struct em_backend {

@@ -61,7 +61,13 @@ static int cmd_logits(int argc, char **argv) {
     }
     em_open_options o = {.n_threads = (int)threads, .precision = EM_PRECISION_EXACT, .max_sequences = 1};
     em_model *m;
-    em_status s = em_model_open(model, &o, &m);
+    char *model_dir;
+    if (!cli_resolve_model(model, &model_dir, "logits")) {
+        free(ids);
+        return CLI_FAIL;
+    }
+    em_status s = em_model_open(model_dir, &o, &m);
+    free(model_dir);
     if (s != EM_OK) {
         cli_error("logits", "%s", em_last_error());
         free(ids);

@@ -69,6 +69,11 @@ em_status kv_cache_create(int n_layers, int n_kv, int head_dim, int max_ctx, int
     /* Hand out low block ids first so memory is touched contiguously. */
     for (int i = 0; i < c->max_blocks; i++) c->free_list[i] = c->max_blocks - 1 - i;
     c->n_free = c->max_blocks;
+    em_status st = kv_prefix_init(c, 0);
+    if (st != EM_OK) {
+        kv_cache_free(c);
+        return st;
+    }
     *out = c;
     return EM_OK;
 }
@@ -84,6 +89,7 @@ void kv_cache_free(kv_cache *c) {
         free(c->seqs[s].k_ptrs);
         free(c->seqs[s].v_ptrs);
     }
+    kv_prefix_free(c);
     free(c->k_layer);
     free(c->v_layer);
     free(c->free_list);
@@ -111,7 +117,7 @@ em_status kv_seq_alloc(kv_cache *c, int *seq) {
 void kv_seq_release(kv_cache *c, int seq) {
     pthread_mutex_lock(&c->mu);
     kv_seq *s = &c->seqs[seq];
-    for (int i = 0; i < s->n_blocks; i++) c->free_list[c->n_free++] = s->blocks[i];
+    for (int i = 0; i < s->n_blocks; i++) kv_block_drop_locked(c, s->blocks[i]);
     s->n_blocks = 0;
     s->len = 0;
     s->in_use = false;
@@ -141,6 +147,18 @@ static bool grow_tables(kv_seq *s, int need, int n_layers) {
     return true;
 }
 
+bool kv_seq_push_block_locked(kv_cache *c, int seq, int b) {
+    kv_seq *s = &c->seqs[seq];
+    if (!grow_tables(s, s->n_blocks + 1, c->n_layers)) return false;
+    s->blocks[s->n_blocks] = b;
+    for (int l = 0; l < c->n_layers; l++) {
+        s->k_ptrs[(size_t)l * s->cap_blocks + s->n_blocks] = c->k_layer[l] + (size_t)b * c->block_floats;
+        s->v_ptrs[(size_t)l * s->cap_blocks + s->n_blocks] = c->v_layer[l] + (size_t)b * c->block_floats;
+    }
+    s->n_blocks++;
+    return true;
+}
+
 em_status kv_seq_reserve(kv_cache *c, int seq, int new_len) {
     if (new_len > c->max_ctx)
         return em_fail(EM_ERR_LIMIT, "sequence of %d positions exceeds the context of %d", new_len, c->max_ctx);
@@ -150,15 +168,14 @@ em_status kv_seq_reserve(kv_cache *c, int seq, int new_len) {
     pthread_mutex_lock(&c->mu);
     em_status st = EM_OK;
     if (!grow_tables(s, need, c->n_layers)) st = em_fail(EM_ERR_NOMEM, "out of memory growing a block table");
-    else if (need - s->n_blocks > c->n_free) st = em_fail(EM_ERR_LIMIT, "KV cache is full (%d blocks)", c->max_blocks);
+    else if (need - s->n_blocks > c->n_free + c->n_lru)
+        st = em_fail(EM_ERR_LIMIT, "KV cache is full (%d blocks)", c->max_blocks);
     while (st == EM_OK && s->n_blocks < need) {
-        int b = c->free_list[--c->n_free];
-        s->blocks[s->n_blocks] = b;
-        for (int l = 0; l < c->n_layers; l++) {
-            s->k_ptrs[(size_t)l * s->cap_blocks + s->n_blocks] = c->k_layer[l] + (size_t)b * c->block_floats;
-            s->v_ptrs[(size_t)l * s->cap_blocks + s->n_blocks] = c->v_layer[l] + (size_t)b * c->block_floats;
+        int b = kv_block_take_locked(c);
+        if (b < 0 || !kv_seq_push_block_locked(c, seq, b)) {
+            if (b >= 0) kv_block_drop_locked(c, b);
+            st = em_fail(EM_ERR_NOMEM, "out of memory growing a block table");
         }
-        s->n_blocks++;
     }
     pthread_mutex_unlock(&c->mu);
     return st;

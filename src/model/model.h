@@ -12,6 +12,7 @@
 #include "io/model_config.h"
 #include "io/quant_config.h"
 #include "io/safetensors.h"
+#include "model/fingerprint.h"
 #include "model/kv_cache.h"
 #include "tokenizer/tokenizer.h"
 
@@ -40,12 +41,46 @@ typedef struct family_ops {
      * sequence's length by its span. */
     em_status (*forward)(em_model *m, const em_batch *b, float *logits);
     void (*free)(em_model *m);
+
+    /* Optional, for families with per-sequence recurrent state (NULL: the
+     * KV cache is the whole state). mark: the next forwards of seq (up to
+     * max_tokens tokens in all) keep what truncate needs to cut the sequence
+     * back to any length >= its current one. truncate: drops positions >= len
+     * (KV and recurrent state). state_*: copy a sequence's recurrent state
+     * (excluding the KV cache) out to a buffer of state_bytes and back. */
+    em_status (*seq_mark)(em_model *m, int seq, int max_tokens);
+    em_status (*seq_truncate)(em_model *m, int seq, int len);
+    size_t (*state_bytes)(const em_model *m);
+    em_status (*state_save)(em_model *m, int seq, void *buf);
+    em_status (*state_load)(em_model *m, int seq, const void *buf);
+
+    /* Optional multi-token-prediction head (NULL/0: none). hidden_rows: the
+     * final-normed hidden state of every token of the last forward, in batch
+     * order ([tokens, hidden], owned by the model, valid until the next
+     * forward). mtp_forward: runs the head over n (token, hidden) pairs of
+     * seq at positions pos0.., writing its own KV there; logits of the last
+     * pair go to logits[vocab], its output hidden row to hidden_out[hidden]. */
+    int (*mtp_layers)(const em_model *m);
+    const float *(*hidden_rows)(em_model *m);
+    em_status (*mtp_forward)(em_model *m, int seq, const int32_t *tokens, const float *hidden, int pos0, int n,
+                             float *logits, float *hidden_out);
 } family_ops;
 
 extern const family_ops dense_family;
+extern const family_ops qwen3_5_family;
+
+/* Everything the registry knows about a model directory: its fingerprints
+ * and the implementation chosen for it, with the reason (registry.h). */
+typedef struct model_identity {
+    char config_fp[FP_HEX + 1];
+    char artifact_fp[FP_HEX + 1];
+    const struct em_impl *impl; /* NULL when the selection failed */
+    char why[512];
+} model_identity;
 
 struct em_model {
     char *dir;
+    em_config *config; /* the snapshot the model was opened with (a reference) */
     char *name;
     model_config cfg;
     quant_config qcfg; /* MLX quantization block (present = false when none) */
@@ -54,6 +89,7 @@ struct em_model {
     em_backend *be;
     kv_cache *kv;
     const family_ops *family;
+    model_identity identity;
     void *impl;
     tokenizer *tok;
     chat_template *tmpl;
@@ -63,12 +99,21 @@ struct em_model {
     size_t n_eos;
     pthread_mutex_t compute_mu; /* one forward at a time */
     struct em_scheduler *sched; /* continuous batching, when started */
+    struct grammar_vocab *grammar_vocab; /* constrained decoding, built on first use */
+    /* Optional canonical -> checkpoint tensor name mapping, set by a family
+     * whose checkpoints come in several layouts (NULL: names as given). */
+    const char *(*weight_name)(const em_model *m, const char *name, char *buf, size_t len);
 };
 
 /* Rows of logits a batch produces. */
 int batch_logit_rows(const em_batch *b);
 /* Runs family->forward under the compute lock. */
 em_status model_forward(em_model *m, const em_batch *b, float *logits);
+/* Rollback support for speculative decoding (see family_ops.seq_mark /
+ * seq_truncate); for families without recurrent state, mark does nothing
+ * and truncate cuts the KV cache. */
+em_status model_seq_mark(em_model *m, int seq, int max_tokens);
+em_status model_seq_truncate(em_model *m, int seq, int len);
 
 /* Loads the tokenizer and chat template of m->dir when present (text.c);
  * model_text_close releases them. */
@@ -87,5 +132,11 @@ em_status weight_bind(em_model *m, const char *name, int64_t rows, int64_t cols,
 /* Loads a 1-D tensor of n elements as f32 into backend memory (owned by the
  * caller, free with be->ops->free). optional: absent → *out NULL, EM_OK. */
 em_status weight_load_vector(em_model *m, const char *name, int64_t n, bool optional, float **out);
+/* Loads a tensor of exactly `shape` (ndim dims) as f32, flattened (owned by
+ * the caller, free with be->ops->free). */
+em_status weight_load_array(em_model *m, const char *name, int ndim, const int64_t *shape, float **out);
+/* The checkpoint name of canonical tensor `name` (m->weight_name applied);
+ * returns name itself or buf. */
+const char *weight_resolve(const em_model *m, const char *name, char *buf, size_t len);
 
 #endif

@@ -7,6 +7,10 @@
 #include <stdio.h>
 #include <string.h>
 
+const char *weight_resolve(const em_model *m, const char *name, char *buf, size_t len) {
+    return m->weight_name ? m->weight_name(m, name, buf, len) : name;
+}
+
 static em_status find(em_model *m, const char *name, const st_tensor **out) {
     *out = st_find(m->st, name);
     if (!*out) return em_fail(EM_ERR_FORMAT, "%s: tensor %s is missing", m->dir, name);
@@ -61,7 +65,9 @@ static em_status bind_quantized(em_model *m, const char *module, const st_tensor
     return EM_OK;
 }
 
-em_status weight_bind(em_model *m, const char *name, int64_t rows, int64_t cols, em_weight *w) {
+em_status weight_bind(em_model *m, const char *canonical, int64_t rows, int64_t cols, em_weight *w) {
+    char buf[256];
+    const char *name = weight_resolve(m, canonical, buf, sizeof buf);
     const st_tensor *t;
     EM_TRY(find(m, name, &t));
     char module[256];
@@ -89,7 +95,11 @@ em_status weight_bind(em_model *m, const char *name, int64_t rows, int64_t cols,
     return EM_OK;
 }
 
-em_status weight_load_vector(em_model *m, const char *name, int64_t n, bool optional, float **out) {
+static em_status load_f32(em_model *m, const st_tensor *t, const char *name, int64_t n, float **out);
+
+em_status weight_load_vector(em_model *m, const char *canonical, int64_t n, bool optional, float **out) {
+    char buf[256];
+    const char *name = weight_resolve(m, canonical, buf, sizeof buf);
     *out = NULL;
     const st_tensor *t = st_find(m->st, name);
     if (!t) return optional ? EM_OK : em_fail(EM_ERR_FORMAT, "%s: tensor %s is missing", m->dir, name);
@@ -99,6 +109,30 @@ em_status weight_load_vector(em_model *m, const char *name, int64_t n, bool opti
         return em_fail(EM_ERR_FORMAT, "%s: tensor %s has shape %s; the config implies [%lld]", m->dir, name, got,
                        (long long)n);
     }
+    return load_f32(m, t, name, n, out);
+}
+
+em_status weight_load_array(em_model *m, const char *canonical, int ndim, const int64_t *shape, float **out) {
+    char buf[256];
+    const char *name = weight_resolve(m, canonical, buf, sizeof buf);
+    const st_tensor *t;
+    *out = NULL;
+    EM_TRY(find(m, name, &t));
+    bool same = t->ndim == ndim;
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) {
+        same = same && t->shape[i] == shape[i];
+        n *= shape[i];
+    }
+    if (!same) {
+        char got[96];
+        shape_str(t, got, sizeof got);
+        return em_fail(EM_ERR_FORMAT, "%s: tensor %s has shape %s, not the one the config implies", m->dir, name, got);
+    }
+    return load_f32(m, t, name, n, out);
+}
+
+static em_status load_f32(em_model *m, const st_tensor *t, const char *name, int64_t n, float **out) {
     float *v = m->be->ops->alloc(m->be, (size_t)n * sizeof(float));
     if (!v) return em_fail(EM_ERR_NOMEM, "out of memory loading %s", name);
     for (int64_t i = 0; i < n; i++) {

@@ -147,6 +147,11 @@ static const em_backend_ops cpu_ops = {
     .embed = cpu_embed,
     .kv_write = cpu_kv_write,
     .attention = cpu_attention,
+    .sigmoid_mul = cpu_sigmoid_mul,
+    .conv1d_silu = cpu_conv1d_silu,
+    .gdn_gates = cpu_gdn_gates,
+    .gated_delta_rule = cpu_gated_delta_rule,
+    .rmsnorm_gated = cpu_rmsnorm_gated,
 };
 
 em_status cpu_backend_create(int n_threads, em_backend **out) {
