@@ -75,6 +75,19 @@ static em_status choose_family(const qsrc *s, const char *want, char *out, size_
     return EM_OK;
 }
 
+/* Qwen3.5 checkpoints store the residual gains as gamma - 1 unless they were
+ * shifted by a conversion; the loader's rule (sanitize_qwen3_5.h): centred
+ * iff any mtp.* tensor or a conv1d kernel not yet moved to [C, K, 1]. The
+ * artifact keeps those tensors, so the loader decides the same way on it. */
+static bool q35_gains_centred(const qsrc *s) {
+    for (size_t i = 0; i < s->n; i++) {
+        const qsrc_tensor *t = &s->tensors[i];
+        if (strstr(t->name, "mtp.")) return true;
+        if (strstr(t->name, "conv1d.weight") && t->ndim > 0 && t->shape[t->ndim - 1] != 1) return true;
+    }
+    return false;
+}
+
 /* ---- rotation plan ---- */
 
 typedef struct ctx {
@@ -260,7 +273,9 @@ static em_status plan_rotate(ctx *c) {
     EM_TRY(find_prefix(c));
     char name[256];
     snprintf(name, sizeof name, "%sembed_tokens.weight", c->prefix);
-    const qsrc_tensor *emb = need(c, name), *head = qsrc_find(s, "lm_head.weight");
+    /* the head: lm_head.weight, or language_model.lm_head.weight (mlx-lm) */
+    const char *head_name = !strcmp(c->prefix, "language_model.model.") ? "language_model.lm_head.weight" : "lm_head.weight";
+    const qsrc_tensor *emb = need(c, name), *head = qsrc_find(s, head_name);
     if (!emb) return EM_ERR_FORMAT;
     snprintf(name, sizeof name, "%snorm.weight", c->prefix);
     const qsrc_tensor *fnorm = need(c, name);
@@ -277,16 +292,20 @@ static em_status plan_rotate(ctx *c) {
         if (t == emb) {
             EM_TRY(push(p, &c->cap, t->name, t, &e));
             e->r1_in = e->linear = true;
-            if (p->untie) EM_TRY(plan_head(c, "lm_head.weight", emb, fnorm));
+            if (p->untie) EM_TRY(plan_head(c, head_name, emb, fnorm));
         } else if (t == fnorm) {
             EM_TRY(push(p, &c->cap, t->name, t, &e));
             e->set = c->offset != 0 ? FOLD_ZEROS : FOLD_ONES;
-        } else if (!strcmp(t->name, "lm_head.weight")) {
+        } else if (t == head) {
             EM_TRY(plan_head(c, t->name, t, fnorm));
         } else if (layer_of(c, t->name, &layer, &rest, &mtp)) {
             EM_TRY(plan_layer_tensor(c, t, layer, rest, mtp));
         } else if (starts_with(t->name, "mtp.")) {
             EM_TRY(plan_mtp_misc(c, t, head));
+        } else if (starts_with(t->name, "model.visual.") || starts_with(t->name, "visual.")) {
+            /* the vision tower is copied as is (ember runs the text model) */
+            EM_TRY(push(p, &c->cap, t->name, t, &e));
+            p->visual_copied = true;
         } else {
             return em_fail(EM_ERR_UNSUPPORTED,
                            "%s: tensor %s is outside the decoder the transform plan knows; refusing to rotate", s->dir,
@@ -326,7 +345,7 @@ em_status fold_plan_build(const qsrc *s, const fold_options *o, fold_plan *p) {
         int64_t nh = cfg_int(s->config, "num_attention_heads");
         if (!p->head_dim && nh > 0) p->head_dim = p->hidden / nh;
         p->r2 = !qwen;
-        c.offset = qwen ? 1.0f : 0.0f;
+        c.offset = qwen && q35_gains_centred(s) ? 1.0f : 0.0f;
         if (p->hidden <= 0) st = em_fail(EM_ERR_FORMAT, "%s: config.json has no hidden_size", s->dir);
         else if (p->r2 && p->head_dim <= 0) st = em_fail(EM_ERR_FORMAT, "%s: config.json gives no head_dim", s->dir);
         if (st == EM_OK) st = hadamard_make(p->hidden, o->seed, 1, "the hidden size (R1)", &p->r1);
@@ -335,10 +354,13 @@ em_status fold_plan_build(const qsrc *s, const fold_options *o, fold_plan *p) {
         snprintf(p->transform_id, sizeof p->transform_id, "%s", qwen ? "ember-rotate-v1:norms+r1" : "ember-rotate-v1:norms+r1+r2");
         snprintf(p->deviations, sizeof p->deviations, "%s",
                  qwen ? "R1 only (the attention output gate forbids R2); no online rotations (R3, R4); GDN in_proj_*/out_proj "
-                        "rotated with the residual stream; head untied; the MTP head is its own tensor mtp.lm_head.weight "
+                        "rotated with the residual stream; head untied; an MTP head becomes its own tensor mtp.lm_head.weight "
                         "with mtp.norm folded in"
                       : "randomized Hadamard R1 and per-head R2 (not learned); no online rotations (R3, R4); head untied");
         if (st == EM_OK) st = plan_rotate(&c);
+        if (st == EM_OK && p->visual_copied)
+            snprintf(p->deviations + strlen(p->deviations), sizeof p->deviations - strlen(p->deviations), "%s",
+                     "; vision tower copied unrotated (image features entering the stream would need R1)");
     }
     if (st != EM_OK) fold_plan_free(p);
     return st;

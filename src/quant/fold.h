@@ -61,6 +61,7 @@ typedef struct fold_plan {
     char transform_id[48];
     char deviations[512];
     bool untie;               /* the head became an explicit output */
+    bool visual_copied;       /* a vision tower was copied untransformed */
 } fold_plan;
 
 /* Builds the plan (identity copies when !o->rotate). Free with fold_plan_free. */

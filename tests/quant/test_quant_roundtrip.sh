@@ -46,6 +46,12 @@ print(("ok  " if ok else "FAIL") + f" mixed recipe config, {len(shards)} shards"
 sys.exit(0 if ok else 1)
 PY
 cmp_models "$tmp/mixed" "mixed+sharded"
+# the Qwen3.5 family binds quantized weights through the same path (GDN, gated attention, MTP)
+q35="$EMBER_SRC/tests/golden/qwen3_5/q35_mtp_ratio3"
+ids=$(python3 -c "import json,sys; print(','.join(map(str, json.load(open(sys.argv[1]))['ids'][:12])))" "$q35/ref.json")
+"$EMBER_BIN" quantize "$q35" "$tmp/q35" --bits 4 --group-size 32 2>/dev/null
+cmp_models "$tmp/q35" "qwen3.5 4-bit"
+ids=$(python3 -c "import json,sys; print(','.join(map(str, json.load(open(sys.argv[1]))['ids'][:12])))" "$src/ref.json")
 # refusals
 if "$EMBER_BIN" quantize "$src" "$tmp/q4" --bits 4 2>"$tmp/err"; then echo "FAIL existing DST accepted"; fail=1
 elif ! grep -q "already exists" "$tmp/err"; then echo "FAIL message: $(cat "$tmp/err")"; fail=1; else echo "ok   existing DST refused"; fi

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Rotation folding: for every Llama-family golden (GQA, MHA, biases, q/k
+# Rotation folding: for every Llama-family and Qwen3.5 golden (text, VL and
+# MTP layouts, tied, q/k/v bias; R1 only there) (GQA, MHA, biases, q/k
 # norms, head_dim 48 = 12*4 and 40 = 20*2, hidden 96 = 12*8, tied and untied)
 # a rotated but unquantized f32 checkpoint gives the original's logits within
 # f32 tolerance; the artifact records the transform and unties the head; a
@@ -8,13 +9,18 @@ set -euo pipefail
 : "${EMBER_BIN:?}" "${EMBER_SRC:?}"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 fail=0
-for d in "$EMBER_SRC"/tests/golden/dense/*/; do
+for d in "$EMBER_SRC"/tests/golden/dense/*/ "$EMBER_SRC"/tests/golden/qwen3_5/*/; do
   name=$(basename "$d")
   ids=$(python3 -c "import json,sys; print(','.join(map(str, json.load(open(sys.argv[1]))['ids'])))" "$d/ref.json")
   "$EMBER_BIN" quantize "$d" "$tmp/$name" --rotate --seed 11 --bits none --dtype f32 2>/dev/null
   "$EMBER_BIN" logits "$tmp/$name" --ids "$ids" --out "$tmp/r.bin"
   python3 "$EMBER_SRC/tests/support/compare_logits.py" "$tmp/r.bin" "$d/logits.bin" --rel 1e-5 --name "rotated $name" || fail=1
 done
+# the MTP head (its own folded copy in the artifact) drafts as before
+a=$("$EMBER_BIN" bench "$EMBER_SRC/tests/golden/qwen3_5/q35_mtp_ratio3" --spec mtp --prompt-tokens 16 --gen-tokens 24 --temperature 0 --seed 1 --json | grep '"spec"')
+b=$("$EMBER_BIN" bench "$tmp/q35_mtp_ratio3" --spec mtp --prompt-tokens 16 --gen-tokens 24 --temperature 0 --seed 1 --json | grep '"spec"')
+[ "$(sed -E 's/.*"acceptance_rate":([0-9.]+).*/\1/' <<<"$a")" = "$(sed -E 's/.*"acceptance_rate":([0-9.]+).*/\1/' <<<"$b")" ] \
+  && echo "ok   rotated MTP drafts accepted as before" || { echo "FAIL MTP acceptance: $a vs $b"; fail=1; }
 python3 - "$tmp/llama_gqa_tied" <<'PY' || fail=1
 import json, os, struct, sys
 d = sys.argv[1]
