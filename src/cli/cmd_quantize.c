@@ -24,7 +24,7 @@ static void quantize_help(void) {
            "  --rotate           fold norm gains and Hadamard rotations into the weights\n"
            "  --seed N           rotation seed (default 0)\n"
            "  --family NAME      automatic (default), llama or qwen3_5\n"
-           "  --dtype T          float dtype of the artifact: bf16, f16, f32 (default: the source's)\n"
+           "  --dtype T          float dtype of every float tensor: bf16, f16, f32 (default: each keeps its source dtype)\n"
            "  --shard-size GB    shard size (default 5)\n"
            "  --plan             print every output tensor with its source and exit\n"
            "  --force            replace an existing DST\n");

@@ -21,6 +21,7 @@
 /* What is written for one plan output. */
 typedef struct out_choice {
     int bits, group;   /* bits 0: float */
+    em_dtype fdt;      /* float dtype of the tensor, or of its scales/biases */
     size_t first;      /* index of its first written tensor */
     int shard;
 } out_choice;
@@ -34,7 +35,7 @@ typedef struct run {
     st_wtensor *wt;    /* written tensors, in order */
     char **wnames;     /* their names (owned) */
     size_t n_wt;
-    em_dtype fdt;      /* float dtype written */
+    em_dtype fdt;      /* --dtype, or EM_DTYPE_COUNT: each tensor keeps its source's */
     int def_bits, def_group;
     char *tmp;         /* temporary artifact directory */
 } run;
@@ -54,6 +55,15 @@ static em_status add_written(run *r, size_t *cap, const char *name, em_dtype dt,
     *t = (st_wtensor){.dtype = dt, .ndim = ndim};
     memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
     return EM_OK;
+}
+
+/* A tensor keeps its source's float dtype (a dequantized source: its scales'),
+ * unless --dtype chose one for all. */
+static em_dtype entry_dtype(const run *r, const plan_out *e) {
+    if (r->fdt != EM_DTYPE_COUNT) return r->fdt;
+    if (e->src->bits) return e->src->scales->dtype;
+    em_dtype d = e->src->t->dtype;
+    return d == EM_F32 || d == EM_F16 || d == EM_BF16 ? d : r->src.float_dtype;
 }
 
 /* Chooses bits per output and lists the tensors to write. */
@@ -77,17 +87,18 @@ static em_status decide(run *r) {
             r->def_group = c->group;
         }
         c->first = r->n_wt;
+        c->fdt = entry_dtype(r, e);
         if (c->bits) {
             int64_t ws[2] = {e->shape[0], e->shape[1] * c->bits / 32}, ss[2] = {e->shape[0], e->shape[1] / c->group};
             EM_TRY(add_written(r, &cap, e->name, EM_U32, 2, ws));
             snprintf(name, sizeof name, "%s.scales", module);
-            EM_TRY(add_written(r, &cap, name, r->fdt, 2, ss));
+            EM_TRY(add_written(r, &cap, name, c->fdt, 2, ss));
             snprintf(name, sizeof name, "%s.biases", module);
-            EM_TRY(add_written(r, &cap, name, r->fdt, 2, ss));
+            EM_TRY(add_written(r, &cap, name, c->fdt, 2, ss));
         } else if (e->src->ndim > 2) {
-            EM_TRY(add_written(r, &cap, e->name, r->fdt, e->src->ndim, e->src->shape));
+            EM_TRY(add_written(r, &cap, e->name, c->fdt, e->src->ndim, e->src->shape));
         } else {
-            EM_TRY(add_written(r, &cap, e->name, r->fdt, e->ndim, e->shape));
+            EM_TRY(add_written(r, &cap, e->name, c->fdt, e->ndim, e->shape));
         }
     }
     for (size_t i = 0; i < r->n_wt; i++) r->wt[i].name = r->wnames[i];
@@ -132,7 +143,7 @@ static em_status emit(run *r, size_t i, st_writer *w) {
     em_status s = fold_apply(&r->plan, &r->src, e, v);
     if (s == EM_OK && !c->bits) {
         note_work(r, bytes);
-        s = write_bytes(w, v, to_dtype(v, (size_t)n, r->fdt));
+        s = write_bytes(w, v, to_dtype(v, (size_t)n, c->fdt));
     } else if (s == EM_OK) {
         int64_t rows = e->shape[0], cols = e->shape[1], groups = cols / c->group;
         size_t row_bytes = (size_t)(cols * c->bits / 8), ng = (size_t)rows * (size_t)groups;
@@ -144,8 +155,8 @@ static em_status emit(run *r, size_t i, st_writer *w) {
             rtn_quantize_row(v + (size_t)row * (size_t)cols, cols, c->bits, c->group, packed + (size_t)row * row_bytes,
                              sc + (size_t)row * (size_t)groups, bi + (size_t)row * (size_t)groups);
         if (s == EM_OK) s = write_bytes(w, packed, (size_t)rows * row_bytes);
-        if (s == EM_OK) s = write_bytes(w, sc, to_dtype(sc, ng, r->fdt));
-        if (s == EM_OK) s = write_bytes(w, bi, to_dtype(bi, ng, r->fdt));
+        if (s == EM_OK) s = write_bytes(w, sc, to_dtype(sc, ng, c->fdt));
+        if (s == EM_OK) s = write_bytes(w, bi, to_dtype(bi, ng, c->fdt));
         free(packed);
         free(sc);
         free(bi);
@@ -371,7 +382,7 @@ static em_status run_all(run *r) {
     EM_TRY(qsrc_open(j->src, &r->src));
     r->rep->bytes_in = st_data_bytes(r->src.st);
     EM_TRY(fold_plan_build(&r->src, &j->fold, &r->plan));
-    r->fdt = j->out_dtype == EM_DTYPE_COUNT ? r->src.float_dtype : j->out_dtype;
+    r->fdt = j->out_dtype;
     EM_TRY(decide(r));
     r->rep->n_tensors = r->n_wt;
     if (j->plan_only) {
