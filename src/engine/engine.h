@@ -24,4 +24,11 @@ struct em_scheduler *em_model_scheduler(const em_model *m);
 /* Bytes of weights resident (for /stats). */
 size_t em_model_weight_bytes(const em_model *m);
 
+/* Logits of every position of ids (a fresh sequence, released after):
+ * logits[n, vocab], owned by the caller. n beyond the context: EM_ERR_LIMIT. */
+em_status em_score_logits(em_model *m, const int32_t *ids, size_t n, float *logits);
+/* log softmax(logits)[at] over n entries, in double; *lse_out (may be NULL)
+ * gets the log-sum-exp. at < 0 only computes the log-sum-exp. */
+double em_log_softmax_at(const float *logits, int n, int at, double *lse_out);
+
 #endif

@@ -98,6 +98,7 @@ static em_status kv_budget_from_memory(const em_model *m, int kv_layers, size_t 
 
 static em_status open_parts(em_model *m, const em_open_options *o) {
     EM_TRY(model_config_load(m->dir, &m->cfg));
+    EM_TRY(quant_config_load(m->dir, &m->qcfg));
     EM_TRY(generation_defaults_load(m->dir, &m->gen));
     collect_eos(m);
     double t0 = em_now();
@@ -162,6 +163,7 @@ void em_model_free(em_model *m) {
     if (m->be) weights_release(m);
     em_backend_free(m->be);
     st_close(m->st);
+    quant_config_free(&m->qcfg);
     pthread_mutex_destroy(&m->compute_mu);
     em_config_release(m->config);
     free(m->dir);

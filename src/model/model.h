@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "chat/chat.h"
 #include "io/model_config.h"
+#include "io/quant_config.h"
 #include "io/safetensors.h"
 #include "model/fingerprint.h"
 #include "model/kv_cache.h"
@@ -82,6 +83,7 @@ struct em_model {
     em_config *config; /* the snapshot the model was opened with (a reference) */
     char *name;
     model_config cfg;
+    quant_config qcfg; /* MLX quantization block (present = false when none) */
     generation_defaults gen;
     st_set *st;
     em_backend *be;
@@ -128,10 +130,12 @@ void model_template_close(em_model *m);
 
 /* ---- weight binding (weights.c) ---- */
 
-/* Binds a [rows, cols] linear weight `name` (F32/F16/BF16): in place on a
- * host-memory backend, else uploaded once into backend memory owned by the
- * model (weights_release). A wrong shape, dtype or a missing tensor is an
- * error naming the tensor. */
+/* Binds a [rows, cols] linear weight `name`: F32/F16/BF16, or MLX affine
+ * (`<module>.weight` U32 packed + `<module>.scales` + `<module>.biases`) when
+ * m->qcfg quantizes the module or the checkpoint holds its scales. In place
+ * on a host-memory backend, else uploaded once into backend memory owned by
+ * the model (weights_release). A wrong shape, dtype or a missing tensor is
+ * an error naming the tensor. */
 em_status weight_bind(em_model *m, const char *name, int64_t rows, int64_t cols, em_weight *w);
 /* Frees the device copies weight_bind made. */
 void weights_release(em_model *m);

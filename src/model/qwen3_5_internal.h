@@ -41,6 +41,10 @@ typedef struct q35_mtp {
     em_weight fc;
     float *norm_emb, *norm_hid, *final_norm;
     q35_layer *layers;
+    /* mtp.lm_head.weight: the head's own copy when the artifact has one (a
+     * rotated artifact folds mtp.norm into it); else the trunk's head */
+    em_weight own_head;
+    bool has_own_head;
 } q35_mtp;
 
 typedef struct q35_impl {

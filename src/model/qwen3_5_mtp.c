@@ -33,6 +33,10 @@ em_status q35_mtp_bind(em_model *m, q35_impl *d) {
     EM_TRY(q35_gain(m, d, "mtp.pre_fc_norm_embedding.weight", H, &t->norm_emb));
     EM_TRY(q35_gain(m, d, "mtp.pre_fc_norm_hidden.weight", H, &t->norm_hid));
     EM_TRY(q35_gain(m, d, "mtp.norm.weight", H, &t->final_norm));
+    if (st_find(m->st, weight_resolve(m, "mtp.lm_head.weight", buf, sizeof buf))) {
+        EM_TRY(weight_bind(m, "mtp.lm_head.weight", c->vocab, H, &t->own_head));
+        t->has_own_head = true;
+    }
     q35_layer *L = &t->layers[0];
     L->linear = false;
     L->slot = c->q35.n_full; /* the KV-cache layer after the trunk's */
@@ -97,6 +101,6 @@ em_status q35_mtp_forward(em_model *m, int seq, const int32_t *tokens, const flo
     float *last = d->h; /* the normed output of the last pair */
     op->rmsnorm(be, last, d->x + (size_t)(n - 1) * H, t->final_norm, 1, c->hidden, eps, 0.0f);
     if (hidden_out) memcpy(hidden_out, last, H * sizeof(float));
-    if (logits) op->matmul(be, logits, last, 1, &d->head, NULL, EM_MATH_EXACT);
+    if (logits) op->matmul(be, logits, last, 1, t->has_own_head ? &t->own_head : &d->head, NULL, EM_MATH_EXACT);
     return EM_OK;
 }

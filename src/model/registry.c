@@ -13,10 +13,10 @@ static const char *const generic_only[] = {"generic", NULL};
 
 static const em_impl impls[] = {
     {.name = "dense", .graph = "dense", .family = FAMILY_DENSE, .loader = "safetensors",
-     .weight_formats = IMPL_W_FLOAT, .loop = "autoregressive", .specializations = generic_only,
+     .weight_formats = IMPL_W_FLOAT | IMPL_W_AFFINE, .loop = "autoregressive", .specializations = generic_only,
      .ops = &dense_family},
     {.name = "qwen3_5", .graph = "qwen3_5", .family = FAMILY_QWEN3_5, .loader = "safetensors",
-     .weight_formats = IMPL_W_FLOAT, .loop = "autoregressive", .specializations = generic_only,
+     .weight_formats = IMPL_W_FLOAT | IMPL_W_AFFINE, .loop = "autoregressive", .specializations = generic_only,
      .ops = &qwen3_5_family},
 };
 

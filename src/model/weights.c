@@ -7,6 +7,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 const char *weight_resolve(const em_model *m, const char *name, char *buf, size_t len) {
     return m->weight_name ? m->weight_name(m, name, buf, len) : name;
@@ -63,20 +64,75 @@ static em_status upload_tensor(em_model *m, const st_tensor *t, const void **out
     return EM_OK;
 }
 
+static em_status check_shape(em_model *m, const st_tensor *t, int64_t rows, int64_t cols, const char *what) {
+    if (t->ndim == 2 && t->shape[0] == rows && t->shape[1] == cols) return EM_OK;
+    char got[96];
+    shape_str(t, got, sizeof got);
+    return em_fail(EM_ERR_FORMAT, "%s: tensor %s has shape %s; %s implies [%lld, %lld]", m->dir, t->name, got, what,
+                   (long long)rows, (long long)cols);
+}
+
+/* Binds the packed weight, scales and biases of a quantized module. */
+static em_status bind_quantized(em_model *m, const char *module, const st_tensor *t, int64_t rows, int64_t cols,
+                                int bits, int group, em_weight *w) {
+    if (!m->be->ops->host_memory)
+        return em_fail(EM_ERR_UNSUPPORTED, "%s: %s is %d-bit quantized; the %s backend runs only f32/f16/bf16 weights "
+                       "so far (use --device cpu)", m->dir, module, bits, m->be->desc);
+    if (cols % group != 0)
+        return em_fail(EM_ERR_FORMAT, "%s: %s has %lld input columns, not a multiple of its group size %d", m->dir,
+                       module, (long long)cols, group);
+    if ((cols * bits) % 32 != 0)
+        return em_fail(EM_ERR_FORMAT, "%s: %s: %lld columns of %d bits do not fill whole 32-bit words", m->dir,
+                       module, (long long)cols, bits);
+    if (t->dtype != EM_U32)
+        return em_fail(EM_ERR_FORMAT, "%s: tensor %s has dtype %s; a %d-bit quantized module packs into U32", m->dir,
+                       t->name, dtype_name(t->dtype), bits);
+    char what[96];
+    snprintf(what, sizeof what, "%d-bit packing of [%lld, %lld]", bits, (long long)rows, (long long)cols);
+    EM_TRY(check_shape(m, t, rows, cols * bits / 32, what));
+    char name[288];
+    const st_tensor *s, *b;
+    snprintf(name, sizeof name, "%s.scales", module);
+    EM_TRY(find(m, name, &s));
+    snprintf(name, sizeof name, "%s.biases", module);
+    EM_TRY(find(m, name, &b));
+    snprintf(what, sizeof what, "group size %d over [%lld, %lld]", group, (long long)rows, (long long)cols);
+    EM_TRY(check_shape(m, s, rows, cols / group, what));
+    EM_TRY(check_shape(m, b, rows, cols / group, what));
+    if (s->dtype != b->dtype || (s->dtype != EM_F32 && s->dtype != EM_F16 && s->dtype != EM_BF16))
+        return em_fail(EM_ERR_FORMAT, "%s: %s: scales (%s) and biases (%s) must share one float dtype", m->dir, module,
+                       dtype_name(s->dtype), dtype_name(b->dtype));
+    *w = (em_weight){.dtype = EM_U32, .rows = rows, .cols = cols, .data = t->data, .name = t->name, .bits = bits,
+                     .group_size = group, .scales = s->data, .biases = b->data, .scale_dtype = s->dtype};
+    return EM_OK;
+}
+
 em_status weight_bind(em_model *m, const char *canonical, int64_t rows, int64_t cols, em_weight *w) {
     char buf[256];
     const char *name = weight_resolve(m, canonical, buf, sizeof buf);
     const st_tensor *t;
     EM_TRY(find(m, name, &t));
+    char module[256];
+    size_t n = strlen(name);
+    if (n > 7 && !strcmp(name + n - 7, ".weight") && n - 7 < sizeof module) {
+        memcpy(module, name, n - 7);
+        module[n - 7] = 0;
+        int bits = 0, group = 0;
+        quant_choice q = quant_config_lookup(&m->qcfg, module, &bits, &group);
+        char sname[272];
+        snprintf(sname, sizeof sname, "%s.scales", module);
+        bool has_scales = st_find(m->st, sname) != NULL;
+        if (q == QC_QUANTIZED || (q == QC_UNLISTED && has_scales)) {
+            if (!m->qcfg.present)
+                return em_fail(EM_ERR_FORMAT, "%s: %s has quantization scales but config.json has no quantization block",
+                               m->dir, module);
+            return bind_quantized(m, module, t, rows, cols, bits, group, w);
+        }
+    }
     if (t->dtype != EM_F32 && t->dtype != EM_F16 && t->dtype != EM_BF16)
         return em_fail(EM_ERR_UNSUPPORTED, "%s: tensor %s has dtype %s; expected F32, F16 or BF16", m->dir, name,
                        dtype_name(t->dtype));
-    if (t->ndim != 2 || t->shape[0] != rows || t->shape[1] != cols) {
-        char got[96];
-        shape_str(t, got, sizeof got);
-        return em_fail(EM_ERR_FORMAT, "%s: tensor %s has shape %s; the config implies [%lld, %lld]", m->dir, name, got,
-                       (long long)rows, (long long)cols);
-    }
+    EM_TRY(check_shape(m, t, rows, cols, "the config"));
     *w = (em_weight){.dtype = t->dtype, .rows = rows, .cols = cols, .data = t->data, .name = t->name};
     if (!m->be->ops->host_memory) EM_TRY(upload_tensor(m, t, &w->data));
     return EM_OK;

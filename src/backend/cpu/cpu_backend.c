@@ -137,12 +137,13 @@ static void cpu_add(em_backend *be, float *y, const float *x, size_t n) {
 }
 
 static void cpu_embed(em_backend *be, float *out, const em_weight *t, const int32_t *ids, int n) {
-    (void)be;
+    const cpu_kernels *k = ((cpu_backend *)be->impl)->k;
     size_t d = (size_t)t->cols;
     for (int i = 0; i < n; i++) {
         float *o = out + (size_t)i * d;
         size_t row = (size_t)ids[i] * d;
-        if (t->dtype == EM_F32) memcpy(o, (const float *)t->data + row, d * sizeof *o);
+        if (t->bits) k->qdequant(t, ids[i], o); /* quantized table: dequantize the one row */
+        else if (t->dtype == EM_F32) memcpy(o, (const float *)t->data + row, d * sizeof *o);
         else if (t->dtype == EM_BF16) for (size_t k = 0; k < d; k++) o[k] = bf16_to_f32(((const uint16_t *)t->data)[row + k]);
         else if (t->dtype == EM_F16) for (size_t k = 0; k < d; k++) o[k] = f16_to_f32(((const uint16_t *)t->data)[row + k]);
     }

@@ -19,12 +19,21 @@ const cpu_features *cpu_get_features(void);
 typedef void (*tile_fn)(const void *x, size_t ldx, int mr, const void *w, size_t ldw, int nr, int K, float *y,
                         size_t ldy);
 
+/* Quantized (MLX affine) kernels. qtile: y[m*ldy + j] = sum_k x[m*ldx + k] *
+ * w(n0 + j, k) for m < mr (<= 4), j < nr (<= 4), dequantizing w to f32 in
+ * registers (scale*q + bias) and accumulating with f32 FMAs. qdequant: row r
+ * of w as f32 into out[w->cols]. */
+typedef void (*qtile_fn)(const float *x, size_t ldx, int mr, const em_weight *w, int n0, int nr, float *y, size_t ldy);
+typedef void (*qdequant_fn)(const em_weight *w, int64_t r, float *out);
+
 typedef struct cpu_kernels {
     const char *isa;
     tile_fn tile_f32_bf16; /* f32 x, bf16 w */
     tile_fn tile_f32_f16;  /* f32 x, f16 w */
     tile_fn tile_f32_f32;  /* f32 x, f32 w */
     tile_fn tile_bf16_bf16; /* bf16 x, bf16 w (FAST math); NULL if unsupported */
+    qtile_fn qtile;         /* NULL: small batches dequantize rows too */
+    qdequant_fn qdequant;
     float (*dot)(const float *a, const float *b, int n);
     void (*axpy)(float *y, float a, const float *x, int n); /* y += a * x */
     void (*silu_mul)(float *out, const float *gate, const float *up, int n);
@@ -34,6 +43,13 @@ typedef struct cpu_kernels {
 float cpu_dot_ref(const float *a, const float *b, int n);
 void cpu_axpy_ref(float *y, float a, const float *x, int n);
 void cpu_silu_mul_ref(float *out, const float *gate, const float *up, int n);
+
+/* Portable quantized kernels (kernels_ref.c), also the AVX2 table's. */
+void cpu_qtile_ref(const float *x, size_t ldx, int mr, const em_weight *w, int n0, int nr, float *y, size_t ldy);
+void cpu_qdequant_ref(const em_weight *w, int64_t r, float *out);
+/* AVX-512 (F, BW, VL) quantized kernels (quant_avx512.c, x86-64 only). */
+void cpu_qtile_avx512(const float *x, size_t ldx, int mr, const em_weight *w, int n0, int nr, float *y, size_t ldy);
+void cpu_qdequant_avx512(const em_weight *w, int64_t r, float *out);
 
 const cpu_kernels *cpu_kernels_ref(void);
 const cpu_kernels *cpu_kernels_avx2(void);   /* NULL when not compiled in */
@@ -54,6 +70,8 @@ typedef struct cpu_backend {
 /* Ensures thread t's scratch holds n floats; returns it. */
 float *cpu_scratch(cpu_backend *cb, int t, size_t n);
 
+/* Quantized weights (w->bits > 0): quant_matmul.c. */
+void cpu_qmatmul(em_backend *be, float *y, const float *x, int M, const em_weight *w, const float *bias, em_math math);
 void cpu_matmul(em_backend *be, float *y, const float *x, int M, const em_weight *w, const float *bias, em_math math);
 void cpu_attention(em_backend *be, float *out, const float *q, const em_kv_view *kv, const int32_t *pos, int n,
                    int n_heads, int n_kv, int head_dim, float scale, int window);

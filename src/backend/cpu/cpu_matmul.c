@@ -75,13 +75,17 @@ static void convert_rows(void *ctx, int task, int thread) {
 
 void cpu_matmul(em_backend *be, float *y, const float *x, int M, const em_weight *w, const float *bias, em_math math) {
     cpu_backend *cb = be->impl;
+    if (w->bits) {
+        cpu_qmatmul(be, y, x, M, w, bias, math);
+        return;
+    }
     matmul_job j = {.k = cb->k, .x = x, .ldx = (size_t)w->cols, .w = w->data, .ldw = (size_t)w->cols,
                     .M = M, .N = (int)w->rows, .K = (int)w->cols, .y = y, .bias = bias};
     switch (w->dtype) {
     case EM_BF16: j.tile = cb->k->tile_f32_bf16; j.w_elem = 2; break;
     case EM_F16: j.tile = cb->k->tile_f32_f16; j.w_elem = 2; break;
     case EM_F32: j.tile = cb->k->tile_f32_f32; j.w_elem = 4; break;
-    default: return; /* rejected at load: quantized weights take the quant path */
+    default: return; /* weight_bind admits no other dtype */
     }
     /* FAST: large bf16 GEMMs round activations once and use bf16 dot products. */
     if (math == EM_MATH_FAST && w->dtype == EM_BF16 && M >= 16 && cb->k->tile_bf16_bf16) {

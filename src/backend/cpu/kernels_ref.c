@@ -2,6 +2,7 @@
  * without AVX2, and the yardstick the SIMD kernels are tested against. */
 #include "backend/cpu/cpu_internal.h"
 
+#include "tensor/affine.h"
 #include "tensor/dtype.h"
 
 #include <math.h>
@@ -27,6 +28,29 @@ REF_TILE(ref_f32_f16, float, ID, uint16_t, f16_to_f32)
 REF_TILE(ref_f32_f32, float, ID, float, ID)
 REF_TILE(ref_bf16_bf16, uint16_t, bf16_to_f32, uint16_t, bf16_to_f32)
 
+void cpu_qdequant_ref(const em_weight *w, int64_t r, float *out) {
+    affine_dequant(w->data, w->scales, w->biases, w->scale_dtype, w->bits, w->group_size, w->cols, r, 0, w->cols, out);
+}
+
+/* Dequantizes one group at a time into a small buffer, then dots. */
+void cpu_qtile_ref(const float *x, size_t ldx, int mr, const em_weight *w, int n0, int nr, float *y, size_t ldy) {
+    float wg[128];
+    float acc[4][4] = {{0}};
+    int64_t K = w->cols, G = w->group_size;
+    for (int n = 0; n < nr; n++)
+        for (int64_t k = 0; k < K; k += G) {
+            affine_dequant(w->data, w->scales, w->biases, w->scale_dtype, w->bits, (int)G, K, n0 + n, k, G, wg);
+            for (int m = 0; m < mr; m++) {
+                const float *xr = x + (size_t)m * ldx + k;
+                float a = acc[m][n];
+                for (int64_t i = 0; i < G; i++) a += xr[i] * wg[i];
+                acc[m][n] = a;
+            }
+        }
+    for (int m = 0; m < mr; m++)
+        for (int n = 0; n < nr; n++) y[(size_t)m * ldy + n] = acc[m][n];
+}
+
 float cpu_dot_ref(const float *a, const float *b, int n) {
     float s = 0;
     for (int i = 0; i < n; i++) s += a[i] * b[i];
@@ -47,6 +71,8 @@ static const cpu_kernels ref_kernels = {
     .tile_f32_f16 = ref_f32_f16,
     .tile_f32_f32 = ref_f32_f32,
     .tile_bf16_bf16 = ref_bf16_bf16,
+    .qtile = cpu_qtile_ref,
+    .qdequant = cpu_qdequant_ref,
     .dot = cpu_dot_ref,
     .axpy = cpu_axpy_ref,
     .silu_mul = cpu_silu_mul_ref,

@@ -1,0 +1,139 @@
+/* quant_matmul.c — y = x · wᵀ for MLX affine quantized weights, threaded
+ * over blocks of weight rows like the float matmul.
+ *
+ * Small batches (decode) run the fused tile: packed weights are dequantized
+ * in registers and multiplied at once, so only the packed bytes cross the
+ * memory bus. Larger batches (prefill) dequantize a block of rows once into
+ * the thread's scratch (kept in L2) and run the float tiles over every
+ * activation row: f32 for EXACT math, bf16 dot products for FAST. */
+#include "backend/cpu/cpu_internal.h"
+
+#include "base/alloc.h"
+
+#include <stdlib.h>
+
+/* Batches below this use the fused tile (it dequantizes once per 4 rows). */
+#define QFUSED_MAX_M 8
+
+typedef struct qjob {
+    cpu_backend *cb;
+    const em_weight *w;
+    const float *x;
+    const uint16_t *xb; /* bf16 activations for FAST, else NULL */
+    int M, N, K;
+    int rows_per_block;
+    bool fused;
+    float *y;
+    const float *bias;
+} qjob;
+
+static void run_fused(const qjob *j, int n0, int n1) {
+    for (int m = 0; m < j->M; m += 4) {
+        int mr = j->M - m < 4 ? j->M - m : 4;
+        for (int n = n0; n < n1; n += 4) {
+            int nr = n1 - n < 4 ? n1 - n : 4;
+            j->cb->k->qtile(j->x + (size_t)m * j->K, (size_t)j->K, mr, j->w, n, nr, j->y + (size_t)m * j->N + n,
+                            (size_t)j->N);
+        }
+    }
+}
+
+static void run_dequantized(const qjob *j, int n0, int n1, int thread) {
+    const cpu_kernels *k = j->cb->k;
+    size_t K = (size_t)j->K, rows = (size_t)(n1 - n0);
+    /* f32 rows, then (FAST) the same rows in bf16 after them */
+    float *wf = cpu_scratch(j->cb, thread, rows * K + (j->xb ? rows * K / 2 + 1 : 0));
+    if (!wf) return; /* scratch was sized at block_rows; see cpu_qmatmul */
+    for (size_t r = 0; r < rows; r++) k->qdequant(j->w, n0 + (int64_t)r, wf + r * K);
+    const void *wt = wf, *xt = j->x;
+    tile_fn tile = k->tile_f32_f32;
+    if (j->xb) {
+        uint16_t *wb = (uint16_t *)(wf + rows * K);
+        for (size_t i = 0; i < rows * K; i++) wb[i] = f32_to_bf16(wf[i]);
+        wt = wb;
+        xt = j->xb;
+        tile = k->tile_bf16_bf16;
+    }
+    size_t xelem = j->xb ? 2 : 4, welem = j->xb ? 2 : 4;
+    for (int m = 0; m < j->M; m += 4) {
+        int mr = j->M - m < 4 ? j->M - m : 4;
+        const char *xr = (const char *)xt + (size_t)m * K * xelem;
+        for (int n = n0; n < n1; n += 4) {
+            int nr = n1 - n < 4 ? n1 - n : 4;
+            tile(xr, K, mr, (const char *)wt + (size_t)(n - n0) * K * welem, K, nr, j->K, j->y + (size_t)m * j->N + n,
+                 (size_t)j->N);
+        }
+    }
+}
+
+static void qblock(void *ctx, int task, int thread) {
+    const qjob *j = ctx;
+    int n0 = task * j->rows_per_block;
+    int n1 = n0 + j->rows_per_block < j->N ? n0 + j->rows_per_block : j->N;
+    if (j->fused) run_fused(j, n0, n1);
+    else run_dequantized(j, n0, n1, thread);
+    if (j->bias)
+        for (int m = 0; m < j->M; m++)
+            for (int n = n0; n < n1; n++) j->y[(size_t)m * j->N + n] += j->bias[n];
+}
+
+/* Fused: about 64 KB of packed weights per block, at least 8 blocks per
+ * thread so the stream stays balanced. Dequantized: 256 KB of f32 rows. */
+static int qblock_rows(const qjob *j, int n_threads) {
+    size_t row_bytes = j->fused ? (size_t)j->K * (size_t)j->w->bits / 8 : (size_t)j->K * 4;
+    int rows = (int)((j->fused ? 64u << 10 : 256u << 10) / (row_bytes ? row_bytes : 1));
+    if (j->fused) {
+        int per = j->N / (n_threads * 8);
+        if (per < rows) rows = per;
+    }
+    rows &= ~3;
+    return rows < 4 ? 4 : rows;
+}
+
+typedef struct qconvert_job {
+    const float *x;
+    uint16_t *out;
+    size_t n;
+} qconvert_job;
+
+static void qconvert(void *ctx, int task, int thread) {
+    (void)thread;
+    qconvert_job *c = ctx;
+    size_t chunk = (c->n + 63) / 64, b = (size_t)task * chunk, e = b + chunk < c->n ? b + chunk : c->n;
+    for (size_t i = b; i < e; i++) c->out[i] = f32_to_bf16(c->x[i]);
+}
+
+void cpu_qmatmul(em_backend *be, float *y, const float *x, int M, const em_weight *w, const float *bias, em_math math) {
+    cpu_backend *cb = be->impl;
+    qjob j = {.cb = cb, .w = w, .x = x, .M = M, .N = (int)w->rows, .K = (int)w->cols, .y = y, .bias = bias};
+    j.fused = cb->k->qtile && M < QFUSED_MAX_M;
+    if (!j.fused && math == EM_MATH_FAST && M >= 16 && cb->k->tile_bf16_bf16) {
+        size_t n = (size_t)M * (size_t)w->cols;
+        if (n > cb->xbf16_len) {
+            free(cb->xbf16);
+            cb->xbf16 = em_aligned_alloc(n * 2);
+            cb->xbf16_len = cb->xbf16 ? n : 0;
+        }
+        if (cb->xbf16) {
+            qconvert_job c = {x, cb->xbf16, n};
+            em_pool_for(cb->pool, 64, qconvert, &c);
+            j.xb = cb->xbf16;
+        }
+    }
+    j.rows_per_block = qblock_rows(&j, be->n_threads);
+    int n_blocks = (j.N + j.rows_per_block - 1) / j.rows_per_block;
+    if (!j.fused) {
+        /* Size every thread's scratch up front: a worker cannot report an
+         * allocation failure, so fall back to the fused tile when it fails. */
+        size_t need = (size_t)j.rows_per_block * (size_t)j.K * 3 / 2 + 1;
+        for (int t = 0; t < be->n_threads; t++)
+            if (!cpu_scratch(cb, t, need)) j.fused = true;
+        if (j.fused) {
+            if (!cb->k->qtile) return; /* out of memory with no fallback: y is left as is */
+            j.xb = NULL;
+            j.rows_per_block = qblock_rows(&j, be->n_threads);
+            n_blocks = (j.N + j.rows_per_block - 1) / j.rows_per_block;
+        }
+    }
+    em_pool_for(cb->pool, n_blocks, qblock, &j);
+}

@@ -1,0 +1,40 @@
+/* hadamard.h — randomized Hadamard rotations Q = D·H/√n for the weight
+ * transforms (D: seeded random ±1 diagonal, H: a Hadamard matrix of order n).
+ *
+ * Orders supported: 2^k (Sylvester), and 12·2^k, 20·2^k as Kronecker products
+ * of the Paley matrices of order 12 and 20 (built from the quadratic residues
+ * mod 11 and 19) with Sylvester ones. Q is orthogonal, so x·Q·Qᵀ = x. */
+#ifndef EMBER_QUANT_HADAMARD_H
+#define EMBER_QUANT_HADAMARD_H
+
+#include "base/status.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct hadamard {
+    int64_t n;    /* order */
+    int m;        /* 1, 12 or 20: the non-power-of-two factor */
+    int64_t p;    /* n / m, a power of two */
+    int8_t *hm;   /* m x m entries ±1 (NULL when m == 1) */
+    int8_t *sign; /* D, n entries ±1 */
+} hadamard;
+
+/* True when n has a supported order. */
+bool hadamard_order_ok(int64_t n);
+/* Builds Q of order n with signs drawn from (seed, stream). Free with
+ * hadamard_free. An unsupported order is EM_ERR_UNSUPPORTED naming it and
+ * `what` (the dimension's role, for the message). */
+em_status hadamard_make(int64_t n, uint64_t seed, uint64_t stream, const char *what, hadamard *out);
+void hadamard_free(hadamard *h);
+
+/* a: n x width row-major. a ← Qᵀ·a (mixes rows: the output side of a weight,
+ * W' = Qᵀ W). tmp: scratch of m*width floats (NULL allowed when m == 1). */
+void hadamard_left_t(const hadamard *h, float *a, int64_t width, float *tmp);
+/* v: one row of n values, v ← v·Q (the input side: W' = W Q row by row). */
+void hadamard_right(const hadamard *h, float *v, float *tmp);
+/* The plain (unrandomized, unnormalized) Hadamard matrix entry H[i][j], for
+ * tests. */
+int hadamard_entry(const hadamard *h, int64_t i, int64_t j);
+
+#endif

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Rotation folding: for every Llama-family and Qwen3.5 golden (text, VL and
+# MTP layouts, tied, q/k/v bias; R1 only there) (GQA, MHA, biases, q/k
+# norms, head_dim 48 = 12*4 and 40 = 20*2, hidden 96 = 12*8, tied and untied)
+# a rotated but unquantized f32 checkpoint gives the original's logits within
+# f32 tolerance; the artifact records the transform and unties the head; a
+# rotated quantized artifact loads and decodes like its own dequantized copy.
+set -euo pipefail
+: "${EMBER_BIN:?}" "${EMBER_SRC:?}"
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+fail=0
+for d in "$EMBER_SRC"/tests/golden/dense/*/ "$EMBER_SRC"/tests/golden/qwen3_5/*/; do
+  name=$(basename "$d")
+  ids=$(python3 -c "import json,sys; print(','.join(map(str, json.load(open(sys.argv[1]))['ids'])))" "$d/ref.json")
+  "$EMBER_BIN" quantize "$d" "$tmp/$name" --rotate --seed 11 --bits none --dtype f32 2>/dev/null
+  "$EMBER_BIN" logits "$tmp/$name" --ids "$ids" --out "$tmp/r.bin"
+  python3 "$EMBER_SRC/tests/support/compare_logits.py" "$tmp/r.bin" "$d/logits.bin" --rel 1e-5 --name "rotated $name" || fail=1
+done
+# the MTP head (its own folded copy in the artifact) drafts as before
+a=$("$EMBER_BIN" bench "$EMBER_SRC/tests/golden/qwen3_5/q35_mtp_ratio3" --spec mtp --prompt-tokens 16 --gen-tokens 24 --temperature 0 --seed 1 --json | grep '"spec"')
+b=$("$EMBER_BIN" bench "$tmp/q35_mtp_ratio3" --spec mtp --prompt-tokens 16 --gen-tokens 24 --temperature 0 --seed 1 --json | grep '"spec"')
+[ "$(sed -E 's/.*"acceptance_rate":([0-9.]+).*/\1/' <<<"$a")" = "$(sed -E 's/.*"acceptance_rate":([0-9.]+).*/\1/' <<<"$b")" ] \
+  && echo "ok   rotated MTP drafts accepted as before" || { echo "FAIL MTP acceptance: $a vs $b"; fail=1; }
+python3 - "$tmp/llama_gqa_tied" <<'PY' || fail=1
+import json, os, struct, sys
+d = sys.argv[1]
+c = json.load(open(os.path.join(d, "config.json")))
+f = open(os.path.join(d, "model.safetensors"), "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n))
+m = h["__metadata__"]
+ok = (c["tie_word_embeddings"] is False and c["ember_transform"]["seed"] == 11 and "lm_head.weight" in h
+      and m["ember.transform"].startswith("ember-rotate-v1") and m["ember.family"] == "llama" and m["ember.seed"] == "11")
+print(("ok  " if ok else "FAIL") + " transform recorded, head untied")
+sys.exit(0 if ok else 1)
+PY
+src="$EMBER_SRC/tests/golden/dense/qwen3_qknorm"
+ids=$(python3 -c "import json,sys; print(','.join(map(str, json.load(open(sys.argv[1]))['ids'][:10])))" "$src/ref.json")
+"$EMBER_BIN" quantize "$src" "$tmp/rq" --rotate --bits 4 --group-size 32 2>/dev/null
+"$EMBER_BIN" quantize "$tmp/rq" "$tmp/rqd" --bits none --dtype f32 2>/dev/null
+a=$("$EMBER_BIN" generate "$tmp/rq" --ids "$ids" --max-tokens 6 --temperature 0 --ignore-eos --print-ids)
+b=$("$EMBER_BIN" generate "$tmp/rqd" --ids "$ids" --max-tokens 6 --temperature 0 --ignore-eos --print-ids)
+[ "$a" = "$b" ] && echo "ok   rotated 4-bit decodes like its dequantized copy" || { echo "FAIL rotated 4-bit [$a] vs [$b]"; fail=1; }
+"$EMBER_BIN" quantize "$EMBER_SRC/tests/golden/dense/llama_gqa_tied" --plan --rotate > "$tmp/plan.txt"
+grep -q "^lm_head.weight .* <- model.embed_tokens.weight \* gain(model.norm.weight) . R1" "$tmp/plan.txt" \
+  && grep -q "self_attn.v_proj.weight .* R1 R2\[layer 0\]^T" "$tmp/plan.txt" \
+  && echo "ok   plan lists the untied head and R2" || { echo "FAIL plan"; head -5 "$tmp/plan.txt"; fail=1; }
+if "$EMBER_BIN" quantize "$src" "$tmp/x" --rotate --family qwen3_5 2>"$tmp/err"; then echo "FAIL wrong family accepted"; fail=1
+else echo "ok   wrong family refused: $(head -c 120 "$tmp/err")"; fi
+exit $fail

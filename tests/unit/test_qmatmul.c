@@ -1,0 +1,104 @@
+/* Quantized matmul and embedding: every kernel table, bit width and group
+ * size against a double-precision product with the scalar dequantization
+ * (affine_dequant), over decode and prefill batch sizes; FAST within bf16
+ * rounding. */
+#include "test.h"
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_internal.h"
+#include "base/timer.h"
+#include "tensor/affine.h"
+
+#include <stdint.h>
+
+static uint64_t rs = 99;
+static uint32_t rnd32(void) {
+    rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
+    return (uint32_t)(rs >> 16);
+}
+static float frand(void) { return (float)(rnd32() % 2000001) / 1000000.0f - 1.0f; }
+
+static void check(em_backend *be, int M, int N, int K, int bits, int group, em_math math) {
+    size_t words = (size_t)N * K * bits / 32, groups = (size_t)N * K / group;
+    uint32_t *wq = malloc(words * 4);
+    uint16_t *sc = malloc(groups * 2), *bi = malloc(groups * 2);
+    for (size_t i = 0; i < words; i++) wq[i] = rnd32() ^ (rnd32() << 16);
+    for (size_t i = 0; i < groups; i++) {
+        sc[i] = f32_to_bf16(frand() * 0.05f);
+        bi[i] = f32_to_bf16(frand() * 0.2f);
+    }
+    em_weight w = {.dtype = EM_U32, .rows = N, .cols = K, .data = wq, .bits = bits, .group_size = group,
+                   .scales = sc, .biases = bi, .scale_dtype = EM_BF16};
+    float *x = malloc(sizeof(float) * M * K), *y = malloc(sizeof(float) * M * N), *bias = malloc(sizeof(float) * N);
+    float *wf = malloc(sizeof(float) * N * K);
+    for (int i = 0; i < M * K; i++) x[i] = frand();
+    for (int i = 0; i < N; i++) bias[i] = frand();
+    for (int n = 0; n < N; n++) affine_dequant(wq, sc, bi, EM_BF16, bits, group, K, n, 0, K, wf + (size_t)n * K);
+    be->ops->matmul(be, y, x, M, &w, bias, math);
+    double worst = 0;
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double ref = bias[n];
+            for (int k = 0; k < K; k++) ref += (double)x[m * K + k] * wf[(size_t)n * K + k];
+            double err = fabs(ref - y[m * N + n]);
+            if (err > worst) worst = err;
+        }
+    double tol = math == EM_MATH_FAST && M >= 16 ? 0.03 * sqrt(K) : 2e-5 * sqrt(K) * 4;
+    CHECKF(worst <= tol, "%s M=%d N=%d K=%d bits=%d g=%d math=%d err=%g", ((cpu_backend *)be->impl)->k->isa, M, N,
+           K, bits, group, (int)math, worst);
+    /* embedding rows dequantize exactly */
+    int32_t ids[2] = {0, N - 1};
+    float *rows = malloc(sizeof(float) * 2 * K);
+    be->ops->embed(be, rows, &w, ids, 2);
+    int bad = 0;
+    for (int k = 0; k < K; k++) bad += rows[k] != wf[k] || rows[K + k] != wf[(size_t)(N - 1) * K + k];
+    CHECKF(bad == 0, "embed bits=%d: %d values differ", bits, bad);
+    free(rows);
+    free(wq); free(sc); free(bi); free(x); free(y); free(bias); free(wf);
+}
+
+static void bench(em_backend *be, int bits, int M) {
+    int N = 2048, K = 2048, group = 64;
+    size_t words = (size_t)N * K * bits / 32, groups = (size_t)N * K / group;
+    uint32_t *wq = calloc(words, 4);
+    uint16_t *sc = calloc(groups, 2), *bi = calloc(groups, 2);
+    float *x = calloc((size_t)M * K, 4), *y = calloc((size_t)M * N, 4);
+    em_weight w = {.dtype = EM_U32, .rows = N, .cols = K, .data = wq, .bits = bits, .group_size = group,
+                   .scales = sc, .biases = bi, .scale_dtype = EM_BF16};
+    be->ops->matmul(be, y, x, M, &w, NULL, EM_MATH_EXACT);
+    double t0 = em_now();
+    int reps = M == 1 ? 50 : 3;
+    for (int r = 0; r < reps; r++) be->ops->matmul(be, y, x, M, &w, NULL, EM_MATH_EXACT);
+    double dt = (em_now() - t0) / reps;
+    fprintf(stderr, "  %s %d-bit M=%d: %.1f GFLOP/s, %.1f GB/s of weights\n", ((cpu_backend *)be->impl)->k->isa, bits, M,
+            2.0 * M * N * K / dt / 1e9, em_weight_bytes(&w) / dt / 1e9);
+    free(wq); free(sc); free(bi); free(x); free(y);
+}
+
+int main(void) {
+    const cpu_kernels *tables[] = {cpu_kernels_ref(), cpu_kernels_avx2(), cpu_kernels_avx512()};
+    const cpu_features *f = cpu_get_features();
+    bool usable[] = {true, f->avx2_fma, f->avx512f && f->avx512bw && f->avx512vl && f->avx512bf16};
+    em_backend *be;
+    REQUIRE(cpu_backend_create(2, &be) == EM_OK);
+    int bitsv[] = {2, 3, 4, 5, 6, 8}, groupv[] = {32, 64, 128};
+    int shapes[][2] = {{1, 9}, {3, 8}, {5, 13}, {17, 6}, {20, 4}};
+    for (int t = 0; t < 3; t++) {
+        if (!tables[t] || !usable[t]) continue;
+        ((cpu_backend *)be->impl)->k = tables[t];
+        for (int b = 0; b < 6; b++)
+            for (int g = 0; g < 3; g++)
+                for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+                    int K = groupv[g] * (1 + (int)(s % 3));
+                    check(be, shapes[s][0], shapes[s][1], K, bitsv[b], groupv[g], EM_MATH_EXACT);
+                    check(be, shapes[s][0], shapes[s][1], K, bitsv[b], groupv[g], EM_MATH_FAST);
+                }
+        if (getenv("EMBER_BENCH"))
+            for (int b = 0; b < 6; b++) {
+                bench(be, bitsv[b], 1);
+                bench(be, bitsv[b], 64);
+            }
+    }
+    cpu_backend_free(be);
+    return test_summary();
+}
