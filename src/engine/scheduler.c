@@ -294,7 +294,12 @@ em_status sched_start(em_model *m, const sched_options *o) {
     s->m = m;
     s->max_batch = o && o->max_batch > 0 && o->max_batch < m->kv->max_seqs ? o->max_batch : m->kv->max_seqs;
     s->prefill_chunk = o && o->prefill_chunk > 0 ? o->prefill_chunk : 512;
-    s->prefix_cache = !(o && o->no_prefix_cache);
+    /* A family with per-sequence recurrent state (Qwen3.5) cannot resume from
+     * shared KV blocks alone: its state at the block boundary would be
+     * needed too, which is not snapshotted yet. Prefix caching stays off
+     * for it rather than computing from a wrong state. */
+    bool recurrent = m->family->state_bytes && m->family->state_bytes(m) > 0;
+    s->prefix_cache = !(o && o->no_prefix_cache) && !recurrent;
     if (o && o->prompt_cache_bytes) {
         size_t block_bytes = m->kv->block_floats * sizeof(float) * 2u * (size_t)m->kv->n_layers;
         m->kv->max_lru = (int)(o->prompt_cache_bytes / block_bytes);
