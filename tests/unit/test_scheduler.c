@@ -170,6 +170,10 @@ int main(void) {
      * room for 160 positions, enough for one full context of 128 but not
      * for four sequences at once. */
     run_suite(dir, 1536u * 160u);
+    /* the hybrid family: recurrent state per sequence under batching */
+    char qdir[4096];
+    snprintf(qdir, sizeof qdir, "%s/tests/golden/qwen3_5/q35_tied_ratio2", test_src_dir());
+    run_suite(qdir, 0);
     prefix_suite(dir, 0);
     prefix_suite(dir, 1536u * 32u); /* room for one cached block: evictions */
     return test_summary();
