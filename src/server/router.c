@@ -24,6 +24,9 @@ static const route routes[] = {
     {"GET", "/v1/models/", openai_models_get, true, true},
     {"POST", "/v1/chat/completions", openai_chat_completions, true, true},
     {"POST", "/v1/completions", openai_completions, true, true},
+    {"POST", "/v1/messages", anthropic_messages, false, false}, /* checks key and model itself (Anthropic errors) */
+    {"POST", "/v1/messages/count_tokens", anthropic_count_tokens, false, false},
+    {"POST", "/v1/messages/", anthropic_not_found, false, false},
 };
 
 static bool path_matches(const route *r, const char *path) {

@@ -13,5 +13,8 @@ void openai_models_list(srv_request *req, srv_response *resp);    /* GET /v1/mod
 void openai_models_get(srv_request *req, srv_response *resp);     /* GET /v1/models/{id} */
 void openai_chat_completions(srv_request *req, srv_response *resp); /* POST /v1/chat/completions */
 void openai_completions(srv_request *req, srv_response *resp);    /* POST /v1/completions */
+void anthropic_messages(srv_request *req, srv_response *resp);    /* POST /v1/messages */
+void anthropic_count_tokens(srv_request *req, srv_response *resp); /* POST /v1/messages/count_tokens */
+void anthropic_not_found(srv_request *req, srv_response *resp);   /* POST /v1/messages/... (404) */
 
 #endif
