@@ -197,7 +197,9 @@ static bool parse_message(json_t *msg, size_t i, em_request *req, oai_error *e) 
     }
     if (ok && assistant) {
         m = &req->messages[at_assistant];
-        if (acc.text.len || !m->n_tool_calls) m->content = take(&acc.text);
+        /* Always a string, "" beside tool calls: templates such as Qwen3's
+         * call string methods on an assistant's content. */
+        m->content = take(&acc.text);
         if (acc.thinking.len) m->reasoning = take(&acc.thinking);
         if ((acc.text.data && !m->content) || (acc.thinking.data && !m->reasoning)) ok = oom(e, path);
     } else if (ok && (acc.text.data || json_is_string(content))) {
