@@ -105,9 +105,11 @@ static bool block_tool_result(json_t *blk, const char *path, em_request *req, oa
     const char *name = tool_use_name(req, json_string_value(id));
     if (!name)
         return bad(e, path, "tool_use_id '%.80s' does not match any earlier tool_use block", json_string_value(id));
-    oai_buf text = {0};
-    bool ok = (!json_is_true(is_error) || oai_buf_add(&text, "Error: ", 7) || oom(e, path)) &&
-              tool_result_text(field(blk, "content"), path, &text, e);
+    oai_buf result = {0}, text = {0};
+    bool ok = tool_result_text(field(blk, "content"), path, &result, e);
+    if (ok && json_is_true(is_error) && !oai_buf_add(&text, "Error: ", 7)) ok = oom(e, path);
+    if (ok && !oai_buf_add(&text, result.data ? result.data : "", result.len)) ok = oom(e, path);
+    oai_buf_free(&result);
     em_message *m = NULL;
     char *name_copy = ok ? em_strdup(name) : NULL; /* before adding: the add may move the messages */
     if (ok && (!name_copy || em_request_add_message(req, EM_ROLE_TOOL, text.data ? text.data : "", &m) != EM_OK))
@@ -200,8 +202,8 @@ static bool parse_message(json_t *msg, size_t i, em_request *req, oai_error *e) 
         /* Always a string, "" beside tool calls: templates such as Qwen3's
          * call string methods on an assistant's content. */
         m->content = take(&acc.text);
-        if (acc.thinking.len) m->reasoning = take(&acc.thinking);
-        if ((acc.text.data && !m->content) || (acc.thinking.data && !m->reasoning)) ok = oom(e, path);
+        if (acc.thinking.data) m->reasoning = take(&acc.thinking);
+        if (!m->content || (acc.thinking.data && !m->reasoning)) ok = oom(e, path);
     } else if (ok && (acc.text.data || json_is_string(content))) {
         /* tool results, already added, precede the user's words */
         ok = em_request_add_message(req, EM_ROLE_USER, acc.text.data ? acc.text.data : "", NULL) == EM_OK || oom(e, path);
