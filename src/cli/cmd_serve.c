@@ -21,10 +21,11 @@ static void serve_usage(FILE *f) {
     fprintf(f,
             "usage: ember serve MODEL [options]\n\n"
             "Serves MODEL over HTTP: /v1/chat/completions, /v1/completions, /v1/models,\n"
-            "/health, /stats, /metrics and a chat page at /.\n\n"
+            "/v1/messages and /v1/messages/count_tokens (Anthropic), /health, /stats,\n"
+            "/metrics and a chat page at /.\n\n"
             "  --host ADDR            address to listen on (default 127.0.0.1)\n"
             "  --port N               port (default 8080; 0 picks a free one)\n"
-            "  --api-key KEY          require \"Authorization: Bearer KEY\"\n"
+            "  --api-key KEY          require \"Authorization: Bearer KEY\" (or \"x-api-key: KEY\")\n"
             "  --max-concurrency N    generations in flight (default 4)\n"
             "  --queue N              requests that may wait beyond those (default 64)\n"
             "  --ctx N                context length (default: the model's)\n"
