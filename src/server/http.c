@@ -75,7 +75,8 @@ typedef struct stream_ctx {
     srv_server *srv;
     srv_job *job;
     struct MHD_Connection *conn;
-    double t_out; /* when bytes last went out */
+    double t_out;       /* when bytes last went out */
+    double keepalive_s; /* the job's interval, shortened to beat the idle timeout */
 } stream_ctx;
 
 /* The job's keepalive bytes when it has been silent long enough. sse_read
@@ -84,7 +85,7 @@ typedef struct stream_ctx {
 static ssize_t keepalive(stream_ctx *sc, char *buf, size_t max) {
     const char *ka = sc->job->keepalive;
     double now = em_now();
-    if (!ka || now - sc->t_out < sc->job->keepalive_s) return 0;
+    if (!ka || now - sc->t_out < sc->keepalive_s) return 0;
     size_t n = strlen(ka);
     if (n > max) return 0;
     memcpy(buf, ka, n);
@@ -149,6 +150,11 @@ static enum MHD_Result send_reply(srv_server *s, struct MHD_Connection *c, srv_r
         sc->job = r->stream;
         sc->conn = c;
         sc->t_out = em_now();
+        /* A connection silent for idle_timeout_s is closed by the HTTP
+         * library even while its reply streams: ping well within it. */
+        sc->keepalive_s = sc->job->keepalive_s;
+        if (s->cfg.idle_timeout_s > 0 && sc->keepalive_s > s->cfg.idle_timeout_s / 2.0)
+            sc->keepalive_s = s->cfg.idle_timeout_s / 2.0;
         atomic_fetch_add(&s->open_streams, 1);
         r->stream = NULL;
         resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, sc, stream_free);

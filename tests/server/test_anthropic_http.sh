@@ -16,9 +16,10 @@ fails=0
 check() { if eval "$2"; then :; else echo "FAIL: $1"; fails=$((fails + 1)); fi; }
 
 . "$EMBER_SRC/tests/support/scripted_server.sh"
-# One worker and no queue, so a second concurrent generation gets 429.
+# One worker and one queue place, so a third concurrent generation gets
+# 429; a 2 s idle timeout makes silent streams ping every second.
 scripted_server_launch "$WORK" '<think>Let me ping.</think><tool_call>{"arguments":{},"name":"ping"}</tool_call><|im_end|>' \
-    --api-key k3y --max-concurrency 1 --queue 0 --max-body 65536
+    --api-key k3y --max-concurrency 1 --queue 1 --max-body 65536 --timeout 2
 A=(-H 'x-api-key: k3y' -H 'anthropic-version: 2023-06-01' -H 'content-type: application/json')
 M='"model":"model","max_tokens":64'
 U='"messages":[{"role":"user","content":"hello"}]'
@@ -59,6 +60,7 @@ for l in sys.stdin:
         if last=="content_block_delta": n=d["delta"]["type"]+":%d"%d["index"]
         if last=="content_block_stop": n+=":%d"%d["index"]
         if last=="message_delta": n+=":"+d["delta"]["stop_reason"]
+        if n=="ping" and len(names)!=1: continue  # later keepalive pings may fall anywhere
         if not names or names[-1]!=n: names.append(n)  # runs of deltas count once
 print(" ".join(names))')
 want="message_start ping content_block_start:0:thinking thinking_delta:0 signature_delta:0 content_block_stop:0 content_block_start:1:tool_use input_json_delta:1 content_block_stop:1 message_delta:tool_use message_stop"
@@ -150,15 +152,22 @@ expect 400 $E "{$M,$U}" /v1/messages/count_tokens "max_tokens"
 expect 400 $E "{\"model\":\"model\"}" /v1/messages/count_tokens "messages"
 expect 400 $E "{\"model\":\"model\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\"}]}]}" /v1/messages/count_tokens "vision"
 
-# 429: the one worker is busy with a long stream.
-curl -s -N "${A[@]}" "$B/v1/messages" -d "{\"model\":\"model\",\"max_tokens\":400,\"thinking\":{\"type\":\"disabled\"},$U,\"stream\":true}" >"$WORK/long" &
+# The one worker busy with a long stream, a second stream queued behind it:
+# that one gets pings while it waits and survives the idle timeout; a third
+# request gets 429.
+curl -s -N "${A[@]}" "$B/v1/messages" -d "{\"model\":\"model\",\"max_tokens\":1500,\"thinking\":{\"type\":\"disabled\"},$U,\"stream\":true}" >"$WORK/long" &
 LONG=$!
 for _ in $(seq 100); do grep -q content_block_start "$WORK/long" && break; sleep 0.05; done
+curl -s -N "${A[@]}" "$B/v1/messages" -d "{$M,$U,\"stream\":true}" >"$WORK/queued" &
+QUEUED=$!
+for _ in $(seq 100); do grep -q message_start "$WORK/queued" && break; sleep 0.05; done
 busy=$(curl -s -D "$WORK/h429" -w '\n%{http_code}' "${A[@]}" "$B/v1/messages" -d "{$M,$U}")
 check "429 rate_limit_error with Retry-After" '[ "${busy##*$'"'"'\n'"'"'}" = 429 ] && echo "$busy" | grep -q "\"type\":\"rate_limit_error\"" && grep -qi "^retry-after:" "$WORK/h429"'
+for _ in $(seq 100); do [ "$(grep -c "^event: ping" "$WORK/queued")" -ge 3 ] && break; sleep 0.05; done
+check "pings while queued ($(grep -c "^event: ping" "$WORK/queued"))" '[ "$(grep -c "^event: ping" "$WORK/queued")" -ge 3 ] && ! grep -q content_block_start "$WORK/queued"'
 kill "$LONG" 2>/dev/null; wait "$LONG" 2>/dev/null
-for _ in $(seq 100); do [ "$(curl -s -o /dev/null -w '%{http_code}' "${A[@]}" "$B/v1/messages/count_tokens" -d "{\"model\":\"model\",$U}")" = 200 ] && \
-  [ "$(post /v1/messages "{\"model\":\"model\",\"max_tokens\":1,$U}" | jq_ 'd.get("type")')" = message ] && break; sleep 0.1; done
+wait "$QUEUED"
+check "the queued stream completes" '[ "$(grep "^event: " "$WORK/queued" | tail -2 | tr "\n" " ")" = "event: message_delta event: message_stop " ]'
 check "server serves again after the client left" '[ "$(post /v1/messages "{$M,$U}" | jq_ "d[\"stop_reason\"]")" = end_turn ]'
 
 kill -TERM "$SRV"; wait "$SRV"; rc=$?; SRV=""
