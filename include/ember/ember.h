@@ -52,14 +52,26 @@ typedef enum em_precision {
     EM_PRECISION_FAST      /* bf16 dot products for large prefill GEMMs */
 } em_precision;
 
+/* A runtime configuration snapshot (EMBER_* variables, flags, overrides):
+ * immutable and reference-counted; see docs/configuration.md. */
+typedef struct em_config em_config;
+
 typedef struct em_open_options {
-    int n_threads;          /* 0: one per core */
-    int max_context;        /* 0: the model's max_position_embeddings */
-    em_precision precision; /* AUTO means EXACT for the library */
+    int n_threads;          /* 0: EMBER_THREADS, else one per core */
+    int max_context;        /* 0: EMBER_CTX, else the model's max_position_embeddings */
+    em_precision precision; /* AUTO: EMBER_PRECISION, else EXACT */
     int verbose;            /* log progress to stderr */
     int max_sequences;      /* concurrent sequences in the KV cache; 0: 8 */
     size_t kv_cache_bytes;  /* cap on KV-cache memory; 0: room for every
                                sequence at full context */
+    size_t memory_budget;   /* cap on weights + KV cache + workspace; the
+                               model is refused when one full-context
+                               sequence does not fit. 0: no cap */
+    const em_config *config; /* NULL: the process snapshot (read from the
+                                environment on first use); the model keeps
+                                its own reference */
+    const char *device;      /* "cpu", "cuda" or "cuda:N"; NULL: EMBER_DEVICE
+                                (default cpu) */
 } em_open_options;
 
 /* Opens a model directory (config.json + *.safetensors [+ tokenizer.json]).
@@ -140,19 +152,33 @@ typedef struct em_generate_params {
     const int32_t *stop_ids;    /* extra ids that end the generation (besides EOS) */
     size_t n_stop_ids;
     int ignore_eos;             /* don't stop on the model's EOS ids */
+    int skip_text;              /* leave em_token_info.text NULL (the caller
+                                   detokenizes itself) */
     em_token_fn on_token;       /* may be NULL */
     em_logits_fn on_logits;     /* may be NULL */
     void *user;
     const volatile int *cancel; /* may be NULL; polled between tokens */
+    int spec_draft_tokens;      /* > 0: speculative decoding with the model's
+                                   multi-token-prediction head, drafting this many
+                                   tokens per trunk step (EM_ERR_UNSUPPORTED when
+                                   the model has none). Lossless: greedy output is
+                                   unchanged, sampled output keeps its distribution. */
 } em_generate_params;
 
 typedef struct em_generate_result {
     em_finish finish;
     size_t n_prompt;
+    size_t n_cached;      /* prompt tokens reused from the prefix cache */
     size_t n_generated;
     double prefill_seconds;
     double decode_seconds;
+    size_t spec_steps;    /* speculative decoding: trunk verification forwards */
+    size_t spec_drafted;  /* draft tokens proposed */
+    size_t spec_accepted; /* draft tokens accepted */
 } em_generate_result;
+
+/* Whether the model has a multi-token-prediction head (spec_draft_tokens). */
+int em_model_has_mtp(const em_model *m);
 
 /* Runs one generation. Thread-safe: concurrent calls on one model each get
  * their own sequence in the model's paged KV cache and take turns on the

@@ -1,16 +1,24 @@
 /* backend.h — the operation table every compute backend implements.
  *
  * Model graphs are written once against these operations and run on any
- * backend. Pointers passed to operations live in the backend's memory space
- * (host memory for the CPU backend, device memory for CUDA); activations are
- * f32 rows, row-major. Weights are described by em_weight and stay in the
- * layout they were loaded in (f32/f16/bf16 in place, MLX affine packed). */
+ * backend. Buffers passed to operations live in the backend's memory space
+ * (host memory for the CPU backend, device memory for CUDA) and come from
+ * alloc/reserve; host data enters through upload and leaves through
+ * download. Small per-call arrays — token ids, positions, inv_freq and the
+ * block tables of an em_kv_view — are host arrays: a device backend copies
+ * what it needs. Activations are f32 rows, row-major. Weights are described
+ * by em_weight and keep the layout they were loaded in (f32/f16/bf16, MLX
+ * affine packed); on a host-memory backend they are used in place.
+ *
+ * Operations are queued in order; only download waits for them, so a
+ * device backend runs a whole forward step without host synchronisation. */
 #ifndef EMBER_BACKEND_H
 #define EMBER_BACKEND_H
 
 #include "base/status.h"
 #include "tensor/dtype.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -31,7 +39,8 @@ typedef struct em_weight {
  * round activations to bf16 for compute-bound GEMMs (prefill). */
 typedef enum em_math { EM_MATH_EXACT = 0, EM_MATH_FAST } em_math;
 
-/* One sequence's view of a layer of the paged KV cache. */
+/* One sequence's view of a layer of the paged KV cache. The tables are host
+ * arrays; the blocks they point to are backend memory. */
 typedef struct em_kv_view {
     float *const *k_blocks; /* per block: [block_size][n_kv][head_dim] */
     float *const *v_blocks;
@@ -43,8 +52,29 @@ typedef struct em_backend em_backend;
 
 typedef struct em_backend_ops {
     const char *name;
+    /* Backend memory is ordinary host memory: callers may read and write it
+     * directly, and weights are used in place without an upload. */
+    bool host_memory;
+    void (*destroy)(em_backend *be);
     void *(*alloc)(em_backend *be, size_t bytes); /* zeroed, 64-byte aligned */
     void (*free)(em_backend *be, void *p);
+    /* A large pool (the KV cache) of `bytes`, contents undefined; the CPU
+     * reserves address space committed as it is touched. NULL on failure. */
+    void *(*reserve)(em_backend *be, size_t bytes);
+    void (*release)(em_backend *be, void *p, size_t bytes);
+    /* Host → backend copy; src may be reused as soon as it returns. */
+    em_status (*upload)(em_backend *be, void *dst, const void *src, size_t bytes);
+    /* Backend → host copy after all queued work; reports any failure of the
+     * queued operations (device errors surface here). */
+    em_status (*download)(em_backend *be, void *dst, const void *src, size_t bytes);
+    /* Copy within backend memory (regions may overlap). */
+    void (*copy)(em_backend *be, void *dst, const void *src, size_t bytes);
+    /* Bytes of backend memory still free, or 0 when not bounded apart from
+     * the host's (CPU). Optional (NULL: 0). */
+    size_t (*mem_free)(em_backend *be);
+    /* Measured read bandwidth of backend memory in bytes/s, for roofline
+     * figures; optional (NULL: the caller measures host memory). */
+    double (*bandwidth)(em_backend *be);
     /* y[M, w->rows] = x[M, w->cols] · wᵀ (+ bias[w->rows] when not NULL). */
     void (*matmul)(em_backend *be, float *y, const float *x, int M, const em_weight *w, const float *bias, em_math math);
     /* y = x / rms(x) * (gain + gain_offset) over rows of n. y may equal x. */
@@ -67,17 +97,55 @@ typedef struct em_backend_ops {
      * pos[], against keys 0..pos (or the last `window` when window > 0). */
     void (*attention)(em_backend *be, float *out, const float *q, const em_kv_view *kv, const int32_t *pos, int n,
                       int n_heads, int n_kv, int head_dim, float scale, int window);
+
+    /* ---- hybrid (Gated DeltaNet) families ---- */
+
+    /* y[i] *= sigmoid(gate[i]) for rows of n; gate rows strided by ld_gate. */
+    void (*sigmoid_mul)(em_backend *be, float *y, const float *gate, int rows, int n, int ld_gate);
+    /* Depthwise causal conv1d over channels + SiLU, continuing a sequence:
+     * y[t][c] = silu(sum_j w[c][j] * x'[t + j][c]) where x' is the K-1 rows of
+     * `state` (oldest first) followed by x. Rows of x and y are ld floats
+     * apart (channels 0..C-1 used); y may equal x. On return state holds the
+     * last K-1 input rows: the fused "conv + SiLU + new state tail". */
+    void (*conv1d_silu)(em_backend *be, float *y, const float *x, int n, int C, int ld, const float *w, int K,
+                        float *state);
+    /* Decay and write strength of the gated delta rule, per token and value
+     * head: g = -exp(A_log) * softplus(a + dt_bias), beta = sigmoid(b); a/b
+     * rows strided by ld_in, g/beta rows of Hv. */
+    void (*gdn_gates)(em_backend *be, float *g, float *beta, const float *a, const float *b, int ld_in,
+                      const float *A_log, const float *dt_bias, int n, int Hv);
+    /* The gated delta rule over n tokens of one sequence. qkv rows (stride
+     * ld) hold q[Hk*dk], k[Hk*dk], v[Hv*dv]; q and k are L2-normalised here
+     * (and q scaled by 1/sqrt(dk)); value head h reads key head h/(Hv/Hk).
+     * state [Hv][dk][dv] is read and replaced by the state after the last
+     * token; out rows are [Hv*dv]. chunk 0: token-by-token recurrence;
+     * chunk > 0: the chunked (UT-transform) form in blocks of `chunk`
+     * tokens. Both compute the same function. */
+    void (*gated_delta_rule)(em_backend *be, float *out, const float *qkv, int ld, const float *g, const float *beta,
+                             float *state, int n, int Hk, int Hv, int dk, int dv, int chunk);
+    /* y = x / rms(x) * gain * silu(z) over rows of n (z rows strided like x). */
+    void (*rmsnorm_gated)(em_backend *be, float *y, const float *x, const float *z, const float *gain, int rows, int n,
+                          float eps);
 } em_backend_ops;
 
 struct em_backend {
     const em_backend_ops *ops;
     void *impl;
     int n_threads;
+    char desc[96]; /* "cpu (avx512)", "cuda:0 (NVIDIA H200)" */
 };
 
 /* Creates the CPU backend with n_threads (0: one per core). */
 em_status cpu_backend_create(int n_threads, em_backend **out);
 void cpu_backend_free(em_backend *be);
+
+/* Creates the backend a device string names: "cpu", "cuda" (device 0) or
+ * "cuda:N". A CUDA device in a build without CUDA, or on a machine without
+ * that GPU, is an error saying so. The caller frees with em_backend_free. */
+em_status em_backend_open(const char *device, int n_threads, em_backend **out);
+void em_backend_free(em_backend *be);
+/* Parses a device string: *cuda false for "cpu"; *index is the GPU number. */
+em_status em_device_parse(const char *device, bool *cuda, int *index);
 
 /* Bytes of weight data read by one matmul over w (for roofline figures). */
 size_t em_weight_bytes(const em_weight *w);

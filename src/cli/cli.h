@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 typedef int (*cli_verb_fn)(int argc, char **argv);
@@ -44,5 +45,18 @@ bool cli_wants_help(int argc, char **argv);
 /* Common flags every verb accepts: --verbose/-v, --quiet. Returns true and
  * consumes argv[*i] when it was one of them. */
 bool cli_common_flag(int argc, char **argv, int *i);
+
+/* Configuration flags (cli_config.c): when argv[*i] is the flag of a
+ * configuration variable (--threads, --profiles, --port...), applies it to
+ * the process snapshot as a flag-sourced value. 1: consumed, 0: not one,
+ * -1: bad value (error printed). */
+int cli_config_opt(int argc, char **argv, int *i, const char *verb);
+/* Prints one help line per named variable that has a flag (NULL-ended). */
+void cli_config_help(FILE *f, const char *const *names);
+/* MODEL argument → snapshot directory: a path, or a name in the Hugging Face
+ * cache (hf_resolve_model). *dir is malloc'd, owned by the caller. On
+ * failure prints the error (with candidates when ambiguous) and returns
+ * false. */
+bool cli_resolve_model(const char *arg, char **dir, const char *verb);
 
 #endif

@@ -2,12 +2,28 @@
  * --threads, --ctx, --precision, sampling flags. */
 #include "cli/cli_model.h"
 
+#include "base/config.h"
+
 #include <stdio.h>
 #include <string.h>
 
+/* --threads, --ctx and --precision are configuration flags: the open
+ * options follow the process snapshot (defaults < environment < flags). */
+static void sync_from_config(cli_model_opts *o) {
+    const em_config *c = em_config_global();
+    o->open.n_threads = (int)em_config_int(c, EMC_THREADS);
+    o->open.max_context = (int)em_config_int(c, EMC_CTX);
+    const char *p = em_config_str(c, EMC_PRECISION);
+    o->open.precision = !strcmp(p, "exact") ? EM_PRECISION_EXACT
+                        : !strcmp(p, "fast") ? EM_PRECISION_FAST
+                                             : o->default_precision;
+    o->open.config = c;
+}
+
 void cli_model_opts_init(cli_model_opts *o, em_precision default_precision) {
     memset(o, 0, sizeof *o);
-    o->open.precision = default_precision;
+    o->default_precision = default_precision;
+    sync_from_config(o);
     o->temperature = -1;
     o->top_p = -1;
     o->top_k = -1;
@@ -22,15 +38,12 @@ int cli_model_opt(cli_model_opts *o, int argc, char **argv, int *i, const char *
     uint64_t u;
 #define VALUE() do { if (!(v = cli_take_value(argc, argv, i, verb))) return -1; } while (0)
 #define BAD(msg) do { cli_error(verb, "%s", msg); return -1; } while (0)
-    if (cli_arg_is(a, "--threads")) { VALUE(); if (!cli_parse_int(v, 0, 1024, &l)) BAD("--threads needs a number"); o->open.n_threads = (int)l; }
-    else if (cli_arg_is(a, "--ctx")) { VALUE(); if (!cli_parse_int(v, 1, 1 << 24, &l)) BAD("--ctx needs a positive number"); o->open.max_context = (int)l; }
-    else if (cli_arg_is(a, "--precision")) {
-        VALUE();
-        if (!strcmp(v, "exact")) o->open.precision = EM_PRECISION_EXACT;
-        else if (!strcmp(v, "fast")) o->open.precision = EM_PRECISION_FAST;
-        else BAD("--precision is exact or fast");
+    int r = cli_config_opt(argc, argv, i, verb);
+    if (r) {
+        if (r > 0) sync_from_config(o);
+        return r;
     }
-    else if (cli_arg_is(a, "--temperature")) { VALUE(); if (!cli_parse_float(v, &d) || d < 0) BAD("--temperature needs a number >= 0"); o->temperature = d; }
+    if (cli_arg_is(a, "--temperature")) { VALUE(); if (!cli_parse_float(v, &d) || d < 0) BAD("--temperature needs a number >= 0"); o->temperature = d; }
     else if (cli_arg_is(a, "--top-p")) { VALUE(); if (!cli_parse_float(v, &d) || d <= 0 || d > 1) BAD("--top-p is in (0, 1]"); o->top_p = d; }
     else if (cli_arg_is(a, "--top-k")) { VALUE(); if (!cli_parse_int(v, 0, 1 << 24, &l)) BAD("--top-k needs a number >= 0"); o->top_k = l; }
     else if (cli_arg_is(a, "--min-p")) { VALUE(); if (!cli_parse_float(v, &d) || d < 0 || d > 1) BAD("--min-p is in [0, 1]"); o->min_p = d; }
@@ -57,9 +70,11 @@ em_sampling cli_model_sampling(const cli_model_opts *o, const em_model *m) {
 }
 
 const char *cli_model_opts_help(void) {
-    return "  --threads N           compute threads (default: one per core)\n"
-           "  --ctx N               context length (default: the model's)\n"
+    return "  --threads N           compute threads (default: one per core; EMBER_THREADS)\n"
+           "  --ctx N               context length (default: the model's; EMBER_CTX)\n"
            "  --precision P         exact (f32 activations) or fast (bf16 dot products in prefill)\n"
+           "  --device D            cpu (default), cuda or cuda:N (EMBER_DEVICE)\n"
+           "  --profiles DIR        extra model profiles (EMBER_PROFILES_DIR); see `ember config`\n"
            "  --temperature T       0 = greedy (default: generation_config.json, else 1)\n"
            "  --top-p P, --top-k K, --min-p P, --repetition-penalty R\n"
            "  --seed S              same seed, same tokens\n";

@@ -8,6 +8,7 @@
 
 typedef struct cli_model_opts {
     em_open_options open;
+    em_precision default_precision; /* the verb's, when EMBER_PRECISION is auto */
     double temperature, top_p, min_p, repetition_penalty; /* < 0: model default */
     long top_k;                                           /* < 0: model default */
     uint64_t seed;

@@ -18,23 +18,50 @@ static void bench_help(void) {
            "Measures prefill tokens/s, decode tokens/s and time to first token on random\n"
            "token ids, the machine's memory read bandwidth, and decode as a fraction of the\n"
            "bandwidth roofline (bytes of weights read per token / bandwidth).\n\n%s"
+           "  --spec mtp            decode with MTP speculation (greedy, through em_generate); reports\n"
+           "                        the acceptance rate and tokens per trunk step\n"
+           "  --draft-tokens K      tokens drafted per trunk step with --spec (default 2)\n"
            "  --json                machine-readable output\n", cli_model_opts_help());
 }
 
 /* Weight bytes one decode step reads: every matrix once; the embedding table
- * only as the head when tied (a lookup reads one row). */
+ * only as the head when tied (a lookup reads one row); an MTP head, unused
+ * by plain decoding, not at all. */
 static double decode_bytes(const em_model *m) {
     double total = (double)st_data_bytes(m->st);
-    const st_tensor *emb = st_find(m->st, "model.embed_tokens.weight");
+    char buf[256];
+    for (size_t i = 0; i < st_count(m->st); i++) {
+        const st_tensor *t = st_at(m->st, i);
+        if (strstr(t->name, "mtp.") || strstr(t->name, "visual.")) total -= (double)t->nbytes;
+    }
+    const st_tensor *emb = st_find(m->st, weight_resolve(m, "model.embed_tokens.weight", buf, sizeof buf));
     if (emb && !m->cfg.tied_embeddings) total -= (double)emb->nbytes - (double)emb->nbytes / (double)m->cfg.vocab;
     return total;
 }
 
 typedef struct bench_result {
     double prefill_tps, decode_tps, ttft, bw, bytes_per_token;
+    size_t spec_steps, spec_drafted, spec_accepted, spec_tokens;
 } bench_result;
 
-static em_status run_once(em_model *m, int n_prompt, int n_gen, bench_result *r) {
+/* Decode through em_generate with speculation (greedy, EOS ignored). */
+static em_status run_spec(em_model *m, const int32_t *ids, int n_prompt, int n_gen, int k, bench_result *r) {
+    em_generate_params p = {.prompt = ids, .n_prompt = (size_t)n_prompt, .max_tokens = n_gen,
+                            .sampling = {.temperature = 0, .top_p = 1, .repetition_penalty = 1},
+                            .ignore_eos = 1, .spec_draft_tokens = k};
+    em_generate_result g;
+    EM_TRY(em_generate(m, &p, &g));
+    r->prefill_tps = n_prompt / g.prefill_seconds;
+    r->decode_tps = (double)g.n_generated / g.decode_seconds;
+    r->ttft = g.prefill_seconds;
+    r->spec_steps = g.spec_steps;
+    r->spec_drafted = g.spec_drafted;
+    r->spec_accepted = g.spec_accepted;
+    r->spec_tokens = g.n_generated;
+    return EM_OK;
+}
+
+static em_status run_once(em_model *m, int n_prompt, int n_gen, int spec_k, bench_result *r) {
     int32_t *ids = em_mallocn((size_t)n_prompt + (size_t)n_gen, sizeof *ids);
     float *logits = em_mallocn((size_t)m->cfg.vocab, sizeof *logits);
     em_status s = ids && logits ? EM_OK : em_fail(EM_ERR_NOMEM, "out of memory");
@@ -42,6 +69,12 @@ static em_status run_once(em_model *m, int n_prompt, int n_gen, bench_result *r)
     for (int i = 0; s == EM_OK && i < n_prompt + n_gen; i++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         ids[i] = (int32_t)(x % (uint64_t)m->cfg.vocab);
+    }
+    if (s == EM_OK && spec_k > 0) {
+        s = run_spec(m, ids, n_prompt, n_gen, spec_k, r);
+        free(ids);
+        free(logits);
+        return s;
     }
     int seq = -1;
     if (s == EM_OK) s = kv_seq_alloc(m->kv, &seq);
@@ -77,8 +110,8 @@ static int cmd_bench(int argc, char **argv) {
     cli_model_opts mo;
     cli_model_opts_init(&mo, EM_PRECISION_FAST);
     const char *model = NULL;
-    long n_prompt = 512, n_gen = 128, repeat = 1;
-    bool json = false;
+    long n_prompt = 512, n_gen = 128, repeat = 1, draft_tokens = 2;
+    bool json = false, spec = false;
     for (int i = 1; i < argc; i++) {
         int r = cli_model_opt(&mo, argc, argv, &i, "bench");
         if (r < 0) return CLI_USAGE;
@@ -90,6 +123,13 @@ static int cmd_bench(int argc, char **argv) {
         if (target) {
             const char *v = cli_take_value(argc, argv, &i, "bench");
             if (!v || !cli_parse_int(v, 1, 1 << 22, target)) { cli_error("bench", "%s needs a positive number", argv[i]); return CLI_USAGE; }
+        } else if (cli_arg_is(argv[i], "--spec")) {
+            const char *v = cli_take_value(argc, argv, &i, "bench");
+            if (!v || strcmp(v, "mtp")) { cli_error("bench", "--spec takes 'mtp'"); return CLI_USAGE; }
+            spec = true;
+        } else if (cli_arg_is(argv[i], "--draft-tokens")) {
+            const char *v = cli_take_value(argc, argv, &i, "bench");
+            if (!v || !cli_parse_int(v, 1, 16, &draft_tokens)) { cli_error("bench", "--draft-tokens needs a number in 1..16"); return CLI_USAGE; }
         } else if (!strcmp(argv[i], "--json")) json = true;
         else if (argv[i][0] == '-') { cli_error("bench", "unknown option %s", argv[i]); return CLI_USAGE; }
         else if (!model) model = argv[i];
@@ -99,7 +139,13 @@ static int cmd_bench(int argc, char **argv) {
     mo.open.max_sequences = 1;
     if (!mo.open.max_context) mo.open.max_context = (int)(n_prompt + n_gen + 1);
     em_model *m;
-    if (em_model_open(model, &mo.open, &m) != EM_OK) {
+    char *model_dir;
+    if (!cli_resolve_model(model, &model_dir, "bench")) {
+        return CLI_FAIL;
+    }
+    em_status open_s = em_model_open(model_dir, &mo.open, &m);
+    free(model_dir);
+    if (open_s != EM_OK) {
         cli_error("bench", "%s", em_last_error());
         return CLI_FAIL;
     }
@@ -108,14 +154,23 @@ static int cmd_bench(int argc, char **argv) {
         em_model_free(m);
         return CLI_USAGE;
     }
-    em_pool *pool = em_pool_create(m->be->n_threads);
-    double bw = pool ? cpu_read_bandwidth(pool, (size_t)1 << 30) : 0;
-    em_pool_free(pool);
+    double bw = 0;
+    if (m->be->ops->bandwidth) {
+        bw = m->be->ops->bandwidth(m->be); /* the device's memory, where the weights are */
+    } else {
+        em_pool *pool = em_pool_create(m->be->n_threads);
+        bw = pool ? cpu_read_bandwidth(pool, (size_t)1 << 30) : 0;
+        em_pool_free(pool);
+    }
     bench_result best = {0}, r = {0};
     em_status s = EM_OK;
     for (long k = 0; k < repeat && s == EM_OK; k++) {
-        s = run_once(m, (int)n_prompt, (int)n_gen, &r);
-        if (r.decode_tps > best.decode_tps) { best.decode_tps = r.decode_tps; }
+        s = run_once(m, (int)n_prompt, (int)n_gen, spec ? (int)draft_tokens : 0, &r);
+        if (r.decode_tps > best.decode_tps) {
+            best.decode_tps = r.decode_tps;
+            best.spec_steps = r.spec_steps, best.spec_drafted = r.spec_drafted;
+            best.spec_accepted = r.spec_accepted, best.spec_tokens = r.spec_tokens;
+        }
         if (r.prefill_tps > best.prefill_tps) { best.prefill_tps = r.prefill_tps; best.ttft = r.ttft; }
     }
     int rc = CLI_OK;
@@ -126,19 +181,29 @@ static int cmd_bench(int argc, char **argv) {
         double bpt = decode_bytes(m), roof = bw > 0 ? bw / bpt : 0;
         const char *prec = m->prefill_math == EM_MATH_FAST ? "fast" : "exact";
         if (json)
-            printf("{\"model\":\"%s\",\"threads\":%d,\"precision\":\"%s\",\"prompt_tokens\":%ld,\"gen_tokens\":%ld,"
+            printf("{\"model\":\"%s\",\"device\":\"%s\",\"threads\":%d,\"precision\":\"%s\",\"prompt_tokens\":%ld,\"gen_tokens\":%ld,"
                    "\"prefill_tps\":%.2f,\"decode_tps\":%.3f,\"ttft_s\":%.4f,\"bandwidth_gbs\":%.2f,"
                    "\"bytes_per_token\":%.0f,\"roofline_tps\":%.3f,\"roofline_fraction\":%.4f}\n",
-                   m->name, m->be->n_threads, prec, n_prompt, n_gen, best.prefill_tps, best.decode_tps, best.ttft,
+                   m->name, m->be->ops->name, m->be->n_threads, prec, n_prompt, n_gen, best.prefill_tps, best.decode_tps, best.ttft,
                    bw / 1e9, bpt, roof, roof > 0 ? best.decode_tps / roof : 0);
         else
-            printf("model %s (%s), %d threads, precision %s\n"
+            printf("model %s (%s) on %s, precision %s\n"
                    "prefill: %ld tokens at %.1f tokens/s (time to first token %.3f s)\n"
                    "decode:  %ld tokens at %.2f tokens/s\n"
                    "memory:  %.1f GB/s read bandwidth, %.2f GB read per token, roofline %.2f tokens/s\n"
                    "decode reaches %.1f%% of the memory roofline\n",
-                   m->name, m->cfg.model_type, m->be->n_threads, prec, n_prompt, best.prefill_tps, best.ttft, n_gen,
+                   m->name, m->cfg.model_type, m->be->desc, prec, n_prompt, best.prefill_tps, best.ttft, n_gen,
                    best.decode_tps, bw / 1e9, bpt / 1e9, roof, roof > 0 ? 100 * best.decode_tps / roof : 0);
+        if (spec && best.spec_steps) {
+            double rate = best.spec_drafted ? (double)best.spec_accepted / (double)best.spec_drafted : 0;
+            double per_step = (double)best.spec_tokens / (double)best.spec_steps;
+            if (json)
+                printf("{\"spec\":\"mtp\",\"draft_tokens\":%ld,\"trunk_steps\":%zu,\"acceptance_rate\":%.4f,"
+                       "\"tokens_per_trunk_step\":%.3f}\n", draft_tokens, best.spec_steps, rate, per_step);
+            else
+                printf("speculative (mtp, %ld drafts): acceptance %.1f%%, %.2f tokens per trunk step (%zu steps)\n",
+                       draft_tokens, 100 * rate, per_step, best.spec_steps);
+        }
     }
     em_model_free(m);
     return rc;

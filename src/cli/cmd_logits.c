@@ -11,8 +11,9 @@
 #include <string.h>
 
 static void logits_help(void) {
-    printf("usage: ember logits MODEL --ids 1,2,3 --out FILE [--threads N]\n\n"
-           "Runs the model over the ids with f32 activations on the CPU and writes the\n"
+    printf("usage: ember logits MODEL --ids 1,2,3 --out FILE [--threads N] [--device cpu|cuda[:N]]\n\n"
+           "Runs the model over the ids with f32 activations (on the CPU unless --device\n"
+           "names a GPU) and writes the\n"
            "logits of every position to FILE as little-endian float32, row-major\n"
            "[n_ids, vocab]. For parity tests against reference implementations.\n");
 }
@@ -36,12 +37,13 @@ static int cmd_logits(int argc, char **argv) {
         logits_help();
         return CLI_OK;
     }
-    const char *model = NULL, *out = NULL, *ids_s = NULL;
+    const char *model = NULL, *out = NULL, *ids_s = NULL, *device = NULL;
     long threads = 0;
     for (int i = 1; i < argc; i++) {
         if (cli_common_flag(argc, argv, &i)) continue;
         if (cli_arg_is(argv[i], "--ids")) { if (!(ids_s = cli_take_value(argc, argv, &i, "logits"))) return CLI_USAGE; }
         else if (cli_arg_is(argv[i], "--out")) { if (!(out = cli_take_value(argc, argv, &i, "logits"))) return CLI_USAGE; }
+        else if (cli_arg_is(argv[i], "--device")) { if (!(device = cli_take_value(argc, argv, &i, "logits"))) return CLI_USAGE; }
         else if (cli_arg_is(argv[i], "--threads")) {
             const char *v = cli_take_value(argc, argv, &i, "logits");
             if (!v || !cli_parse_int(v, 0, 1024, &threads)) { cli_error("logits", "--threads needs a number"); return CLI_USAGE; }
@@ -59,9 +61,16 @@ static int cmd_logits(int argc, char **argv) {
         cli_error("logits", "--ids must be a comma-separated list of non-negative integers");
         return CLI_USAGE;
     }
-    em_open_options o = {.n_threads = (int)threads, .precision = EM_PRECISION_EXACT, .max_sequences = 1};
+    em_open_options o = {.n_threads = (int)threads, .precision = EM_PRECISION_EXACT, .max_sequences = 1,
+                         .device = device};
     em_model *m;
-    em_status s = em_model_open(model, &o, &m);
+    char *model_dir;
+    if (!cli_resolve_model(model, &model_dir, "logits")) {
+        free(ids);
+        return CLI_FAIL;
+    }
+    em_status s = em_model_open(model_dir, &o, &m);
+    free(model_dir);
     if (s != EM_OK) {
         cli_error("logits", "%s", em_last_error());
         free(ids);

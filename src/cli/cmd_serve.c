@@ -6,8 +6,11 @@
  * bounded grace period, cancels the rest and exits 0. */
 #include "cli/cli.h"
 
+#include "base/config.h"
 #include "base/log.h"
 #include "engine/engine.h"
+#include "engine/scheduler.h"
+#include "io/demo_model.h"
 #include "server/server.h"
 
 #include <pthread.h>
@@ -15,30 +18,44 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <limits.h>
 #include <time.h>
 
 static void serve_usage(FILE *f) {
     fprintf(f,
-            "usage: ember serve MODEL [options]\n\n"
-            "Serves MODEL over HTTP: /v1/chat/completions, /v1/completions, /v1/models,\n"
-            "/v1/messages and /v1/messages/count_tokens (Anthropic), /health, /stats,\n"
-            "/metrics and a chat page at /.\n\n"
+            "usage: ember serve [MODEL] [options]\n\n"
+            "Serves MODEL (default: the demo model shipped with ember) over HTTP:\n"
+            "/v1/chat/completions, /v1/completions, /v1/responses, /v1/models, /v1/messages and\n"
+            "/v1/messages/count_tokens (Anthropic), /health, /stats, /metrics and a chat page\n"
+            "at /. Requests are served with continuous batching.\n\n"
             "  --host ADDR            address to listen on (default 127.0.0.1)\n"
             "  --port N               port (default 8080; 0 picks a free one)\n"
             "  --api-key KEY          require \"Authorization: Bearer KEY\" (or \"x-api-key: KEY\")\n"
-            "  --max-concurrency N    generations in flight (default 4)\n"
+            "  --max-concurrency N    generations in flight (default and most: --max-batch)\n"
             "  --queue N              requests that may wait beyond those (default 64)\n"
             "  --ctx N                context length (default: the model's)\n"
             "  --threads N            compute threads (default: one per core)\n"
+            "  --device D             cpu (default), cuda or cuda:N (EMBER_DEVICE)\n"
+            "  --max-batch N          sequences decoded together per step (default 8)\n"
+            "  --prefill-chunk N      prompt tokens prefilled per step (default 512)\n"
+            "  --memory-budget BYTES  cap on weights + KV cache + workspace; refuses a model that cannot\n"
+            "                         serve one full-context sequence within it (default: no cap)\n"
+            "  --prompt-cache-bytes B cap on cached prompt prefixes nobody uses (default: no cap)\n"
+            "  --no-prefix-cache      do not reuse KV blocks across requests\n"
+            "  --precision P          exact or fast (default fast: bf16 dot products in prefill)\n"
             "  --cors-origin ORIGIN   send CORS headers allowing ORIGIN (or *)\n"
             "  --max-body BYTES       largest request body (default 8 MiB)\n"
             "  --timeout S            idle connection timeout in seconds (default 30)\n"
+            "  --response-store-ttl S     stored /v1/responses objects live S seconds (default 86400; 0: until evicted)\n"
+            "  --response-store-bytes N   cap on their total size (default 256 MiB); least recently used go first\n"
+            "  --response-store-dir DIR   also keep them in DIR (one JSON file each), reloaded at start\n"
             "  -v, --verbose / -q, --quiet\n");
 }
 
 typedef struct loader {
     const char *path;
     em_open_options opts;
+    sched_options sched;
     srv_server *srv;
     em_model *model;
     atomic_int finished; /* 1 loaded, -1 failed */
@@ -49,6 +66,12 @@ static void *load_main(void *arg) {
     em_status st = em_model_open(l->path, &l->opts, &l->model);
     if (st != EM_OK) {
         fprintf(stderr, "ember serve: cannot load %s: %s\n", l->path, em_last_error());
+        srv_set_failed(l->srv);
+        atomic_store(&l->finished, -1);
+        return NULL;
+    }
+    if (sched_start(l->model, &l->sched) != EM_OK) {
+        fprintf(stderr, "ember serve: %s\n", em_last_error());
         srv_set_failed(l->srv);
         atomic_store(&l->finished, -1);
         return NULL;
@@ -75,6 +98,7 @@ static bool int_opt(int argc, char **argv, int *i, long lo, long hi, long *out) 
 
 static int parse_args(int argc, char **argv, srv_config *cfg, loader *l) {
     long v;
+    bool concurrency_set = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (cli_common_flag(argc, argv, &i)) continue;
@@ -88,6 +112,7 @@ static int parse_args(int argc, char **argv, srv_config *cfg, loader *l) {
         } else if (cli_arg_is(a, "--max-concurrency")) {
             if (!int_opt(argc, argv, &i, 1, 1024, &v)) return CLI_USAGE;
             cfg->max_concurrency = (int)v;
+            concurrency_set = true;
         } else if (cli_arg_is(a, "--queue")) {
             if (!int_opt(argc, argv, &i, 0, 1 << 20, &v)) return CLI_USAGE;
             cfg->queue = (int)v;
@@ -97,6 +122,31 @@ static int parse_args(int argc, char **argv, srv_config *cfg, loader *l) {
         } else if (cli_arg_is(a, "--threads")) {
             if (!int_opt(argc, argv, &i, 1, 4096, &v)) return CLI_USAGE;
             l->opts.n_threads = (int)v;
+        } else if (cli_arg_is(a, "--device")) {
+            if (!(l->opts.device = cli_take_value(argc, argv, &i, "serve"))) return CLI_USAGE;
+        } else if (cli_arg_is(a, "--max-batch")) {
+            if (!int_opt(argc, argv, &i, 1, 1024, &v)) return CLI_USAGE;
+            l->opts.max_sequences = (int)v;
+        } else if (cli_arg_is(a, "--prefill-chunk")) {
+            if (!int_opt(argc, argv, &i, 1, 1 << 20, &v)) return CLI_USAGE;
+            l->sched.prefill_chunk = (int)v;
+        } else if (cli_arg_is(a, "--memory-budget")) {
+            if (!int_opt(argc, argv, &i, 1, LONG_MAX, &v)) return CLI_USAGE;
+            l->opts.memory_budget = (size_t)v;
+        } else if (cli_arg_is(a, "--prompt-cache-bytes")) {
+            if (!int_opt(argc, argv, &i, 0, LONG_MAX, &v)) return CLI_USAGE;
+            l->sched.prompt_cache_bytes = (size_t)v;
+        } else if (!strcmp(a, "--no-prefix-cache")) {
+            l->sched.no_prefix_cache = true;
+        } else if (cli_arg_is(a, "--precision")) {
+            const char *p = cli_take_value(argc, argv, &i, "serve");
+            if (!p) return CLI_USAGE;
+            if (!strcmp(p, "exact")) l->opts.precision = EM_PRECISION_EXACT;
+            else if (!strcmp(p, "fast")) l->opts.precision = EM_PRECISION_FAST;
+            else {
+                cli_error("serve", "--precision is exact or fast");
+                return CLI_USAGE;
+            }
         } else if (cli_arg_is(a, "--cors-origin")) {
             if (!(cfg->cors_origin = cli_take_value(argc, argv, &i, "serve"))) return CLI_USAGE;
         } else if (cli_arg_is(a, "--max-body")) {
@@ -105,6 +155,14 @@ static int parse_args(int argc, char **argv, srv_config *cfg, loader *l) {
         } else if (cli_arg_is(a, "--timeout")) {
             if (!int_opt(argc, argv, &i, 1, 3600, &v)) return CLI_USAGE;
             cfg->idle_timeout_s = (int)v;
+        } else if (cli_arg_is(a, "--response-store-ttl")) {
+            if (!int_opt(argc, argv, &i, 0, 10L * 365 * 86400, &v)) return CLI_USAGE;
+            cfg->response_store_ttl_s = (double)v;
+        } else if (cli_arg_is(a, "--response-store-bytes")) {
+            if (!int_opt(argc, argv, &i, 1024, 1L << 40, &v)) return CLI_USAGE;
+            cfg->response_store_bytes = (size_t)v;
+        } else if (cli_arg_is(a, "--response-store-dir")) {
+            if (!(cfg->response_store_dir = cli_take_value(argc, argv, &i, "serve"))) return CLI_USAGE;
         } else if (a[0] == '-') {
             cli_error("serve", "unknown option %s", a);
             return CLI_USAGE;
@@ -115,10 +173,13 @@ static int parse_args(int argc, char **argv, srv_config *cfg, loader *l) {
             return CLI_USAGE;
         }
     }
-    if (!l->path) {
-        cli_error("serve", "MODEL is required (a model directory)");
+    if (!l->path && !(l->path = em_demo_model_dir())) {
+        cli_error("serve", "no MODEL given and the demo model was not found (set EMBER_DEMO_MODEL)");
         return CLI_USAGE;
     }
+    if (!l->opts.max_sequences) l->opts.max_sequences = 8;
+    /* generations in flight: by default as many as one batch holds */
+    if (!concurrency_set || cfg->max_concurrency > l->opts.max_sequences) cfg->max_concurrency = l->opts.max_sequences;
     return CLI_OK;
 }
 
@@ -144,7 +205,14 @@ static int cmd_serve(int argc, char **argv) {
     em_log_set_level(EM_LOG_INFO);
     srv_config cfg;
     srv_config_defaults(&cfg);
+    /* EMBER_HOST / EMBER_PORT / EMBER_API_KEY / EMBER_MAX_CONCURRENCY are the
+     * defaults; flags win. */
+    const em_config *conf = em_config_global();
+    cfg.host = em_config_str(conf, EMC_HOST);
+    cfg.port = (int)em_config_int(conf, EMC_PORT);
+    if (*em_config_str(conf, EMC_API_KEY)) cfg.api_key = em_config_str(conf, EMC_API_KEY);
     loader l = {0};
+    l.opts.precision = EM_PRECISION_FAST;
     int rc = parse_args(argc, argv, &cfg, &l);
     if (rc != CLI_OK) return rc;
     /* Signals go to the main thread only: block them before any thread starts. */

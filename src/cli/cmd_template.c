@@ -5,6 +5,8 @@
  * tests against jinja2). */
 #include "cli/cli.h"
 
+#include "base/config.h"
+
 #include "base/file.h"
 #include "chat/chat.h"
 
@@ -114,7 +116,8 @@ static int cmd_template(int argc, char **argv) {
         usage(stdout);
         return CLI_OK;
     }
-    const char *dir = NULL, *request = NULL, *batch = NULL, *now_text = getenv("EMBER_TEMPLATE_NOW");
+    const char *dir = NULL, *request = NULL, *batch = NULL, *now_text = em_config_str(em_config_global(), EMC_TEMPLATE_NOW);
+    if (!*now_text) now_text = NULL;
     for (int i = 1; i < argc; i++) {
         if (cli_common_flag(argc, argv, &i)) continue;
         if (cli_arg_is(argv[i], "--request")) {

@@ -1,6 +1,7 @@
 /* main.c — `ember VERB ...`: finds the verb in the registry and runs it. */
 #include "cli/cli.h"
 
+#include "base/config.h"
 #include "base/log.h"
 
 #include <errno.h>
@@ -133,6 +134,11 @@ bool cli_common_flag(int argc, char **argv, int *i) {
 }
 
 int main(int argc, char **argv) {
+    /* The environment is read here, once; nothing reads it afterwards. */
+    if (em_config_init() != EM_OK) {
+        fprintf(stderr, "ember: %s\n", em_last_error());
+        return CLI_FAIL;
+    }
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? CLI_USAGE : CLI_OK;

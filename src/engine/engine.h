@@ -19,6 +19,8 @@ const char *em_model_type(const em_model *m);
 const char *em_model_name(const em_model *m);
 /* End-of-sequence ids (config + generation_config), owned by the model. */
 const int32_t *em_model_eos_ids(const em_model *m, size_t *n);
+/* The continuous-batching scheduler running on m, or NULL. */
+struct em_scheduler *em_model_scheduler(const em_model *m);
 /* Bytes of weights resident (for /stats). */
 size_t em_model_weight_bytes(const em_model *m);
 

@@ -44,7 +44,7 @@ typedef struct em_token_logprob {
 typedef struct em_usage {
     size_t prompt_tokens;
     size_t completion_tokens;
-    size_t cached_tokens;    /* prompt tokens served from a cache (0 for now) */
+    size_t cached_tokens;    /* prompt tokens reused from the prefix cache */
     size_t reasoning_tokens; /* completion tokens spent inside reasoning */
     double ttft_seconds;     /* request start to first generated token */
     double decode_seconds;

@@ -3,6 +3,7 @@
 
 #include "base/alloc.h"
 #include "base/timer.h"
+#include "engine/engine.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,10 @@ static em_status check_params(const em_model *m, const em_generate_params *p) {
                        p->n_prompt, p->max_tokens, m->max_ctx);
     if (p->top_logprobs < 0 || p->top_logprobs > EM_MAX_TOP_LOGPROBS)
         return em_fail(EM_ERR_INVALID, "top_logprobs must be between 0 and %d", EM_MAX_TOP_LOGPROBS);
+    if (p->spec_draft_tokens < 0 || p->spec_draft_tokens > 16)
+        return em_fail(EM_ERR_INVALID, "spec_draft_tokens must be between 0 and 16");
+    if (p->spec_draft_tokens > 0 && !em_model_has_mtp(m))
+        return em_fail(EM_ERR_UNSUPPORTED, "%s has no multi-token-prediction head for speculative decoding", m->dir);
     return EM_OK;
 }
 
@@ -39,7 +44,7 @@ em_status gen_seq_init(gen_seq *g, em_model *m, const em_generate_params *p, em_
     }
     memcpy(g->history, p->prompt, p->n_prompt * sizeof(int32_t));
     g->n_history = p->n_prompt;
-    if (m->tok && p->on_token && !(g->detok = tok_stream_new(m->tok, false))) {
+    if (m->tok && p->on_token && !p->skip_text && !(g->detok = tok_stream_new(m->tok, false))) {
         gen_seq_free(g);
         return em_fail(EM_ERR_NOMEM, "out of memory");
     }
@@ -50,6 +55,8 @@ em_status gen_seq_init(gen_seq *g, em_model *m, const em_generate_params *p, em_
 
 void gen_seq_free(gen_seq *g) {
     sampler_free(&g->smp);
+    free(g->logits);
+    g->logits = NULL;
     tok_stream_free(g->detok);
     free(g->history);
     g->detok = NULL;
@@ -88,28 +95,38 @@ void gen_seq_finish(gen_seq *g, em_finish why) {
     if (why != EM_FINISH_CANCELLED && why != EM_FINISH_CALLBACK) flush_text(g);
 }
 
-em_status gen_seq_sample(gen_seq *g, float *logits) {
+void gen_seq_process(gen_seq *g, float *logits) {
     const em_generate_params *p = g->p;
-    if (gen_seq_cancelled(g)) {
-        gen_seq_finish(g, EM_FINISH_CANCELLED);
-        return EM_OK;
-    }
-    if (!g->t_first) g->t_first = em_now();
     sampler_process(&g->smp, logits, g->history, g->n_history, p->bias_ids, p->bias_values, p->n_bias);
     if (p->on_logits) p->on_logits(p->user, logits, g->m->cfg.vocab, g->history, g->n_history);
-    em_token_info info = {0};
-    int32_t tok = sampler_pick(&g->smp, logits, p->top_logprobs, &info);
+}
+
+em_status gen_seq_emit(gen_seq *g, int32_t tok, em_token_info *info) {
+    const em_generate_params *p = g->p;
+    if (!g->t_first) g->t_first = em_now();
     g->history[g->n_history++] = tok;
     g->r->n_generated++;
     char *text = NULL;
     size_t text_len = 0;
     if (g->detok) EM_TRY(tok_stream_feed(g->detok, tok, &text, &text_len));
-    info.text = text ? text : (g->detok ? "" : NULL);
-    info.text_len = text_len;
-    int want_stop = p->on_token ? p->on_token(p->user, &info) : 0;
+    info->text = text ? text : (g->detok ? "" : NULL);
+    info->text_len = text_len;
+    int want_stop = p->on_token ? p->on_token(p->user, info) : 0;
     free(text);
+    info->text = NULL;
     if (want_stop) gen_seq_finish(g, EM_FINISH_CALLBACK);
     else if (is_stop_id(g, tok)) gen_seq_finish(g, EM_FINISH_STOP);
     else if (g->r->n_generated >= (size_t)p->max_tokens) gen_seq_finish(g, EM_FINISH_LENGTH);
     return EM_OK;
+}
+
+em_status gen_seq_sample(gen_seq *g, float *logits) {
+    if (gen_seq_cancelled(g)) {
+        gen_seq_finish(g, EM_FINISH_CANCELLED);
+        return EM_OK;
+    }
+    gen_seq_process(g, logits);
+    em_token_info info = {0};
+    int32_t tok = sampler_pick(&g->smp, logits, g->p->top_logprobs, &info);
+    return gen_seq_emit(g, tok, &info);
 }

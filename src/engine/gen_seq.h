@@ -20,6 +20,7 @@ typedef struct gen_seq {
     size_t fed;         /* ids of history already in the KV cache */
     bool finished;
     double t_start, t_first;
+    float *logits;      /* one row, for the loops that own their forward */
 } gen_seq;
 
 /* Validates p against the model and allocates the state (no KV slot yet). */
@@ -28,6 +29,12 @@ void gen_seq_free(gen_seq *g);
 /* Samples the next token from logits (the row for history's last id),
  * reports it, and decides whether the sequence is finished. */
 em_status gen_seq_sample(gen_seq *g, float *logits);
+/* The two halves of gen_seq_sample, for loops that choose tokens another
+ * way (speculative decoding): penalties, bias and the logit processor in
+ * place; then delivery of a chosen token (history, text, callback, stop
+ * checks; info->token/logprob filled by the caller). */
+void gen_seq_process(gen_seq *g, float *logits);
+em_status gen_seq_emit(gen_seq *g, int32_t tok, em_token_info *info);
 /* Marks the sequence finished with `why` (no more tokens). */
 void gen_seq_finish(gen_seq *g, em_finish why);
 /* True when the caller's cancel flag is set. */

@@ -2,7 +2,7 @@
  * server), the request joins its continuous batch; otherwise it runs here:
  * prefill the prompt in chunks, then decode one token per forward. */
 #include "engine/engine.h"
-#include "engine/gen_seq.h"
+#include "engine/gen_internal.h"
 #include "engine/scheduler.h"
 
 #include "base/alloc.h"
@@ -10,7 +10,6 @@
 
 #include <stdlib.h>
 
-#define PREFILL_CHUNK 512
 
 /* Feeds history[fed..n_history) in chunks; logits for the last id. */
 static em_status feed(gen_seq *g, float *logits) {
@@ -49,11 +48,37 @@ static em_status run_alone(gen_seq *g) {
     return s;
 }
 
+/* Speculative decoding owns its forwards (draft + verify + rollback), so it
+ * runs outside the batch scheduler, on a sequence of its own. */
+static em_status run_speculative(gen_seq *g) {
+    em_model *m = g->m;
+    g->logits = em_mallocn((size_t)m->cfg.vocab, sizeof(float));
+    if (!g->logits) return em_fail(EM_ERR_NOMEM, "out of memory");
+    em_status s = kv_seq_alloc(m->kv, &g->seq);
+    void *spec = NULL;
+    if (s == EM_OK) s = spec_prefill(g, &spec);
+    double t_prefilled = em_now();
+    if (s == EM_OK) s = spec_decode(g, spec);
+    spec_free(spec);
+    if (s == EM_ERR_CANCELLED) {
+        gen_seq_finish(g, EM_FINISH_CANCELLED);
+        s = EM_OK;
+    } else if (s == EM_OK && !g->finished) {
+        gen_seq_should_stop(g);
+    }
+    g->r->prefill_seconds = t_prefilled - g->t_start;
+    g->r->decode_seconds = em_now() - t_prefilled;
+    if (g->seq >= 0) kv_seq_release(m->kv, g->seq);
+    g->seq = -1;
+    return s;
+}
+
 em_status em_generate(em_model *m, const em_generate_params *p, em_generate_result *result) {
     em_generate_result r;
     gen_seq g;
     em_status s = gen_seq_init(&g, m, p, &r);
-    if (s == EM_OK && !g.finished) s = m->sched ? sched_run(m->sched, &g) : run_alone(&g);
+    if (s == EM_OK && !g.finished)
+        s = p->spec_draft_tokens > 0 ? run_speculative(&g) : m->sched ? sched_run(m->sched, &g) : run_alone(&g);
     gen_seq_free(&g);
     if (result) *result = r;
     return s;

@@ -3,9 +3,12 @@
  * backend and KV cache, and hand the graph to its family. */
 #include "engine/engine.h"
 #include "engine/scheduler.h"
+#include "engine/grammar/grammar.h"
 #include "model/model.h"
+#include "model/registry.h"
 
 #include "base/alloc.h"
+#include "base/config.h"
 #include "base/file.h"
 #include "base/log.h"
 #include "base/threadpool.h"
@@ -14,13 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Family table: the config's family picks the implementation. */
-static const family_ops *family_for(const model_config *c) {
-    switch (c->family) {
-    case FAMILY_DENSE: return &dense_family;
-    default: return NULL;
-    }
-}
 
 static char *base_name(const char *dir) {
     size_t n = strlen(dir);
@@ -40,23 +36,93 @@ static void collect_eos(em_model *m) {
     }
 }
 
+/* Options left at 0 / AUTO take the configuration's value. */
+static em_status resolve_options(em_model *m, em_open_options *o) {
+    const em_config *c = m->config;
+    if (!o->n_threads) o->n_threads = (int)em_config_int(c, EMC_THREADS);
+    if (!o->max_context) o->max_context = (int)em_config_int(c, EMC_CTX);
+    if (o->precision == EM_PRECISION_AUTO)
+        o->precision = !strcmp(em_config_str(c, EMC_PRECISION), "fast") ? EM_PRECISION_FAST : EM_PRECISION_EXACT;
+    if (!o->device) o->device = em_config_str(c, EMC_DEVICE);
+    bool cuda;
+    int index;
+    return em_device_parse(o->device, &cuda, &index);
+}
+
+/* KV room on a device with bounded memory: every sequence at full context
+ * when that fits in what the weights left free (minus headroom for the
+ * workspace), else what fits; the cache then shares blocks under pressure. */
+static size_t device_kv_budget(const em_model *m, int kv_layers, int seqs) {
+    if (!m->be->ops->mem_free) return 0;
+    size_t avail = m->be->ops->mem_free(m->be), headroom = avail / 10, full;
+    if (headroom < ((size_t)1 << 30)) headroom = (size_t)1 << 30;
+    if (avail <= headroom) return 1; /* fails in kv_cache_create, with the sizes in its message */
+    size_t per_tok = kv_bytes_per_token(kv_layers, m->cfg.n_kv_heads, m->cfg.head_dim);
+    if (!em_mul(per_tok, (size_t)m->max_ctx, &full) || !em_mul(full, (size_t)seqs, &full)) return avail - headroom;
+    return full <= avail - headroom ? 0 : avail - headroom;
+}
+
+/* EMBER_PREFAULT: read one byte per page of every tensor, so the weights are
+ * resident before the first request instead of during it. */
+static void prefault(const st_set *st) {
+    volatile uint8_t sink = 0;
+    for (size_t i = 0; i < st_count(st); i++) {
+        const st_tensor *t = st_at(st, i);
+        const volatile uint8_t *p = t->data;
+        for (size_t o = 0; o < t->nbytes; o += 4096) sink ^= p[o];
+    }
+    (void)sink;
+}
+
+/* Workspace allowance under a memory budget: activations of one prefill
+ * chunk and the logits rows, with room to spare. */
+#define BUDGET_WORKSPACE_MARGIN ((size_t)64 << 20)
+
+/* Turns a whole-model memory budget into a KV-cache budget: what is left
+ * after the weights and the workspace. Too little for one full-context
+ * sequence is an error naming the numbers. */
+static em_status kv_budget_from_memory(const em_model *m, int kv_layers, size_t budget, size_t *kv_bytes) {
+    if (!budget) return EM_OK;
+    size_t weights = (size_t)st_data_bytes(m->st),
+           need_one = kv_bytes_per_token(kv_layers, m->cfg.n_kv_heads, m->cfg.head_dim) * (size_t)m->max_ctx;
+    size_t fixed = weights + BUDGET_WORKSPACE_MARGIN;
+    if (budget < fixed + need_one)
+        return em_fail(EM_ERR_LIMIT,
+                       "%s: a memory budget of %zu bytes cannot serve one sequence of %d tokens: weights %zu + "
+                       "workspace %zu + KV cache %zu bytes (lower --ctx or raise the budget)",
+                       m->dir, budget, m->max_ctx, weights, (size_t)BUDGET_WORKSPACE_MARGIN, need_one);
+    size_t left = budget - fixed;
+    if (!*kv_bytes || left < *kv_bytes) *kv_bytes = left;
+    return EM_OK;
+}
+
 static em_status open_parts(em_model *m, const em_open_options *o) {
     EM_TRY(model_config_load(m->dir, &m->cfg));
     EM_TRY(generation_defaults_load(m->dir, &m->gen));
     collect_eos(m);
-    m->family = family_for(&m->cfg);
-    if (!m->family) return em_fail(EM_ERR_UNSUPPORTED, "%s: no implementation for model type %s", m->dir, m->cfg.model_type);
     double t0 = em_now();
     EM_TRY(st_open(m->dir, &m->st));
-    EM_TRY(cpu_backend_create(o->n_threads, &m->be));
+    /* The registry picks the implementation through the model's profile;
+     * an unknown or inconsistent model stops here with the reason. */
+    EM_TRY(registry_identify(m->dir, &m->cfg, m->st, em_config_str(m->config, EMC_PROFILES_DIR), &m->identity));
+    m->family = m->identity.impl->ops;
+    EM_LOGI("%s: implementation %s: %s", m->dir, m->identity.impl->name, m->identity.why);
+    if (em_config_flag(m->config, EMC_PREFAULT)) prefault(m->st);
+    EM_TRY(em_backend_open(o->device, o->n_threads, &m->be));
     m->max_ctx = o->max_context > 0 && o->max_context < m->cfg.max_pos ? o->max_context : m->cfg.max_pos;
     int seqs = o->max_sequences > 0 ? o->max_sequences : 8;
-    EM_TRY(kv_cache_create(m->cfg.n_layers, m->cfg.n_kv_heads, m->cfg.head_dim, m->max_ctx, seqs, o->kv_cache_bytes, &m->kv));
+    m->max_seqs = seqs;
+    /* hybrid families keep KV only for their attention layers */
+    int kv_layers = m->cfg.n_kv_layers > 0 ? m->cfg.n_kv_layers : m->cfg.n_layers;
     m->prefill_math = o->precision == EM_PRECISION_FAST ? EM_MATH_FAST : EM_MATH_EXACT;
+    /* weights first: on a GPU the KV cache takes what they leave free */
     EM_TRY(m->family->load(m));
+    size_t kv_bytes = o->kv_cache_bytes ? o->kv_cache_bytes : device_kv_budget(m, kv_layers, seqs);
+    EM_TRY(kv_budget_from_memory(m, kv_layers, o->memory_budget, &kv_bytes));
+    EM_TRY(kv_cache_create(m->be, kv_layers, m->cfg.n_kv_heads, m->cfg.head_dim, m->max_ctx, seqs, kv_bytes, &m->kv));
     EM_TRY(model_text_open(m));
-    EM_LOGI("%s: %s, %d layers, hidden %d, vocab %d, loaded in %.2fs (%d threads)", m->dir, m->cfg.model_type,
-            m->cfg.n_layers, m->cfg.hidden, m->cfg.vocab, em_now() - t0, m->be->n_threads);
+    EM_LOGI("%s: %s, %d layers, hidden %d, vocab %d, loaded in %.2fs on %s", m->dir, m->cfg.model_type,
+            m->cfg.n_layers, m->cfg.hidden, m->cfg.vocab, em_now() - t0, m->be->desc);
     return EM_OK;
 }
 
@@ -75,7 +141,9 @@ em_status em_model_open(const char *path, const em_open_options *opts, em_model 
         em_model_free(m);
         return em_fail(EM_ERR_NOMEM, "out of memory");
     }
-    em_status s = open_parts(m, &o);
+    m->config = em_config_retain(o.config ? o.config : em_config_global());
+    em_status s = resolve_options(m, &o);
+    if (s == EM_OK) s = open_parts(m, &o);
     if (s != EM_OK) {
         em_model_free(m);
         return s;
@@ -87,12 +155,15 @@ em_status em_model_open(const char *path, const em_open_options *opts, em_model 
 void em_model_free(em_model *m) {
     if (!m) return;
     sched_stop(m);
+    grammar_vocab_free(m->grammar_vocab);
     if (m->family && m->family->free) m->family->free(m);
     model_text_close(m);
     kv_cache_free(m->kv);
-    cpu_backend_free(m->be);
+    if (m->be) weights_release(m);
+    em_backend_free(m->be);
     st_close(m->st);
     pthread_mutex_destroy(&m->compute_mu);
+    em_config_release(m->config);
     free(m->dir);
     free(m->name);
     free(m);
@@ -108,6 +179,8 @@ const int32_t *em_model_eos_ids(const em_model *m, size_t *n) {
     *n = m->n_eos;
     return m->eos_ids;
 }
+
+struct em_scheduler *em_model_scheduler(const em_model *m) { return m->sched; }
 
 size_t em_model_weight_bytes(const em_model *m) { return (size_t)st_data_bytes(m->st); }
 
@@ -125,6 +198,21 @@ em_status model_forward(em_model *m, const em_batch *b, float *logits) {
     return s;
 }
 
+em_status model_seq_mark(em_model *m, int seq, int max_tokens) {
+    return m->family->seq_mark ? m->family->seq_mark(m, seq, max_tokens) : EM_OK;
+}
+
+em_status model_seq_truncate(em_model *m, int seq, int len) {
+    if (m->family->seq_truncate) {
+        pthread_mutex_lock(&m->compute_mu); /* a rollback may replay recurrent steps */
+        em_status s = m->family->seq_truncate(m, seq, len);
+        pthread_mutex_unlock(&m->compute_mu);
+        return s;
+    }
+    kv_seq_truncate(m->kv, seq, len);
+    return EM_OK;
+}
+
 em_sampling em_sampling_defaults(const em_model *m) {
     em_sampling s = {.temperature = 1.0f, .top_p = 1.0f, .repetition_penalty = 1.0f};
     const generation_defaults *g = &m->gen;
@@ -135,4 +223,8 @@ em_sampling em_sampling_defaults(const em_model *m) {
     if (g->has_repetition_penalty) s.repetition_penalty = (float)g->repetition_penalty;
     if (g->has_do_sample && !g->do_sample) s.temperature = 0; /* greedy by declaration */
     return s;
+}
+
+int em_model_has_mtp(const em_model *m) {
+    return m->family->mtp_layers && m->family->hidden_rows && m->family->mtp_forward && m->family->mtp_layers(m) > 0;
 }

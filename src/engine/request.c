@@ -33,6 +33,7 @@ void em_request_free(em_request *r) {
     free(r->messages);
     json_decref(r->tools);
     free(r->tool_choice_name);
+    json_decref(r->response_schema);
     json_decref(r->template_kwargs);
     free(r->prompt);
     free(r->prompt_ids);

@@ -45,8 +45,8 @@ typedef struct em_message {
 typedef enum em_tool_choice {
     EM_TOOL_CHOICE_AUTO = 0,
     EM_TOOL_CHOICE_NONE,
-    EM_TOOL_CHOICE_REQUIRED, /* needs constrained decoding */
-    EM_TOOL_CHOICE_NAMED     /* needs constrained decoding */
+    EM_TOOL_CHOICE_REQUIRED, /* enforced by a grammar over the model's tool-call syntax */
+    EM_TOOL_CHOICE_NAMED     /* the same, for the one named function */
 } em_tool_choice;
 
 /* Which sampling fields the client set (the others come from the model). */
@@ -71,6 +71,9 @@ typedef struct em_request {
     char *tool_choice_name;   /* NAMED */
     bool parallel_tool_calls; /* false: only the first tool call is kept */
     json_t *template_kwargs;  /* extra chat-template variables (enable_thinking, reasoning_effort...) or NULL */
+    /* structured output, enforced by constrained decoding */
+    bool response_json;       /* any JSON object (response_format json_object) */
+    json_t *response_schema;  /* a JSON Schema the reply must satisfy (json_schema), or NULL */
     /* raw prompt (chat == false): text, or token ids when prompt_ids != NULL */
     char *prompt;
     int32_t *prompt_ids;

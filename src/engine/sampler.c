@@ -5,6 +5,7 @@
 #include "base/status.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -119,50 +120,126 @@ static int32_t argmax(const float *l, int n) {
     return best;
 }
 
+/* Candidates of tempered sampling in s->cand[0..*nc) with unnormalised
+ * probabilities in s->probs (temperature, top-k, top-p, min-p in the
+ * order transformers applies them); returns their total. Tokens more than
+ * e^40 times less likely than the best are never candidates (their mass is
+ * below float resolution). Sorting is avoided when it cannot change the
+ * result: without top-k/top-p no order is needed, and top-p first tries the
+ * candidates within 1e-4 of the best — when they hold the nucleus, it is
+ * the same nucleus as over all candidates. */
+static double candidates(sampler *s, const float *logits, float mx, int *nc_out) {
+    const em_sampling *p = &s->p;
+    float inv_t = 1.0f / p->temperature;
+    int nc = 0;
+    for (int i = 0; i < s->n_vocab; i++) {
+        float z = (logits[i] - mx) * inv_t;
+        if (z > -40.0f) {
+            s->cand[nc++] = i;
+            s->probs[i] = expf(z);
+        }
+    }
+    double total = 0;
+    for (int i = 0; i < nc; i++) total += s->probs[s->cand[i]];
+    bool top_p = p->top_p > 0 && p->top_p < 1, need_sort = p->top_k > 0 || top_p;
+    if (top_p && p->top_k == 0) {
+        double head = 0;
+        int nh = 0;
+        for (int i = 0; i < nc; i++)
+            if (s->probs[s->cand[i]] >= 1e-4f) {
+                head += s->probs[s->cand[i]];
+                nh++;
+            }
+        if (head >= p->top_p * total && nh < nc) {
+            int k = 0;
+            for (int i = 0; i < nc; i++)
+                if (s->probs[s->cand[i]] >= 1e-4f) s->cand[k++] = s->cand[i];
+            nc = k; /* total keeps the full mass: the nucleus limit is unchanged */
+        }
+    }
+    if (need_sort) qsort_r(s->cand, (size_t)nc, sizeof *s->cand, cmp_prob_desc, s->probs);
+    if (p->top_k > 0 && nc > p->top_k) {
+        nc = p->top_k;
+        total = 0;
+        for (int i = 0; i < nc; i++) total += s->probs[s->cand[i]];
+    }
+    if (top_p) {
+        double cum = 0, limit = p->top_p * total;
+        int keep = 0;
+        while (keep < nc) {
+            cum += s->probs[s->cand[keep++]];
+            if (cum >= limit) break;
+        }
+        nc = keep;
+    }
+    if (p->min_p > 0) { /* relative to the most likely token (prob 1 here) */
+        int keep = 0;
+        for (int i = 0; i < nc; i++)
+            if (s->probs[s->cand[i]] >= p->min_p) s->cand[keep++] = s->cand[i];
+        nc = keep;
+    }
+    double sum = 0;
+    for (int i = 0; i < nc; i++) sum += s->probs[s->cand[i]];
+    *nc_out = nc;
+    return sum;
+}
+
+static bool is_greedy(const em_sampling *p) { return p->temperature <= 0 || p->top_k == 1; }
+
+void sampler_distribution(sampler *s, const float *logits, float *probs) {
+    int n = s->n_vocab;
+    memset(probs, 0, (size_t)n * sizeof *probs);
+    if (is_greedy(&s->p)) {
+        probs[argmax(logits, n)] = 1.0f;
+        return;
+    }
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++)
+        if (logits[i] > mx) mx = logits[i];
+    int nc;
+    double sum = candidates(s, logits, mx, &nc);
+    for (int i = 0; i < nc; i++) probs[s->cand[i]] = (float)(s->probs[s->cand[i]] / sum);
+}
+
+int32_t sampler_draw(sampler *s, const float *probs) {
+    double sum = 0;
+    int32_t last = 0;
+    for (int i = 0; i < s->n_vocab; i++)
+        if (probs[i] > 0) {
+            sum += probs[i];
+            last = i;
+        }
+    double r = sampler_uniform(s) * sum, acc = 0;
+    for (int i = 0; i < s->n_vocab; i++) {
+        acc += probs[i];
+        if (probs[i] > 0 && r < acc) return i;
+    }
+    return last;
+}
+
+void sampler_describe(sampler *s, const float *logits, int32_t tok, int top_n, em_token_info *info) {
+    float mx;
+    double lse;
+    log_softmax_stats(logits, s->n_vocab, &mx, &lse);
+    if (top_n > 0) fill_top(logits, s->n_vocab, top_n, mx, lse, info);
+    else info->n_top = 0;
+    info->token = tok;
+    info->logprob = (float)((double)(logits[tok] - mx) - lse);
+}
+
 int32_t sampler_pick(sampler *s, const float *logits, int top_n, em_token_info *info) {
     int n = s->n_vocab;
-    const em_sampling *p = &s->p;
     float mx;
     double lse;
     log_softmax_stats(logits, n, &mx, &lse);
     if (top_n > 0) fill_top(logits, n, top_n, mx, lse, info);
     else info->n_top = 0;
     int32_t tok;
-    if (p->temperature <= 0 || p->top_k == 1) {
+    if (is_greedy(&s->p)) {
         tok = argmax(logits, n);
     } else {
-        /* Candidates: tokens whose tempered probability relative to the best
-         * is above e^-40; the excluded mass is far below float resolution. */
-        float inv_t = 1.0f / p->temperature;
-        int nc = 0;
-        for (int i = 0; i < n; i++) {
-            float z = (logits[i] - mx) * inv_t;
-            if (z > -40.0f) {
-                s->cand[nc++] = i;
-                s->probs[i] = expf(z);
-            }
-        }
-        qsort_r(s->cand, (size_t)nc, sizeof *s->cand, cmp_prob_desc, s->probs);
-        if (p->top_k > 0 && nc > p->top_k) nc = p->top_k;
-        double total = 0;
-        for (int i = 0; i < nc; i++) total += s->probs[s->cand[i]];
-        if (p->min_p > 0) { /* relative to the most likely token */
-            float floor_p = p->min_p * s->probs[s->cand[0]];
-            int keep = 1;
-            while (keep < nc && s->probs[s->cand[keep]] >= floor_p) keep++;
-            nc = keep;
-        }
-        if (p->top_p > 0 && p->top_p < 1) {
-            double cum = 0, limit = p->top_p * total;
-            int keep = 0;
-            while (keep < nc) {
-                cum += s->probs[s->cand[keep++]];
-                if (cum >= limit) break;
-            }
-            nc = keep;
-        }
-        double sum = 0;
-        for (int i = 0; i < nc; i++) sum += s->probs[s->cand[i]];
+        int nc;
+        double sum = candidates(s, logits, mx, &nc);
         double r = sampler_uniform(s) * sum, acc = 0;
         tok = s->cand[nc - 1];
         for (int i = 0; i < nc; i++) {

@@ -33,4 +33,14 @@ int32_t sampler_pick(sampler *s, const float *logits, int top_n, em_token_info *
 /* Uniform double in [0, 1) from the sampler's generator. */
 double sampler_uniform(sampler *s);
 
+/* The distribution sampler_pick draws from, over the whole vocabulary
+ * (temperature, top-k, min-p, top-p applied; one-hot on the argmax when
+ * greedy), normalised, into probs[n_vocab]. */
+void sampler_distribution(sampler *s, const float *logits, float *probs);
+/* Draws a token from a normalised distribution with the sampler's generator. */
+int32_t sampler_draw(sampler *s, const float *probs);
+/* Fills info (token, logprob, top alternatives) for `tok` chosen from
+ * processed logits, as sampler_pick does for its own choice. */
+void sampler_describe(sampler *s, const float *logits, int32_t tok, int top_n, em_token_info *info);
+
 #endif

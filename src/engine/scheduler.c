@@ -1,6 +1,7 @@
 /* scheduler.c — the continuous-batching loop (see scheduler.h). */
 #include "engine/scheduler.h"
 
+#include "engine/prompt_cache.h"
 #include "base/alloc.h"
 #include "base/log.h"
 #include "base/timer.h"
@@ -16,6 +17,7 @@ typedef struct sched_req {
     unsigned long long order; /* arrival order: preempt the newest */
     double t_admitted;
     bool in_batch; /* has a span in the step being built */
+    prompt_blocks blocks; /* prefix-cache hash chain of the history */
     struct sched_req *next;
 } sched_req;
 
@@ -27,6 +29,7 @@ struct em_scheduler {
     sched_req *wait_head, *wait_tail; /* FIFO, guarded by mu */
     sched_req **active;               /* owned by the loop thread */
     int n_active, max_batch, prefill_chunk;
+    bool prefix_cache;
     bool stop;
     unsigned long long next_order;
     sched_stats stats; /* guarded by mu */
@@ -55,6 +58,7 @@ static sched_req *pop_front(em_scheduler *s) {
 
 static void complete(em_scheduler *s, sched_req *r, em_status st) {
     gen_seq *g = r->g;
+    prompt_blocks_free(&r->blocks);
     if (g->seq >= 0) kv_seq_release(s->m->kv, g->seq);
     g->seq = -1;
     double now = em_now();
@@ -75,6 +79,11 @@ static void admit(em_scheduler *s) {
         if (kv_seq_alloc(s->m->kv, &r->g->seq) != EM_OK) break;
         pop_front(s);
         r->g->fed = 0;
+        if (s->prefix_cache) {
+            int reused = prompt_cache_attach(s->m->kv, r->g->seq, r->g->history, r->g->n_history, &r->blocks);
+            r->g->fed = (size_t)reused;
+            if (!r->g->r->n_generated) r->g->r->n_cached = (size_t)reused;
+        }
         r->t_admitted = em_now();
         s->active[s->n_active++] = r;
     }
@@ -99,6 +108,7 @@ static sched_req *preempt_newest(em_scheduler *s) {
     kv_seq_release(s->m->kv, r->g->seq);
     r->g->seq = -1;
     r->g->fed = 0;
+    prompt_blocks_free(&r->blocks);
     remove_active(s, victim);
     pthread_mutex_lock(&s->mu);
     push_front(s, r);
@@ -204,6 +214,7 @@ static void step(em_scheduler *s) {
     for (int i = 0; i < n; i++) {
         gen_seq *g = s->span_req[i]->g;
         g->fed += (size_t)s->spans[i].n;
+        if (s->prefix_cache) prompt_cache_register(s->m->kv, g->seq, g->history, g->fed, &s->span_req[i]->blocks);
         tokens += s->spans[i].n;
         if (s->spans[i].n > 1) prefill += s->spans[i].n;
         if (s->spans[i].logits != LOGITS_LAST) continue;
@@ -266,6 +277,15 @@ void sched_get_stats(em_scheduler *s, sched_stats *out) {
     pthread_mutex_lock(&s->mu);
     *out = s->stats;
     pthread_mutex_unlock(&s->mu);
+    kv_cache *c = s->m->kv;
+    pthread_mutex_lock(&c->mu);
+    out->prefix_lookup_tokens = c->prefix_lookup_tokens;
+    out->prefix_hit_tokens = c->prefix_hit_tokens;
+    out->prefix_evictions = c->prefix_evictions;
+    out->prefix_cached_bytes = kv_prefix_cached_bytes(c);
+    out->kv_blocks_total = c->max_blocks;
+    out->kv_blocks_free = c->n_free + c->n_lru;
+    pthread_mutex_unlock(&c->mu);
 }
 
 em_status sched_start(em_model *m, const sched_options *o) {
@@ -274,6 +294,11 @@ em_status sched_start(em_model *m, const sched_options *o) {
     s->m = m;
     s->max_batch = o && o->max_batch > 0 && o->max_batch < m->kv->max_seqs ? o->max_batch : m->kv->max_seqs;
     s->prefill_chunk = o && o->prefill_chunk > 0 ? o->prefill_chunk : 512;
+    s->prefix_cache = !(o && o->no_prefix_cache);
+    if (o && o->prompt_cache_bytes) {
+        size_t block_bytes = m->kv->block_floats * sizeof(float) * 2u * (size_t)m->kv->n_layers;
+        m->kv->max_lru = (int)(o->prompt_cache_bytes / block_bytes);
+    }
     s->active = em_calloc((size_t)s->max_batch, sizeof *s->active);
     s->spans = em_calloc((size_t)s->max_batch, sizeof *s->spans);
     s->span_req = em_calloc((size_t)s->max_batch, sizeof *s->span_req);

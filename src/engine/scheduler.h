@@ -8,6 +8,10 @@
  * sequence is preempted (its blocks freed) and later recomputed from its
  * history, instead of failing everyone.
  *
+ * Prefix caching: a request's history is matched block by block against
+ * the KV blocks other requests computed (prompt_cache.c); the longest
+ * cached prefix is reused and only the rest is prefilled.
+ *
  * Greedy outputs under batching equal those of each request served alone:
  * a row's arithmetic depends only on its own span (see dense.c). */
 #ifndef EMBER_ENGINE_SCHEDULER_H
@@ -20,12 +24,17 @@ typedef struct em_scheduler em_scheduler;
 typedef struct sched_options {
     int max_batch;     /* active sequences per step; 0: the KV cache's slots */
     int prefill_chunk; /* prompt tokens per step; 0: 512 */
+    bool no_prefix_cache;      /* disable prefix caching */
+    size_t prompt_cache_bytes; /* cap on cached blocks nobody uses; 0: no cap */
 } sched_options;
 
 typedef struct sched_stats {
     unsigned long long steps, batched_tokens, prefill_tokens, decode_tokens, preemptions;
     int active, waiting;
     double busy_seconds;
+    unsigned long long prefix_lookup_tokens, prefix_hit_tokens, prefix_evictions;
+    size_t prefix_cached_bytes;
+    int kv_blocks_total, kv_blocks_free;
 } sched_stats;
 
 /* Starts the scheduler thread on m and attaches it (m->sched): from then on

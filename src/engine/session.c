@@ -13,6 +13,7 @@
 #include "base/timer.h"
 #include "engine/engine.h"
 #include "engine/stop_strings.h"
+#include "engine/structured.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -75,12 +76,14 @@ em_status em_prompt_build(em_model *m, const em_request *req, em_prompt *out) {
             out->max_tokens = (int)(ctx - out->n_ids);
         }
     }
+    if (s == EM_OK) s = structured_compile(req, out, &out->grammar);
     if (s != EM_OK) em_prompt_free(out);
     return s;
 }
 
 void em_prompt_free(em_prompt *p) {
     if (!p) return;
+    grammar_free(p->grammar);
     free(p->ids);
     free(p->text);
     memset(p, 0, sizeof *p);
@@ -166,7 +169,17 @@ static void deliver(session *s, const em_prompt *p, const char *text, size_t len
 typedef struct token_ctx {
     session *s;
     const em_prompt *p;
+    grammar_matcher *gm; /* constrained decoding, or NULL */
 } token_ctx;
+
+/* The grammar mask as the logit processor; a failure stops the generation
+ * at the next token callback and becomes the session's error. */
+static void on_logits(void *user, float *logits, int n_vocab, const int32_t *history, size_t n_history) {
+    token_ctx *tc = user;
+    if (tc->s->error != EM_OK) return;
+    em_status st = grammar_matcher_process(tc->gm, logits, n_vocab, history, n_history);
+    if (st != EM_OK) tc->s->error = st;
+}
 
 static bool push_logprob(session *s, const em_token_info *info) {
     if (!em_grow((void **)&s->pending, &s->cap_pending, s->n_pending + 1, sizeof *s->pending)) return false;
@@ -194,7 +207,8 @@ static void note_time(session *s) {
 static int on_token(void *user, const em_token_info *info) {
     token_ctx *tc = user;
     session *s = tc->s;
-    if (s->consumer_stopped) return 1;
+    if (s->consumer_stopped || s->error != EM_OK) return 1;
+    if (info->token < 0) return 0; /* engine-side text flush: the session decodes itself */
     note_time(s);
     s->n_tokens++;
     s->unreleased++;
@@ -293,11 +307,23 @@ em_status em_session_run(em_model *m, const em_request *req, const em_prompt *p,
     };
     /* n > 1 with a seed: each choice differs, and each is reproducible. */
     if (gp.sampling.has_seed) gp.sampling.seed += (uint64_t)opts->choice;
-    token_ctx tc = {&s, p};
+    token_ctx tc = {&s, p, NULL};
+    if (p->grammar) {
+        const grammar_vocab *gv;
+        em_status gs = structured_vocab(m, &gv);
+        if (gs == EM_OK) gs = grammar_matcher_new(p->grammar, gv, &tc.gm);
+        if (gs != EM_OK) {
+            session_free(&s);
+            return fail_event(&s, gs);
+        }
+        gp.on_logits = on_logits;
+    }
     gp.on_token = on_token;
     gp.user = &tc;
+    gp.skip_text = 1; /* the session detokenizes itself */
     em_generate_result res = {0};
     em_status st = (opts->cancel && *opts->cancel) ? EM_OK : em_generate(m, &gp, &res);
+    grammar_matcher_free(tc.gm);
     if (opts->cancel && *opts->cancel) res.finish = EM_FINISH_CANCELLED;
     if (st == EM_ERR_CANCELLED) {
         st = EM_OK;
@@ -313,6 +339,7 @@ em_status em_session_run(em_model *m, const em_request *req, const em_prompt *p,
     em_event fin = {.kind = EM_EVENT_FINISH, .reason = finish_reason(&s, res.finish, opts->cancel)};
     if (s.stop_matched && s.stops.match >= 0 && (size_t)s.stops.match < req->n_stop) fin.stop = req->stop[s.stops.match];
     fin.usage.prompt_tokens = p->n_ids;
+    fin.usage.cached_tokens = res.n_cached;
     fin.usage.completion_tokens = s.n_tokens;
     fin.usage.reasoning_tokens = s.reasoning_tokens;
     fin.usage.ttft_seconds = s.n_tokens ? s.t_first - s.t_start : 0;

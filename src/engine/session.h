@@ -23,9 +23,13 @@ typedef struct em_prompt {
     chat_format format;  /* how the reply is parsed (chat requests) */
     bool parse;          /* run the chat output parser */
     int max_tokens;      /* resolved: the request's, or up to the end of the context */
+    struct grammar *grammar; /* constrained decoding (forced tool call, JSON), or NULL */
 } em_prompt;
 
-/* Renders and tokenizes req for model m. Errors: EM_ERR_INVALID (no chat
+/* Renders and tokenizes req for model m, and compiles the grammar of a
+ * forced tool call or a structured output (a schema ember cannot enforce
+ * exactly is EM_ERR_UNSUPPORTED / EM_ERR_FORMAT naming the keyword: the
+ * protocols answer 400). Errors: EM_ERR_INVALID (no chat
  * template / tokenizer, empty prompt, token id out of range), EM_ERR_LIMIT
  * (prompt + max_tokens beyond the context), template errors from
  * chat_render. On success *out owns its buffers; free with em_prompt_free. */

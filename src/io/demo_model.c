@@ -6,6 +6,8 @@
  * before any runtime configuration exists (by the CLI's argument parsing). */
 #include "io/demo_model.h"
 
+#include "base/config.h"
+
 #include "base/file.h"
 
 #include <limits.h>
@@ -43,7 +45,7 @@ static int demo_exe_relative(const char *rel, char *buf, size_t cap) {
 }
 
 static void demo_find(void) {
-    const char *env = getenv("EMBER_DEMO_MODEL");
+    const char *env = em_config_str(em_config_global(), EMC_DEMO_MODEL);
     if (env && env[0]) {
         if (demo_try(env, demo_dir)) demo_result = demo_dir;
         return;

@@ -144,9 +144,11 @@ static em_status parse_rope(json_t *root, const char *path, model_config *c) {
     return EM_OK;
 }
 
-static const struct { const char *type, *arch; } known_types[] = {
-    {"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"},
-    {"qwen2", "Qwen2ForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"},
+static const struct { const char *type, *arch; model_family family; } known_types[] = {
+    {"llama", "LlamaForCausalLM", FAMILY_DENSE}, {"mistral", "MistralForCausalLM", FAMILY_DENSE},
+    {"qwen2", "Qwen2ForCausalLM", FAMILY_DENSE}, {"qwen3", "Qwen3ForCausalLM", FAMILY_DENSE},
+    {"qwen3_5_text", "Qwen3_5ForCausalLM", FAMILY_QWEN3_5},
+    {"qwen3_5", "Qwen3_5ForConditionalGeneration", FAMILY_QWEN3_5},
 };
 
 static em_status resolve_type(json_t *root, const char *path, model_config *c) {
@@ -161,7 +163,7 @@ static em_status resolve_type(json_t *root, const char *path, model_config *c) {
         if ((type && !strcmp(type, known_types[i].type)) || (!type && arch && !strcmp(arch, known_types[i].arch))) {
             snprintf(c->model_type, sizeof c->model_type, "%s", known_types[i].type);
             snprintf(c->architecture, sizeof c->architecture, "%s", arch ? arch : known_types[i].arch);
-            c->family = FAMILY_DENSE;
+            c->family = known_types[i].family;
             return EM_OK;
         }
     }
@@ -250,13 +252,20 @@ em_status model_config_parse(const char *text, size_t len, const char *path, mod
     em_status s = EM_OK;
     if (!json_is_object(root)) s = em_fail(EM_ERR_FORMAT, "%s: not a JSON object", path);
     if (s == EM_OK) s = resolve_type(root, path, c);
-    if (s == EM_OK) s = parse_dense(root, path, c);
+    json_t *arch_root = root; /* where the architecture fields are */
+    if (s == EM_OK && c->family == FAMILY_QWEN3_5) s = mc_qwen3_5_text_root(root, path, &arch_root);
+    if (s == EM_OK) s = parse_dense(arch_root, path, c);
+    if (s == EM_OK && c->family == FAMILY_QWEN3_5) s = mc_qwen3_5_parse(root, arch_root, path, c);
     long long bos = -1;
-    if (s == EM_OK) s = mc_get_int(root, "bos_token_id", path, false, &bos, NULL);
+    bool found = false;
+    if (s == EM_OK) s = mc_get_int(arch_root, "bos_token_id", path, false, &bos, &found);
+    if (s == EM_OK && !found && arch_root != root) s = mc_get_int(root, "bos_token_id", path, false, &bos, NULL);
     c->bos_id = bos >= 0 && bos <= INT32_MAX ? (int32_t)bos : -1;
-    if (s == EM_OK) s = parse_id_list(root, "eos_token_id", path, c->eos_ids, &c->n_eos);
+    if (s == EM_OK) s = parse_id_list(arch_root, "eos_token_id", path, c->eos_ids, &c->n_eos);
+    if (s == EM_OK && c->n_eos == 0 && arch_root != root) s = parse_id_list(root, "eos_token_id", path, c->eos_ids, &c->n_eos);
     json_t *dt = json_object_get(root, "torch_dtype");
     if (!json_is_string(dt)) dt = json_object_get(root, "dtype");
+    if (!json_is_string(dt)) dt = json_object_get(arch_root, "dtype");
     snprintf(c->dtype, sizeof c->dtype, "%s", json_is_string(dt) ? json_string_value(dt) : "");
     json_decref(root);
     return s;

@@ -30,6 +30,18 @@ typedef enum { FAMILY_DENSE = 0, FAMILY_QWEN3_5 } model_family;
 #define MC_MAX_EOS 8
 #define MC_MAX_LAYERS 1024
 
+/* Qwen3.5 (hybrid Gated DeltaNet + gated attention): the fields beyond the
+ * Llama-family ones, parsed by model_config_qwen3_5.c. */
+typedef struct qwen3_5_config {
+    int lin_k_heads, lin_v_heads;   /* linear_num_key_heads / linear_num_value_heads */
+    int lin_k_dim, lin_v_dim;       /* linear_key_head_dim / linear_value_head_dim */
+    int conv_kernel;                /* linear_conv_kernel_dim */
+    int n_linear, n_full;           /* layers of each kind */
+    bool layer_linear[MC_MAX_LAYERS];
+    int mtp_layers;                 /* mtp_num_hidden_layers; 0: no MTP head declared */
+    bool vl_wrapper;                /* config.json is the qwen3_5 VL wrapper (text_config) */
+} qwen3_5_config;
+
 typedef struct model_config {
     char model_type[32];
     char architecture[64];
@@ -49,6 +61,8 @@ typedef struct model_config {
     int32_t eos_ids[MC_MAX_EOS];
     int n_eos;
     char dtype[16];                     /* torch_dtype / dtype as written */
+    int n_kv_layers;                    /* layers with a KV cache; 0: n_layers */
+    qwen3_5_config q35;                 /* FAMILY_QWEN3_5 only */
 } model_config;
 
 typedef struct generation_defaults {
@@ -74,5 +88,12 @@ em_status generation_defaults_load(const char *dir, generation_defaults *out);
 em_status mc_get_int(json_t *obj, const char *key, const char *path, bool required, long long *out, bool *found);
 em_status mc_get_num(json_t *obj, const char *key, const char *path, bool required, double *out, bool *found);
 em_status mc_get_bool(json_t *obj, const char *key, const char *path, bool *out, bool *found);
+
+/* Qwen3.5 (model_config_qwen3_5.c). The text fields live at the top level
+ * (qwen3_5_text) or under text_config (the qwen3_5 VL wrapper). */
+em_status mc_qwen3_5_text_root(json_t *root, const char *path, json_t **text);
+/* Parses the family's own fields after the shared ones (c already holds
+ * them, parsed from `text`); root is the whole config.json object. */
+em_status mc_qwen3_5_parse(json_t *root, json_t *text, const char *path, model_config *c);
 
 #endif

@@ -65,5 +65,9 @@ const char *st_metadata(const st_set *s, const char *key);
 /* Total bytes of tensor data over all files. */
 uint64_t st_data_bytes(const st_set *s);
 const char *st_file_path(const st_set *s, int file_index);
+/* Files of the set, and the parsed header of one (its __metadata__ entries
+ * included); NULL for an index out of range. Owned by the set. */
+int st_n_files(const st_set *s);
+const st_header *st_file_header(const st_set *s, int file_index);
 
 #endif

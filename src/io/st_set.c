@@ -249,6 +249,12 @@ const char *st_metadata(const st_set *s, const char *key) {
     return NULL;
 }
 
+int st_n_files(const st_set *s) { return s->n_files; }
+
+const st_header *st_file_header(const st_set *s, int file_index) {
+    return file_index >= 0 && file_index < s->n_files ? &s->files[file_index].header : NULL;
+}
+
 uint64_t st_data_bytes(const st_set *s) {
     uint64_t total = 0;
     for (size_t i = 0; i < s->n_tensors; i++) total += s->order[i]->nbytes;

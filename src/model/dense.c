@@ -8,6 +8,7 @@
 #include "model/model.h"
 
 #include "base/alloc.h"
+#include "model/batch_rows.h"
 #include "model/rope.h"
 
 #include <math.h>
@@ -32,16 +33,13 @@ typedef struct dense_impl {
     /* workspace, grown to the largest batch seen */
     int cap_tokens;
     float *x, *h, *q, *k, *v, *att, *gate, *up, *act;
-    int32_t *pos, *ids;
-    /* rows grouped by arithmetic: a span of >= FAST_MIN_SPAN tokens may use
-     * FAST math; shorter spans (decode) are always EXACT, so a sequence's
-     * numbers do not depend on what else is in its batch. */
-    int n_runs;
-    int *run_start, *run_len;
-    em_math *run_math;
+    int32_t *pos, *ids; /* host arrays: operations copy what they need */
+    row_runs runs;      /* arithmetic per row (batch_rows.h) */
+    /* logits in backend memory before their download (backends without
+     * host memory), grown to the most rows seen */
+    float *logits;
+    int cap_logit_rows;
 } dense_impl;
-
-#define FAST_MIN_SPAN 16
 
 #define LNAME(buf, i, suffix) snprintf(buf, sizeof buf, "model.layers.%d.%s", i, suffix)
 
@@ -101,13 +99,11 @@ static void dense_free(em_model *m) {
             if (vs[k]) be->ops->free(be, vs[k]);
     }
     free(d->layers);
-    float *ws[] = {d->final_norm, d->x, d->h, d->q, d->k, d->v, d->att, d->gate, d->up, d->act};
+    float *ws[] = {d->final_norm, d->x, d->h, d->q, d->k, d->v, d->att, d->gate, d->up, d->act, d->logits};
     for (size_t k = 0; k < sizeof ws / sizeof ws[0]; k++)
         if (ws[k]) be->ops->free(be, ws[k]);
     free(d->inv_freq);
-    free(d->run_start);
-    free(d->run_len);
-    free(d->run_math);
+    row_runs_free(&d->runs);
     free(d->pos);
     free(d->ids);
     free(d);
@@ -164,39 +160,22 @@ static em_status ensure_workspace(em_model *m, dense_impl *d, int T) {
     return EM_OK;
 }
 
-/* out[T, w->rows] = in[T, w->cols] · wᵀ, run by run of equal arithmetic. */
-static void mm(em_model *m, dense_impl *d, float *out, const float *in, const em_weight *w, const float *bias) {
-    for (int r = 0; r < d->n_runs; r++) {
-        size_t o = (size_t)d->run_start[r];
-        m->be->ops->matmul(m->be, out + o * (size_t)w->rows, in + o * (size_t)w->cols, d->run_len[r], w, bias,
-                           d->run_math[r]);
-    }
+/* Device-side logits for `rows` rows (backends without host memory). */
+static em_status ensure_logits(em_model *m, dense_impl *d, int rows) {
+    if (rows <= d->cap_logit_rows) return EM_OK;
+    em_backend *be = m->be;
+    if (d->logits) be->ops->free(be, d->logits);
+    d->logits = NULL;
+    d->cap_logit_rows = 0;
+    size_t bytes;
+    if (!em_mul((size_t)rows * sizeof(float), (size_t)m->cfg.vocab, &bytes) || !(d->logits = be->ops->alloc(be, bytes)))
+        return em_fail(EM_ERR_NOMEM, "out of %s memory for %d rows of logits", be->desc, rows);
+    d->cap_logit_rows = rows;
+    return EM_OK;
 }
 
-static em_status plan_runs(em_model *m, dense_impl *d, const em_batch *b) {
-    free(d->run_start);
-    free(d->run_len);
-    free(d->run_math);
-    d->n_runs = 0;
-    d->run_start = em_mallocn((size_t)b->n_spans + 1, sizeof *d->run_start);
-    d->run_len = em_mallocn((size_t)b->n_spans + 1, sizeof *d->run_len);
-    d->run_math = em_mallocn((size_t)b->n_spans + 1, sizeof *d->run_math);
-    if (!d->run_start || !d->run_len || !d->run_math) return em_fail(EM_ERR_NOMEM, "out of memory");
-    int row = 0;
-    for (int s = 0; s < b->n_spans; s++) {
-        int n = b->spans[s].n;
-        if (!n) continue;
-        em_math math = n >= FAST_MIN_SPAN ? m->prefill_math : EM_MATH_EXACT;
-        if (d->n_runs && d->run_math[d->n_runs - 1] == math) {
-            d->run_len[d->n_runs - 1] += n;
-        } else {
-            d->run_start[d->n_runs] = row;
-            d->run_len[d->n_runs] = n;
-            d->run_math[d->n_runs++] = math;
-        }
-        row += n;
-    }
-    return EM_OK;
+static void mm(em_model *m, dense_impl *d, float *out, const float *in, const em_weight *w, const float *bias) {
+    row_runs_matmul(m->be, &d->runs, out, in, w, bias);
 }
 
 static void attention_block(em_model *m, dense_impl *d, dense_layer *L, int layer, const em_batch *b, int T) {
@@ -241,31 +220,13 @@ static void mlp_block(em_model *m, dense_impl *d, dense_layer *L, int T) {
     op->add(be, d->x, d->h, (size_t)T * c->hidden);
 }
 
-/* Gathers the rows that want logits into d->h, returns how many. */
-static int gather_logit_rows(em_model *m, dense_impl *d, const em_batch *b) {
-    int H = m->cfg.hidden, row = 0, out = 0;
-    for (int s = 0; s < b->n_spans; s++) {
-        const em_span *sp = &b->spans[s];
-        if (sp->logits == LOGITS_ALL) {
-            memmove(d->h + (size_t)out * H, d->x + (size_t)row * H, (size_t)sp->n * H * sizeof(float));
-            out += sp->n;
-        } else if (sp->logits == LOGITS_LAST) {
-            memmove(d->h + (size_t)out * H, d->x + (size_t)(row + sp->n - 1) * H, (size_t)H * sizeof(float));
-            out += 1;
-        }
-        row += sp->n;
-    }
-    return out;
-}
-
 static em_status dense_forward(em_model *m, const em_batch *b, float *logits) {
     dense_impl *d = m->impl;
     const model_config *c = &m->cfg;
-    int T = 0;
-    for (int s = 0; s < b->n_spans; s++) T += b->spans[s].n;
+    int T = batch_tokens(b);
     if (T == 0) return EM_OK;
     EM_TRY(ensure_workspace(m, d, T));
-    EM_TRY(plan_runs(m, d, b));
+    EM_TRY(row_runs_plan_batch(&d->runs, b, m->prefill_math));
     int row = 0;
     for (int s = 0; s < b->n_spans; s++) {
         const em_span *sp = &b->spans[s];
@@ -285,12 +246,18 @@ static em_status dense_forward(em_model *m, const em_batch *b, float *logits) {
         mlp_block(m, d, &d->layers[l], T);
     }
     for (int s = 0; s < b->n_spans; s++) m->kv->seqs[b->spans[s].seq].len += b->spans[s].n;
-    int rows = gather_logit_rows(m, d, b);
+    int rows = batch_gather_logit_rows(m->be, b, d->x, d->h, c->hidden);
     if (rows) {
         /* the head runs EXACT: its rows are single positions (or, for
          * LOGITS_ALL, reference comparisons) */
         be->ops->rmsnorm(be, d->h, d->h, d->final_norm, rows, c->hidden, (float)c->rms_eps, 0.0f);
-        be->ops->matmul(be, logits, d->h, rows, &d->head, NULL, EM_MATH_EXACT);
+        if (be->ops->host_memory) {
+            be->ops->matmul(be, logits, d->h, rows, &d->head, NULL, EM_MATH_EXACT);
+        } else {
+            EM_TRY(ensure_logits(m, d, rows));
+            be->ops->matmul(be, d->logits, d->h, rows, &d->head, NULL, EM_MATH_EXACT);
+            EM_TRY(be->ops->download(be, logits, d->logits, (size_t)rows * (size_t)c->vocab * sizeof(float)));
+        }
     }
     return EM_OK;
 }

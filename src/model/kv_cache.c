@@ -5,7 +5,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #define KV_BLOCK 32
 
@@ -13,15 +12,11 @@ size_t kv_bytes_per_token(int n_layers, int n_kv, int head_dim) {
     return (size_t)n_layers * 2u * (size_t)n_kv * (size_t)head_dim * sizeof(float);
 }
 
-static float *reserve(size_t bytes) {
-    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
-}
-
-em_status kv_cache_create(int n_layers, int n_kv, int head_dim, int max_ctx, int max_seqs, size_t budget_bytes,
+em_status kv_cache_create(em_backend *be, int n_layers, int n_kv, int head_dim, int max_ctx, int max_seqs, size_t budget_bytes,
                           kv_cache **out) {
     kv_cache *c = em_calloc(1, sizeof *c);
     if (!c) return em_fail(EM_ERR_NOMEM, "out of memory");
+    c->be = be;
     c->n_layers = n_layers;
     c->n_kv = n_kv;
     c->head_dim = head_dim;
@@ -59,8 +54,8 @@ em_status kv_cache_create(int n_layers, int n_kv, int head_dim, int max_ctx, int
         return em_fail(EM_ERR_NOMEM, "out of memory");
     }
     for (int l = 0; l < n_layers; l++) {
-        c->k_layer[l] = reserve(bytes);
-        c->v_layer[l] = reserve(bytes);
+        c->k_layer[l] = be->ops->reserve(be, bytes);
+        c->v_layer[l] = be->ops->reserve(be, bytes);
         if (!c->k_layer[l] || !c->v_layer[l]) {
             kv_cache_free(c);
             return em_fail(EM_ERR_NOMEM, "cannot reserve %zu bytes of KV cache", bytes);
@@ -69,6 +64,11 @@ em_status kv_cache_create(int n_layers, int n_kv, int head_dim, int max_ctx, int
     /* Hand out low block ids first so memory is touched contiguously. */
     for (int i = 0; i < c->max_blocks; i++) c->free_list[i] = c->max_blocks - 1 - i;
     c->n_free = c->max_blocks;
+    em_status st = kv_prefix_init(c, 0);
+    if (st != EM_OK) {
+        kv_cache_free(c);
+        return st;
+    }
     *out = c;
     return EM_OK;
 }
@@ -76,14 +76,15 @@ em_status kv_cache_create(int n_layers, int n_kv, int head_dim, int max_ctx, int
 void kv_cache_free(kv_cache *c) {
     if (!c) return;
     for (int l = 0; l < c->n_layers; l++) {
-        if (c->k_layer && c->k_layer[l]) munmap(c->k_layer[l], c->layer_bytes);
-        if (c->v_layer && c->v_layer[l]) munmap(c->v_layer[l], c->layer_bytes);
+        if (c->k_layer && c->k_layer[l]) c->be->ops->release(c->be, c->k_layer[l], c->layer_bytes);
+        if (c->v_layer && c->v_layer[l]) c->be->ops->release(c->be, c->v_layer[l], c->layer_bytes);
     }
     for (int s = 0; c->seqs && s < c->max_seqs; s++) {
         free(c->seqs[s].blocks);
         free(c->seqs[s].k_ptrs);
         free(c->seqs[s].v_ptrs);
     }
+    kv_prefix_free(c);
     free(c->k_layer);
     free(c->v_layer);
     free(c->free_list);
@@ -111,7 +112,7 @@ em_status kv_seq_alloc(kv_cache *c, int *seq) {
 void kv_seq_release(kv_cache *c, int seq) {
     pthread_mutex_lock(&c->mu);
     kv_seq *s = &c->seqs[seq];
-    for (int i = 0; i < s->n_blocks; i++) c->free_list[c->n_free++] = s->blocks[i];
+    for (int i = 0; i < s->n_blocks; i++) kv_block_drop_locked(c, s->blocks[i]);
     s->n_blocks = 0;
     s->len = 0;
     s->in_use = false;
@@ -141,6 +142,18 @@ static bool grow_tables(kv_seq *s, int need, int n_layers) {
     return true;
 }
 
+bool kv_seq_push_block_locked(kv_cache *c, int seq, int b) {
+    kv_seq *s = &c->seqs[seq];
+    if (!grow_tables(s, s->n_blocks + 1, c->n_layers)) return false;
+    s->blocks[s->n_blocks] = b;
+    for (int l = 0; l < c->n_layers; l++) {
+        s->k_ptrs[(size_t)l * s->cap_blocks + s->n_blocks] = c->k_layer[l] + (size_t)b * c->block_floats;
+        s->v_ptrs[(size_t)l * s->cap_blocks + s->n_blocks] = c->v_layer[l] + (size_t)b * c->block_floats;
+    }
+    s->n_blocks++;
+    return true;
+}
+
 em_status kv_seq_reserve(kv_cache *c, int seq, int new_len) {
     if (new_len > c->max_ctx)
         return em_fail(EM_ERR_LIMIT, "sequence of %d positions exceeds the context of %d", new_len, c->max_ctx);
@@ -150,15 +163,14 @@ em_status kv_seq_reserve(kv_cache *c, int seq, int new_len) {
     pthread_mutex_lock(&c->mu);
     em_status st = EM_OK;
     if (!grow_tables(s, need, c->n_layers)) st = em_fail(EM_ERR_NOMEM, "out of memory growing a block table");
-    else if (need - s->n_blocks > c->n_free) st = em_fail(EM_ERR_LIMIT, "KV cache is full (%d blocks)", c->max_blocks);
+    else if (need - s->n_blocks > c->n_free + c->n_lru)
+        st = em_fail(EM_ERR_LIMIT, "KV cache is full (%d blocks)", c->max_blocks);
     while (st == EM_OK && s->n_blocks < need) {
-        int b = c->free_list[--c->n_free];
-        s->blocks[s->n_blocks] = b;
-        for (int l = 0; l < c->n_layers; l++) {
-            s->k_ptrs[(size_t)l * s->cap_blocks + s->n_blocks] = c->k_layer[l] + (size_t)b * c->block_floats;
-            s->v_ptrs[(size_t)l * s->cap_blocks + s->n_blocks] = c->v_layer[l] + (size_t)b * c->block_floats;
+        int b = kv_block_take_locked(c);
+        if (b < 0 || !kv_seq_push_block_locked(c, seq, b)) {
+            if (b >= 0) kv_block_drop_locked(c, b);
+            st = em_fail(EM_ERR_NOMEM, "out of memory growing a block table");
         }
-        s->n_blocks++;
     }
     pthread_mutex_unlock(&c->mu);
     return st;

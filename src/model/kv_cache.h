@@ -3,8 +3,10 @@
  * Keys and values live in fixed-size blocks (block_size positions x n_kv
  * heads x head_dim, f32). Each sequence owns a block table; blocks are taken
  * from a free list as the sequence grows and returned when it is freed, so
- * batching and prefix reuse share one mechanism. Storage is reserved as
- * virtual memory up front and committed by the OS only as blocks are used.
+ * batching and prefix reuse share one mechanism. Storage is the backend's
+ * (ops->reserve): on the CPU virtual memory committed by the OS only as
+ * blocks are used, on a GPU device memory; block tables hold pointers into
+ * it that only the backend's operations dereference.
  * Allocation is thread-safe; a sequence is used by one thread at a time. */
 #ifndef EMBER_MODEL_KV_CACHE_H
 #define EMBER_MODEL_KV_CACHE_H
@@ -13,6 +15,7 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 typedef struct kv_seq {
     bool in_use;
@@ -24,6 +27,7 @@ typedef struct kv_seq {
 } kv_seq;
 
 typedef struct kv_cache {
+    em_backend *be;      /* owns the storage (not owned by the cache) */
     int n_layers, n_kv, head_dim, block_size;
     int max_blocks, max_seqs, max_ctx;
     size_t block_floats; /* block_size * n_kv * head_dim */
@@ -34,12 +38,24 @@ typedef struct kv_cache {
     int n_free;
     kv_seq *seqs;
     pthread_mutex_t mu;
+    /* prefix sharing (kv_prefix.c): per-block reference counts; full blocks
+     * registered by content hash stay cached after their last user leaves,
+     * on an LRU list, until their room is needed. */
+    int *ref;
+    uint64_t *bhash;
+    int32_t *btokens;       /* block_size ids per registered block */
+    unsigned char *cached;
+    int *lru_prev, *lru_next, lru_head, lru_tail, n_lru, max_lru;
+    int *hbucket, *hnext;   /* hash table over registered blocks */
+    unsigned hmask;
+    unsigned long long prefix_lookup_tokens, prefix_hit_tokens, prefix_evictions;
 } kv_cache;
 
-/* Reserves room for max_seqs sequences of up to max_ctx positions, or fewer
- * blocks when budget_bytes (> 0) is smaller: sequences then compete for
- * blocks and the scheduler preempts under pressure. */
-em_status kv_cache_create(int n_layers, int n_kv, int head_dim, int max_ctx, int max_seqs, size_t budget_bytes,
+/* Reserves room in be's memory for max_seqs sequences of up to max_ctx
+ * positions, or fewer blocks when budget_bytes (> 0) is smaller: sequences
+ * then compete for blocks and the scheduler preempts under pressure. be must
+ * outlive the cache. */
+em_status kv_cache_create(em_backend *be, int n_layers, int n_kv, int head_dim, int max_ctx, int max_seqs, size_t budget_bytes,
                           kv_cache **out);
 void kv_cache_free(kv_cache *c);
 
@@ -53,6 +69,29 @@ em_status kv_seq_reserve(kv_cache *c, int seq, int new_len);
 void kv_seq_truncate(kv_cache *c, int seq, int len);
 /* The backend view of one layer of one sequence. */
 em_kv_view kv_seq_view(const kv_cache *c, int seq, int layer);
+/* ---- prefix sharing (kv_prefix.c) ---- */
+
+/* Allocates the sharing tables; max_cached_bytes caps the memory of cached
+ * blocks nobody uses (0: no cap beyond the cache itself). */
+em_status kv_prefix_init(kv_cache *c, size_t max_cached_bytes);
+void kv_prefix_free(kv_cache *c);
+/* Chained content hash of one block given the previous block's hash. */
+uint64_t kv_block_hash(uint64_t prev, const int32_t *tokens, int n);
+/* Registers block `index` of seq (full, holding `tokens`) under `hash`.
+ * A block whose content is already registered is left alone. */
+void kv_prefix_register(kv_cache *c, int seq, int index, uint64_t hash, const int32_t *tokens);
+/* Attaches to the empty sequence the longest run of registered blocks
+ * matching hashes[0..n) (and their tokens); sets its length; returns the
+ * number of blocks attached. */
+int kv_prefix_attach(kv_cache *c, int seq, const uint64_t *hashes, const int32_t *tokens, int n);
+/* Bytes held by cached blocks that no sequence uses. */
+size_t kv_prefix_cached_bytes(const kv_cache *c);
+/* Internal to the cache: take a block (free list, else evict the least
+ * recently used cached block) / drop a reference. Called with mu held. */
+int kv_block_take_locked(kv_cache *c);
+bool kv_seq_push_block_locked(kv_cache *c, int seq, int b);
+void kv_block_drop_locked(kv_cache *c, int b);
+
 /* Bytes of KV storage per position (all layers, K and V). */
 size_t kv_bytes_per_token(int n_layers, int n_kv, int head_dim);
 

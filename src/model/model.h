@@ -11,6 +11,7 @@
 #include "chat/chat.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"
+#include "model/fingerprint.h"
 #include "model/kv_cache.h"
 #include "tokenizer/tokenizer.h"
 
@@ -39,34 +40,84 @@ typedef struct family_ops {
      * sequence's length by its span. */
     em_status (*forward)(em_model *m, const em_batch *b, float *logits);
     void (*free)(em_model *m);
+
+    /* Optional, for families with per-sequence recurrent state (NULL: the
+     * KV cache is the whole state). mark: the next forwards of seq (up to
+     * max_tokens tokens in all) keep what truncate needs to cut the sequence
+     * back to any length >= its current one. truncate: drops positions >= len
+     * (KV and recurrent state). state_*: copy a sequence's recurrent state
+     * (excluding the KV cache) out to a buffer of state_bytes and back. */
+    em_status (*seq_mark)(em_model *m, int seq, int max_tokens);
+    em_status (*seq_truncate)(em_model *m, int seq, int len);
+    size_t (*state_bytes)(const em_model *m);
+    em_status (*state_save)(em_model *m, int seq, void *buf);
+    em_status (*state_load)(em_model *m, int seq, const void *buf);
+
+    /* Optional multi-token-prediction head (NULL/0: none). hidden_rows: the
+     * final-normed hidden state of every token of the last forward, in batch
+     * order ([tokens, hidden], owned by the model, valid until the next
+     * forward). mtp_forward: runs the head over n (token, hidden) pairs of
+     * seq at positions pos0.., writing its own KV there; logits of the last
+     * pair go to logits[vocab], its output hidden row to hidden_out[hidden]. */
+    int (*mtp_layers)(const em_model *m);
+    const float *(*hidden_rows)(em_model *m);
+    em_status (*mtp_forward)(em_model *m, int seq, const int32_t *tokens, const float *hidden, int pos0, int n,
+                             float *logits, float *hidden_out);
 } family_ops;
 
 extern const family_ops dense_family;
+extern const family_ops qwen3_5_family;
+
+/* Everything the registry knows about a model directory: its fingerprints
+ * and the implementation chosen for it, with the reason (registry.h). */
+typedef struct model_identity {
+    char config_fp[FP_HEX + 1];
+    char artifact_fp[FP_HEX + 1];
+    const struct em_impl *impl; /* NULL when the selection failed */
+    char why[512];
+} model_identity;
 
 struct em_model {
     char *dir;
+    em_config *config; /* the snapshot the model was opened with (a reference) */
     char *name;
     model_config cfg;
     generation_defaults gen;
     st_set *st;
     em_backend *be;
+    /* device copies of weight tensors (backends without host memory),
+     * released by weights_release */
+    void **weight_bufs;
+    size_t n_weight_bufs, cap_weight_bufs;
+    size_t weight_uploaded, weight_progress; /* bytes, for load progress */
     kv_cache *kv;
     const family_ops *family;
+    model_identity identity;
     void *impl;
     tokenizer *tok;
     chat_template *tmpl;
     em_math prefill_math;
     int max_ctx;
+    int max_seqs; /* sequence slots of the KV cache (known before it exists) */
     int32_t eos_ids[2 * MC_MAX_EOS];
     size_t n_eos;
     pthread_mutex_t compute_mu; /* one forward at a time */
     struct em_scheduler *sched; /* continuous batching, when started */
+    struct grammar_vocab *grammar_vocab; /* constrained decoding, built on first use */
+    /* Optional canonical -> checkpoint tensor name mapping, set by a family
+     * whose checkpoints come in several layouts (NULL: names as given). */
+    const char *(*weight_name)(const em_model *m, const char *name, char *buf, size_t len);
 };
 
 /* Rows of logits a batch produces. */
 int batch_logit_rows(const em_batch *b);
 /* Runs family->forward under the compute lock. */
 em_status model_forward(em_model *m, const em_batch *b, float *logits);
+/* Rollback support for speculative decoding (see family_ops.seq_mark /
+ * seq_truncate); for families without recurrent state, mark does nothing
+ * and truncate cuts the KV cache. */
+em_status model_seq_mark(em_model *m, int seq, int max_tokens);
+em_status model_seq_truncate(em_model *m, int seq, int len);
 
 /* Loads the tokenizer and chat template of m->dir when present (text.c);
  * model_text_close releases them. */
@@ -77,11 +128,21 @@ void model_template_close(em_model *m);
 
 /* ---- weight binding (weights.c) ---- */
 
-/* Binds a [rows, cols] linear weight `name` (F32/F16/BF16, in place).
- * A wrong shape, dtype or a missing tensor is an error naming the tensor. */
+/* Binds a [rows, cols] linear weight `name` (F32/F16/BF16): in place on a
+ * host-memory backend, else uploaded once into backend memory owned by the
+ * model (weights_release). A wrong shape, dtype or a missing tensor is an
+ * error naming the tensor. */
 em_status weight_bind(em_model *m, const char *name, int64_t rows, int64_t cols, em_weight *w);
+/* Frees the device copies weight_bind made. */
+void weights_release(em_model *m);
 /* Loads a 1-D tensor of n elements as f32 into backend memory (owned by the
  * caller, free with be->ops->free). optional: absent → *out NULL, EM_OK. */
 em_status weight_load_vector(em_model *m, const char *name, int64_t n, bool optional, float **out);
+/* Loads a tensor of exactly `shape` (ndim dims) as f32, flattened (owned by
+ * the caller, free with be->ops->free). */
+em_status weight_load_array(em_model *m, const char *name, int ndim, const int64_t *shape, float **out);
+/* The checkpoint name of canonical tensor `name` (m->weight_name applied);
+ * returns name itself or buf. */
+const char *weight_resolve(const em_model *m, const char *name, char *buf, size_t len);
 
 #endif

@@ -299,7 +299,7 @@ static bool parse_tools(json_t *body, em_request *req, oai_error *e) {
     return true;
 }
 
-/* auto / none are served; any / tool need constrained decoding. */
+/* auto, none; any and tool force a call through constrained decoding. */
 static bool parse_tool_choice(json_t *body, em_request *req, oai_error *e) {
     json_t *tc = field(body, "tool_choice");
     if (!tc) return true;
@@ -310,10 +310,20 @@ static bool parse_tool_choice(json_t *body, em_request *req, oai_error *e) {
     req->parallel_tool_calls = !disable;
     if (!strcmp(type, "auto")) req->tool_choice = EM_TOOL_CHOICE_AUTO;
     else if (!strcmp(type, "none")) req->tool_choice = EM_TOOL_CHOICE_NONE;
-    else if (!strcmp(type, "any") || !strcmp(type, "tool"))
-        return bad(e, "tool_choice",
-                   "tool_choice '%s' needs constrained decoding, which this server does not offer yet; use 'auto'", type);
-    else return bad(e, "tool_choice", "tool_choice type '%.40s' is not one of auto, any, tool, none", type);
+    else if (!strcmp(type, "any") || !strcmp(type, "tool")) {
+        if (!json_array_size(req->tools)) return bad(e, "tool_choice", "tool_choice '%s' needs tools", type);
+        req->tool_choice = EM_TOOL_CHOICE_REQUIRED;
+        if (!strcmp(type, "any")) return true;
+        json_t *name = json_object_get(tc, "name");
+        if (!json_is_string(name)) return bad(e, "tool_choice.name", "tool_choice 'tool' needs the tool's 'name'");
+        bool known = false;
+        size_t i;
+        json_t *t;
+        json_array_foreach(req->tools, i, t) known |= json_equal(json_object_get(json_object_get(t, "function"), "name"), name);
+        if (!known) return bad(e, "tool_choice.name", "no tool is named '%.64s'", json_string_value(name));
+        if (!(req->tool_choice_name = em_strdup(json_string_value(name)))) return oom(e, "tool_choice");
+        req->tool_choice = EM_TOOL_CHOICE_NAMED;
+    } else return bad(e, "tool_choice", "tool_choice type '%.40s' is not one of auto, any, tool, none", type);
     return true;
 }
 

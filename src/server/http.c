@@ -15,6 +15,7 @@
 #include "base/timer.h"
 #include "server/anthropic.h"
 #include "server/metrics.h"
+#include "server/response_store.h"
 #include "server/sse.h"
 
 #include <arpa/inet.h>
@@ -38,6 +39,8 @@ void srv_config_defaults(srv_config *c) {
     c->idle_timeout_s = 30;
     c->upload_timeout_s = 60;
     c->shutdown_grace_s = 10;
+    c->response_store_ttl_s = 24 * 3600;
+    c->response_store_bytes = 256u << 20;
 }
 
 typedef struct conn_state {
@@ -60,6 +63,10 @@ static bool conn_gone(struct MHD_Connection *c) {
     char b;
     /* Readable with nothing to read is an orderly close; pipelined bytes are not. */
     return recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+const char *http_query(const srv_request *r, const char *name) {
+    return MHD_lookup_connection_value((struct MHD_Connection *)r->conn, MHD_GET_ARGUMENT_KIND, name);
 }
 
 bool http_client_gone(const srv_request *r) { return conn_gone((struct MHD_Connection *)r->conn); }
@@ -125,7 +132,7 @@ static void add_common_headers(srv_server *s, struct MHD_Response *resp, const s
     if (s->cfg.cors_origin) {
         MHD_add_response_header(resp, "Access-Control-Allow-Origin", s->cfg.cors_origin);
         MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type, x-api-key");
-        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
         MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
         if (strcmp(s->cfg.cors_origin, "*")) MHD_add_response_header(resp, "Vary", "Origin");
     }
@@ -270,6 +277,13 @@ em_status srv_start(const srv_config *cfg, srv_server **out) {
         free(s);
         return em_fail(EM_ERR_NOMEM, "server: cannot create the scheduler");
     }
+    resp_store_config rc = {.ttl_s = cfg->response_store_ttl_s, .max_bytes = cfg->response_store_bytes,
+                            .dir = cfg->response_store_dir};
+    em_status rst = resp_store_open(&rc, &s->responses);
+    if (rst != EM_OK) {
+        srv_stop(s);
+        return rst;
+    }
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof ss);
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
@@ -335,5 +349,6 @@ void srv_stop(srv_server *s) {
     if (s->daemon) MHD_stop_daemon(s->daemon);
     sched_free(s->sched);
     metrics_free(s->metrics);
+    resp_store_free(s->responses);
     free(s);
 }

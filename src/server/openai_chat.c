@@ -172,8 +172,7 @@ static void collect_event(chat_job *j, const em_event *ev) {
 static int chat_on_event(void *user, const em_event *ev) {
     chat_job *j = user;
     if (ev->kind == EM_EVENT_FINISH) {
-        j->usage.completion_tokens += ev->usage.completion_tokens;
-        j->usage.reasoning_tokens += ev->usage.reasoning_tokens;
+        oai_usage_add(&j->usage, ev);
         metrics_generation(j->srv->metrics, ev->usage.prompt_tokens, ev->usage.completion_tokens,
                            ev->usage.ttft_seconds, ev->usage.itl, ev->usage.n_itl);
     }

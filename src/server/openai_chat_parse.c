@@ -164,16 +164,17 @@ static bool parse_tool_choice(json_t *body, em_request *req, oai_error *e) {
         const char *s = json_string_value(tc);
         if (!strcmp(s, "auto")) req->tool_choice = EM_TOOL_CHOICE_AUTO;
         else if (!strcmp(s, "none")) req->tool_choice = EM_TOOL_CHOICE_NONE;
-        else if (!strcmp(s, "required"))
-            return oai_fail(e, 400, "unsupported_value", "tool_choice",
-                            "tool_choice 'required' needs constrained decoding, which this server does not offer yet; "
-                            "use 'auto'");
+        else if (!strcmp(s, "required")) req->tool_choice = EM_TOOL_CHOICE_REQUIRED;
         else return oai_fail(e, 400, "invalid_value", "tool_choice", "tool_choice must be 'auto', 'none', 'required' or an object");
         return true;
     }
-    if (json_is_object(tc))
-        return oai_fail(e, 400, "unsupported_value", "tool_choice",
-                        "a named tool_choice needs constrained decoding, which this server does not offer yet; use 'auto'");
+    if (json_is_object(tc)) { /* {"type": "function", "function": {"name": ...}} */
+        const char *name = json_string_value(json_object_get(json_object_get(tc, "function"), "name"));
+        if (!name) return oai_fail(e, 400, "invalid_value", "tool_choice", "tool_choice.function.name must be a string");
+        if (!(req->tool_choice_name = strdup(name))) return oai_fail(e, 500, NULL, "tool_choice", "out of memory");
+        req->tool_choice = EM_TOOL_CHOICE_NAMED;
+        return true;
+    }
     return oai_fail(e, 400, "invalid_type", "tool_choice", "tool_choice must be a string or an object");
 }
 
@@ -184,10 +185,16 @@ static bool parse_format_and_template(json_t *body, em_request *req, oai_error *
         if (!json_is_object(rf) || !json_is_string(type))
             return oai_fail(e, 400, "invalid_type", "response_format", "response_format must be an object with a 'type'");
         const char *t = json_string_value(type);
-        if (!strcmp(t, "json_object") || !strcmp(t, "json_schema"))
-            return oai_fail(e, 400, "unsupported_value", "response_format",
-                            "response_format '%s' needs constrained decoding, which this server does not offer yet", t);
-        if (strcmp(t, "text")) return oai_fail(e, 400, "invalid_value", "response_format", "unknown response_format type '%.40s'", t);
+        if (!strcmp(t, "json_object")) {
+            req->response_json = true;
+        } else if (!strcmp(t, "json_schema")) {
+            json_t *js = json_object_get(rf, "json_schema"), *schema = json_object_get(js, "schema");
+            if (!json_is_object(js) || !json_is_object(schema))
+                return oai_fail(e, 400, "invalid_value", "response_format.json_schema",
+                                "response_format json_schema needs {\"json_schema\": {\"name\": ..., \"schema\": {...}}}");
+            if (!(req->response_schema = json_deep_copy(schema)))
+                return oai_fail(e, 500, NULL, "response_format", "out of memory");
+        } else if (strcmp(t, "text")) return oai_fail(e, 400, "invalid_value", "response_format", "unknown response_format type '%.40s'", t);
     }
     json_t *kw = field(body, "chat_template_kwargs"), *effort = field(body, "reasoning_effort");
     if (kw && !json_is_object(kw))

@@ -53,11 +53,19 @@ json_t *oai_chat_logprob(em_model *m, const em_token_logprob *lp) {
     return o;
 }
 
+void oai_usage_add(oai_usage_acc *u, const em_event *finish) {
+    u->completion_tokens += finish->usage.completion_tokens;
+    u->reasoning_tokens += finish->usage.reasoning_tokens;
+    /* choices share one prompt: report the best reuse among them */
+    if (finish->usage.cached_tokens > u->cached_tokens) u->cached_tokens = finish->usage.cached_tokens;
+}
+
 json_t *oai_usage_json(const oai_usage_acc *u) {
-    return json_pack("{s:I, s:I, s:I, s:{s:i}, s:{s:I}}", "prompt_tokens", (json_int_t)u->prompt_tokens,
+    return json_pack("{s:I, s:I, s:I, s:{s:I}, s:{s:I}}", "prompt_tokens", (json_int_t)u->prompt_tokens,
                      "completion_tokens", (json_int_t)u->completion_tokens, "total_tokens",
                      (json_int_t)(u->prompt_tokens + u->completion_tokens), "prompt_tokens_details", "cached_tokens",
-                     0, "completion_tokens_details", "reasoning_tokens", (json_int_t)u->reasoning_tokens);
+                     (json_int_t)u->cached_tokens, "completion_tokens_details", "reasoning_tokens",
+                     (json_int_t)u->reasoning_tokens);
 }
 
 bool oai_buf_add(oai_buf *b, const char *s, size_t len) {

@@ -21,9 +21,12 @@ json_t *oai_logprob_value(float lp);
 
 typedef struct oai_usage_acc {
     size_t prompt_tokens, completion_tokens, reasoning_tokens;
+    size_t cached_tokens; /* prompt tokens reused from the prefix cache */
 } oai_usage_acc;
 /* {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details", ...} */
 json_t *oai_usage_json(const oai_usage_acc *u);
+/* Adds a FINISH event's usage to the accumulator. */
+void oai_usage_add(oai_usage_acc *u, const em_event *finish);
 
 typedef struct oai_buf {
     char *data;

@@ -126,7 +126,7 @@ static int cmpl_on_event(void *user, const em_event *ev) {
         else if (lp) append_logprobs(c, lp);
     } else if (ev->kind == EM_EVENT_FINISH) {
         c->reason = ev->reason;
-        j->usage.completion_tokens += ev->usage.completion_tokens;
+        oai_usage_add(&j->usage, ev);
         metrics_generation(j->srv->metrics, ev->usage.prompt_tokens, ev->usage.completion_tokens,
                            ev->usage.ttft_seconds, ev->usage.itl, ev->usage.n_itl);
         if (j->so.stream && ev->reason != EM_REASON_CANCELLED)

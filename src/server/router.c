@@ -24,6 +24,9 @@ static const route routes[] = {
     {"GET", "/v1/models/", openai_models_get, true, true},
     {"POST", "/v1/chat/completions", openai_chat_completions, true, true},
     {"POST", "/v1/completions", openai_completions, true, true},
+    {"POST", "/v1/responses", openai_responses_create, true, true},
+    {"GET", "/v1/responses/", openai_responses_get, true, false},
+    {"DELETE", "/v1/responses/", openai_responses_delete, true, false},
     {"POST", "/v1/messages", anthropic_messages, false, false}, /* checks key and model itself (Anthropic errors) */
     {"POST", "/v1/messages/count_tokens", anthropic_count_tokens, false, false},
     {"POST", "/v1/messages/", anthropic_not_found, false, false},
@@ -38,14 +41,19 @@ static bool path_matches(const route *r, const char *path) {
 void srv_route(srv_request *req, srv_response *resp) {
     const route *hit = NULL;
     bool path_known = false;
-    static const char *const allow[] = {"GET, OPTIONS", "POST, OPTIONS"};
+    /* The Allow header: the methods of every route on this path (bits: GET 1, POST 2, DELETE 4). */
+    static const char *const allow[] = {"OPTIONS", "GET, OPTIONS", "POST, OPTIONS", "GET, POST, OPTIONS",
+                                        "DELETE, OPTIONS", "GET, DELETE, OPTIONS", "POST, DELETE, OPTIONS",
+                                        "GET, POST, DELETE, OPTIONS"};
+    unsigned methods = 0;
     const char *allow_hdr = NULL;
     req->route = "other";
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
         if (!path_matches(&routes[i], req->path)) continue;
         path_known = true;
         req->route = routes[i].path;
-        allow_hdr = allow[strcmp(routes[i].method, "GET") != 0];
+        methods |= !strcmp(routes[i].method, "GET") ? 1u : !strcmp(routes[i].method, "POST") ? 2u : 4u;
+        allow_hdr = allow[methods & 7u];
         if (!strcmp(routes[i].method, req->method) || (!strcmp(req->method, "HEAD") && !strcmp(routes[i].method, "GET"))) {
             hit = &routes[i];
             break;

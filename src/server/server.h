@@ -29,6 +29,9 @@ typedef struct srv_config {
     int idle_timeout_s;        /* an idle / stalled connection is closed after this */
     int upload_timeout_s;      /* a request body must arrive within this */
     int shutdown_grace_s;      /* in-flight work gets this long at shutdown */
+    double response_store_ttl_s;     /* stored Responses live this long (<= 0: until evicted) */
+    size_t response_store_bytes;     /* cap on the stored Responses' total size (0: none) */
+    const char *response_store_dir;  /* persist stored Responses here (NULL: memory only) */
 } srv_config;
 
 /* Defaults for every field (loopback, port 8080, 4 in flight, 64 queued...). */
@@ -37,6 +40,7 @@ void srv_config_defaults(srv_config *c);
 typedef enum srv_state { SRV_LOADING = 0, SRV_READY, SRV_DRAINING, SRV_FAILED } srv_state;
 
 typedef struct srv_metrics srv_metrics;
+typedef struct resp_store resp_store;
 
 typedef struct srv_server {
     srv_config cfg;
@@ -48,6 +52,7 @@ typedef struct srv_server {
     double t_start;
     int port;                  /* the bound port */
     atomic_int open_streams;   /* SSE responses not yet finished */
+    resp_store *responses;     /* stored Responses API objects (response_store.h) */
 } srv_server;
 
 typedef struct srv_request {
@@ -85,6 +90,8 @@ em_model *srv_model(const srv_server *s); /* NULL until ready */
 /* ---- helpers for handlers (http.c) ---------------------------------- */
 /* A request header, or NULL. */
 const char *http_header(const srv_request *r, const char *name);
+/* A URL query argument ("?name=value"), or NULL. */
+const char *http_query(const srv_request *r, const char *name);
 /* True when the client has closed its connection. */
 bool http_client_gone(const srv_request *r);
 /* Waits for a non-streaming job, cancelling it if the client leaves. */

@@ -4,7 +4,9 @@
 #include "base/alloc.h"
 #include "base/timer.h"
 #include "engine/engine.h"
+#include "engine/scheduler.h"
 #include "server/metrics.h"
+#include "server/response_store.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -28,6 +30,51 @@ static size_t rss_bytes(void) {
     return n == 2 && page > 0 ? (size_t)resident * (size_t)page : 0;
 }
 
+/* Continuous batching and prefix cache figures of the engine. */
+static json_t *engine_stats_json(struct em_scheduler *sc) {
+    sched_stats st;
+    sched_get_stats(sc, &st);
+    double hit_rate = st.prefix_lookup_tokens ? (double)st.prefix_hit_tokens / (double)st.prefix_lookup_tokens : 0.0;
+    return json_pack("{s:{s:I, s:I, s:I, s:I, s:f, s:I, s:i, s:i}, s:{s:I, s:I, s:f, s:I, s:I}, s:{s:i, s:i}}",
+                     "batching", "steps", (json_int_t)st.steps, "batched_tokens", (json_int_t)st.batched_tokens,
+                     "prefill_tokens", (json_int_t)st.prefill_tokens, "decode_tokens", (json_int_t)st.decode_tokens,
+                     "mean_tokens_per_step", st.steps ? (double)st.batched_tokens / (double)st.steps : 0.0,
+                     "preemptions", (json_int_t)st.preemptions, "active", st.active, "waiting", st.waiting,
+                     "prefix_cache", "lookup_tokens", (json_int_t)st.prefix_lookup_tokens, "hit_tokens",
+                     (json_int_t)st.prefix_hit_tokens, "hit_rate", hit_rate, "evictions",
+                     (json_int_t)st.prefix_evictions, "cached_bytes", (json_int_t)st.prefix_cached_bytes,
+                     "kv_cache", "blocks_total", st.kv_blocks_total, "blocks_free", st.kv_blocks_free);
+}
+
+/* Prometheus lines for the engine, appended to the server's metrics. */
+static char *engine_metrics(struct em_scheduler *sc, char *base) {
+    sched_stats st;
+    sched_get_stats(sc, &st);
+    char extra[2048];
+    int n = snprintf(extra, sizeof extra,
+                     "# HELP ember_engine_steps_total Batched forward steps.\n# TYPE ember_engine_steps_total counter\n"
+                     "ember_engine_steps_total %llu\n"
+                     "# HELP ember_engine_batched_tokens_total Tokens processed in batched steps.\n"
+                     "# TYPE ember_engine_batched_tokens_total counter\nember_engine_batched_tokens_total %llu\n"
+                     "# HELP ember_engine_preemptions_total Sequences preempted for KV-cache room.\n"
+                     "# TYPE ember_engine_preemptions_total counter\nember_engine_preemptions_total %llu\n"
+                     "# HELP ember_prefix_cache_lookup_tokens_total Prompt tokens looked up in the prefix cache.\n"
+                     "# TYPE ember_prefix_cache_lookup_tokens_total counter\nember_prefix_cache_lookup_tokens_total %llu\n"
+                     "# HELP ember_prefix_cache_hit_tokens_total Prompt tokens reused from the prefix cache.\n"
+                     "# TYPE ember_prefix_cache_hit_tokens_total counter\nember_prefix_cache_hit_tokens_total %llu\n"
+                     "# HELP ember_prefix_cache_bytes KV bytes held by cached, unused prefix blocks.\n"
+                     "# TYPE ember_prefix_cache_bytes gauge\nember_prefix_cache_bytes %zu\n"
+                     "# HELP ember_kv_cache_blocks_free KV-cache blocks free or reclaimable.\n"
+                     "# TYPE ember_kv_cache_blocks_free gauge\nember_kv_cache_blocks_free %d\n",
+                     st.steps, st.batched_tokens, st.preemptions, st.prefix_lookup_tokens, st.prefix_hit_tokens,
+                     st.prefix_cached_bytes, st.kv_blocks_free);
+    size_t a = strlen(base);
+    char *out = em_realloc(base, a + (size_t)n + 1);
+    if (!out) return base;
+    memcpy(out + a, extra, (size_t)n + 1);
+    return out;
+}
+
 void route_stats(srv_request *req, srv_response *resp) {
     srv_server *s = req->srv;
     srv_metrics_totals t;
@@ -42,12 +89,23 @@ void route_stats(srv_request *req, srv_response *resp) {
                           (json_int_t)(m ? em_model_weight_bytes(m) : 0), "uptime_seconds", em_now() - s->t_start,
                           "mean_ttft_seconds", t.ttft_count ? t.ttft_sum / (double)t.ttft_count : 0.0);
     if (o && m) json_object_set_new(o, "model", json_string(em_model_name(m)));
+    if (o && m && em_model_scheduler(m)) json_object_set_new(o, "engine", engine_stats_json(em_model_scheduler(m)));
+    resp_store_stats rs;
+    resp_store_get_stats(s->responses, &rs);
+    if (o)
+        json_object_set_new(o, "response_store",
+                            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "count", (json_int_t)rs.count, "bytes",
+                                      (json_int_t)rs.bytes, "hits", (json_int_t)rs.hits, "misses", (json_int_t)rs.misses,
+                                      "evicted", (json_int_t)rs.evicted, "expired", (json_int_t)rs.expired, "loaded",
+                                      (json_int_t)rs.loaded));
     srv_reply_json(resp, 200, o);
 }
 
 void route_metrics(srv_request *req, srv_response *resp) {
     srv_server *s = req->srv;
     char *text = metrics_render(s->metrics, sched_queued(s->sched), sched_running(s->sched), srv_model(s) != NULL);
+    em_model *m = srv_model(s);
+    if (text && m && em_model_scheduler(m)) text = engine_metrics(em_model_scheduler(m), text);
     if (!text) {
         srv_reply_error(resp, 500, "server_error", NULL, NULL, "out of memory rendering metrics");
         return;

@@ -202,7 +202,8 @@ em_status tok_bpe_encode(const tok_bpe *m, const char *s, size_t n, int32_t **id
     size_t first = *n_ids;
     for (size_t i = 0; st == EM_OK && w.n && i != (size_t)-1; i = w.s[i].next < 0 ? (size_t)-1 : (size_t)w.s[i].next)
         if (!push_id(ids, n_ids, cap, w.s[i].id)) st = em_fail(EM_ERR_NOMEM, "tokenizer: out of memory");
-    if (st == EM_OK && m->cache && n < BPE_CACHE_MAX_LEN) tok_cache_put(m->cache, s, n, *ids + first, *n_ids - first);
+    if (st == EM_OK && m->cache && n < BPE_CACHE_MAX_LEN)
+        tok_cache_put(m->cache, s, n, *ids ? *ids + first : NULL, *n_ids - first);
     if (w.s != w.s_small) free(w.s);
     if (w.h != w.h_small) free(w.h);
     return st;

@@ -1,34 +1,27 @@
-/* bytelevel.c — the GPT-2 byte ↔ unicode table used by ByteLevel
+/* bytelevel.c — the GPT-2 byte ↔ unicode mapping used by ByteLevel
  * pre-tokenizers and decoders: printable Latin-1 bytes stand for
- * themselves, the other 68 bytes for U+0100 onwards, so every byte string
- * becomes printable text. Computed once; immutable afterwards. */
+ * themselves, the 68 others (0x00-0x20, 0x7F-0xA0, 0xAD, in that order)
+ * for U+0100 onwards, so every byte string becomes printable text.
+ * Pure functions: nothing global to initialise. */
 #include "tokenizer/tok_internal.h"
 
 #include "base/utf8.h"
 
-#include <pthread.h>
-
-static tok_bytelevel table;
-static int16_t rev[0x180]; /* code point → byte + 1 (0 = none) */
-static pthread_once_t once = PTHREAD_ONCE_INIT;
-
-static bool printable(int b) { return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF); }
-
-static void build(void) {
-    uint32_t next = 256;
-    for (int b = 0; b < 256; b++) {
-        uint32_t cp = printable(b) ? (uint32_t)b : next++;
-        table.enc_len[b] = (uint8_t)utf8_encode(cp, table.enc[b]);
-        rev[cp] = (int16_t)(b + 1);
-    }
-}
-
-const tok_bytelevel *tok_bytelevel_table(void) {
-    pthread_once(&once, build);
-    return &table;
+uint32_t tok_bytelevel_cp(uint8_t b) {
+    if (b <= 0x20) return 256u + b;
+    if (b >= 0x7F && b <= 0xA0) return 256u + 33u + (b - 0x7Fu);
+    if (b == 0xAD) return 256u + 67u;
+    return b;
 }
 
 int tok_bytelevel_byte(uint32_t cp) {
-    pthread_once(&once, build);
-    return cp < 0x180 ? rev[cp] - 1 : -1;
+    if (cp < 256) return (cp > 0x20 && !(cp >= 0x7F && cp <= 0xA0) && cp != 0xAD) ? (int)cp : -1;
+    if (cp <= 256 + 32) return (int)(cp - 256);
+    if (cp <= 256 + 66) return (int)(0x7F + cp - 256 - 33);
+    if (cp == 256 + 67) return 0xAD;
+    return -1;
+}
+
+void tok_bytelevel_fill(tok_bytelevel *t) {
+    for (int b = 0; b < 256; b++) t->enc_len[b] = (uint8_t)utf8_encode(tok_bytelevel_cp((uint8_t)b), t->enc[b]);
 }

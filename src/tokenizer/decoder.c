@@ -162,13 +162,16 @@ static int hexval(char c) { return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10; }
 
 #define OOM() em_fail(EM_ERR_NOMEM, "tokenizer: out of memory")
 
+/* Text of span i; an arena that never received bytes has no buffer. */
+static const char *span(const tok_list *l, size_t i) { return l->arena.p ? l->arena.p + l->v[i].off : ""; }
+
 /* ---- the steps: each maps list `in` to list `out` ---- */
 
 static em_status st_bytelevel(tok_list *in, tok_list *out) {
     tok_buf bytes = {0};
     bool ok = true;
     for (size_t i = 0; ok && i < in->n; i++) {
-        const char *s = in->arena.p + in->v[i].off;
+        const char *s = span(in, i);
         size_t n = in->v[i].len, start = bytes.n;
         for (size_t k = 0; ok && k < n;) {
             uint32_t cp;
@@ -207,7 +210,7 @@ static em_status st_bytefallback(tok_list *in, tok_list *out) {
     tok_buf run = {0};
     bool ok = true;
     for (size_t i = 0; ok && i < in->n; i++) {
-        const char *s = in->arena.p + in->v[i].off;
+        const char *s = span(in, i);
         size_t n = in->v[i].len;
         if (tok_piece_is_byte(s, n)) {
             ok = tok_buf_putc(&run, (char)(hexval(s[3]) * 16 + hexval(s[4])));
@@ -223,13 +226,13 @@ static em_status st_bytefallback(tok_list *in, tok_list *out) {
 static em_status st_fuse(tok_list *in, tok_list *out) {
     size_t off = out->arena.n;
     for (size_t i = 0; i < in->n; i++)
-        if (!tok_buf_put(&out->arena, in->arena.p + in->v[i].off, in->v[i].len)) return OOM();
+        if (!tok_buf_put(&out->arena, span(in, i), in->v[i].len)) return OOM();
     return tok_list_push_span(out, off, out->arena.n - off, false) ? EM_OK : OOM();
 }
 
 static em_status st_strip(const dec_step *s, tok_list *in, tok_list *out, bool first) {
     for (size_t i = 0; i < in->n; i++) {
-        const char *t = in->arena.p + in->v[i].off;
+        const char *t = span(in, i);
         size_t a = 0, b = in->v[i].len;
         /* After Fuse the single token is the whole text: its start is only
          * the text's start in the first window. */
@@ -255,7 +258,7 @@ static em_status st_strip(const dec_step *s, tok_list *in, tok_list *out, bool f
 
 static em_status st_metaspace(const dec_step *s, tok_list *in, tok_list *out, bool first) {
     for (size_t i = 0; i < in->n; i++) {
-        const char *t = in->arena.p + in->v[i].off;
+        const char *t = span(in, i);
         size_t n = in->v[i].len, off = out->arena.n;
         bool drop = i == 0 && first && s->prefix;
         for (size_t k = 0; k < n;) {
@@ -272,7 +275,7 @@ static em_status st_metaspace(const dec_step *s, tok_list *in, tok_list *out, bo
 static em_status st_replace(const dec_step *s, tok_list *in, tok_list *out) {
     for (size_t i = 0; i < in->n; i++) {
         size_t off = out->arena.n;
-        EM_TRY(tok_pattern_replace(&s->pat, in->arena.p + in->v[i].off, in->v[i].len, s->content, s->content_len,
+        EM_TRY(tok_pattern_replace(&s->pat, span(in, i), in->v[i].len, s->content, s->content_len,
                                    &out->arena));
         if (!tok_list_push_span(out, off, out->arena.n - off, false)) return OOM();
     }
@@ -291,9 +294,29 @@ static em_status run_step(const dec_step *s, tok_list *in, tok_list *out, bool f
     return em_fail(EM_ERR_INTERNAL, "decoder: unknown step");
 }
 
+em_status tok_dec_run(const tok_dec *d, tok_list *pieces, bool first, tok_buf *out) {
+    tok_list b = {0};
+    em_status st = EM_OK;
+    for (size_t k = 0; st == EM_OK && d && k < d->n; k++) {
+        tok_list_clear(&b);
+        st = run_step(&d->v[k], pieces, &b, first);
+        tok_list tmp = *pieces;
+        *pieces = b;
+        b = tmp;
+    }
+    for (size_t i = 0; st == EM_OK && i < pieces->n; i++) {
+        /* Without a decoder the reference joins pieces with spaces. */
+        if ((!d && (i > 0 || !first) && !tok_buf_putc(out, ' ')) ||
+            !tok_buf_put(out, span(pieces, i), pieces->v[i].len))
+            st = OOM();
+    }
+    tok_list_free(&b);
+    return st;
+}
+
 em_status tok_decode_into(const tokenizer *t, const int32_t *ids, size_t n, bool skip_special, bool first,
                           tok_buf *out) {
-    tok_list a = {0}, b = {0};
+    tok_list a = {0};
     em_status st = EM_OK;
     for (size_t i = 0; st == EM_OK && i < n; i++) {
         int32_t id = ids[i];
@@ -302,20 +325,7 @@ em_status tok_decode_into(const tokenizer *t, const int32_t *ids, size_t n, bool
         if (skip_special && t->special[id]) continue;
         if (!tok_list_push(&a, t->pieces[id], t->piece_len[id], false)) st = OOM();
     }
-    for (size_t k = 0; st == EM_OK && t->decoder && k < t->decoder->n; k++) {
-        tok_list_clear(&b);
-        st = run_step(&t->decoder->v[k], &a, &b, first);
-        tok_list tmp = a;
-        a = b;
-        b = tmp;
-    }
-    for (size_t i = 0; st == EM_OK && i < a.n; i++) {
-        /* Without a decoder the reference joins pieces with spaces. */
-        if ((!t->decoder && (i > 0 || !first) && !tok_buf_putc(out, ' ')) ||
-            !tok_buf_put(out, a.arena.p + a.v[i].off, a.v[i].len))
-            st = OOM();
-    }
+    if (st == EM_OK) st = tok_dec_run(t->decoder, &a, first, out);
     tok_list_free(&a);
-    tok_list_free(&b);
     return st;
 }

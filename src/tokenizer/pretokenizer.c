@@ -27,6 +27,7 @@ struct tok_pretok {
     size_t repl_len;
     pt_prepend prepend;
     uint32_t delim;
+    tok_bytelevel bl; /* ByteLevel: byte → UTF-8 of its stand-in char */
 };
 
 static const char GPT2_RE[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
@@ -119,6 +120,7 @@ static em_status load_kind(json_t *j, const char *path, const char *type, tok_pr
     }
     if (strcmp(type, "ByteLevel") == 0) {
         p->kind = PT_BYTELEVEL;
+        tok_bytelevel_fill(&p->bl);
         EM_TRY(get_bool(j, "add_prefix_space", true, path, &p->add_prefix_space));
         EM_TRY(get_bool(j, "use_regex", true, path, &p->use_regex));
         if (p->use_regex) return tok_pattern_regex(GPT2_RE, sizeof GPT2_RE - 1, path, &p->pat);
@@ -203,7 +205,7 @@ static bool on_match(void *ctx, size_t a, size_t b) {
     return segs_push(s, a, b, true);
 }
 
-typedef enum { CP_NUMERIC, CP_PUNCT, CP_SPACE, CP_EQ, CP_BERT_PUNCT } cp_pred;
+typedef enum { CP_NUMERIC, CP_PUNCT, CP_SPACE, CP_EQ } cp_pred;
 
 static bool pred(cp_pred p, uint32_t cp, uint32_t eq) {
     switch (p) {
@@ -211,7 +213,6 @@ static bool pred(cp_pred p, uint32_t cp, uint32_t eq) {
     case CP_PUNCT: return tok_is_punctuation(cp);
     case CP_SPACE: return tok_is_whitespace(cp);
     case CP_EQ: return cp == eq;
-    case CP_BERT_PUNCT: return tok_is_punctuation(cp);
     }
     return false;
 }
@@ -278,7 +279,7 @@ static em_status split_piece(tok_list *out, const char *t, size_t n, bool at_sta
 }
 
 static em_status bytelevel_piece(const tok_pretok *p, tok_list *out, const char *t, size_t n, bool at_start) {
-    const tok_bytelevel *bl = tok_bytelevel_table();
+    const tok_bytelevel *bl = &p->bl;
     tok_list tmp = {0};
     em_status st = EM_OK;
     bool prefix = p->add_prefix_space && (n == 0 || t[0] != ' ');
@@ -345,7 +346,7 @@ static em_status piece(const tok_pretok *p, tok_list *out, const char *t, size_t
         em_status st = split_piece(&words, t, n, at_start, NULL, CP_SPACE, 0, false, BH_REMOVED);
         for (size_t i = 0; st == EM_OK && i < words.n; i++)
             st = split_piece(out, words.arena.p + words.v[i].off, words.v[i].len, words.v[i].at_start, NULL,
-                             CP_BERT_PUNCT, 0, false, BH_ISOLATED);
+                             CP_PUNCT, 0, false, BH_ISOLATED);
         tok_list_free(&words);
         return st;
     }
@@ -361,7 +362,9 @@ em_status tok_pretok_apply(const tok_pretok *p, tok_list *l, tok_list *tmp) {
         return EM_OK;
     }
     tok_list_clear(tmp);
-    for (size_t i = 0; i < l->n; i++) EM_TRY(piece(p, tmp, l->arena.p + l->v[i].off, l->v[i].len, l->v[i].at_start));
+    for (size_t i = 0; i < l->n; i++)
+        if (l->v[i].len) /* the reference drops empty splits before each step */
+            EM_TRY(piece(p, tmp, l->arena.p + l->v[i].off, l->v[i].len, l->v[i].at_start));
     tok_list t = *l;
     *l = *tmp;
     *tmp = t;

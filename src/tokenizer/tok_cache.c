@@ -76,7 +76,7 @@ bool tok_cache_get(tok_cache *c, const char *s, size_t n, int32_t **ids, size_t 
             *oom = true;
             break;
         }
-        memcpy(*ids + *n_ids, e->data + ids_offset(e->klen), e->nids * sizeof(int32_t));
+        if (e->nids) memcpy(*ids + *n_ids, e->data + ids_offset(e->klen), e->nids * sizeof(int32_t));
         *n_ids += e->nids;
         found = true;
         break;
@@ -95,7 +95,7 @@ void tok_cache_put(tok_cache *c, const char *s, size_t n, const int32_t *ids, si
     e->klen = (uint32_t)n;
     e->nids = (uint32_t)n_ids;
     memcpy(e->data, s, n);
-    memcpy(e->data + ids_offset((uint32_t)n), ids, n_ids * sizeof(int32_t));
+    if (n_ids) memcpy(e->data + ids_offset((uint32_t)n), ids, n_ids * sizeof(int32_t));
     pthread_rwlock_wrlock(&sh->lock);
     bool stored = false;
     if (sh->n < CACHE_MAX_FILL) {

@@ -143,14 +143,17 @@ void tok_pretok_free(tok_pretok *p);
 /* Splits every span of *l into pieces; *l is replaced (tmp is scratch). */
 em_status tok_pretok_apply(const tok_pretok *p, tok_list *l, tok_list *tmp);
 
-/* GPT-2 byte ↔ unicode table (bytelevel.c). */
+/* GPT-2 byte ↔ unicode mapping (bytelevel.c). */
 typedef struct tok_bytelevel {
-    char enc[256][3];      /* UTF-8 of the char standing for each byte */
+    char enc[256][4];      /* UTF-8 of the char standing for each byte */
     uint8_t enc_len[256];
 } tok_bytelevel;
-const tok_bytelevel *tok_bytelevel_table(void);
+/* Code point standing for byte b. */
+uint32_t tok_bytelevel_cp(uint8_t b);
 /* Byte that the code point stands for, or -1. */
 int tok_bytelevel_byte(uint32_t cp);
+/* Fills the byte → UTF-8 table. */
+void tok_bytelevel_fill(tok_bytelevel *t);
 
 /* ---- the BPE model (bpe.c) ---- */
 
@@ -235,6 +238,9 @@ bool tok_dec_streamable(const tok_dec *d);
  * list starts the text (Metaspace and Strip treat the start specially). */
 em_status tok_decode_into(const tokenizer *t, const int32_t *ids, size_t n, bool skip_special, bool first,
                           tok_buf *out);
+/* Runs the chain (d may be NULL) over pieces (consumed as scratch) and
+ * appends the joined text to out. */
+em_status tok_dec_run(const tok_dec *d, tok_list *pieces, bool first, tok_buf *out);
 /* True when piece is "<0xXX>" (a byte-fallback token). */
 bool tok_piece_is_byte(const char *s, size_t n);
 
@@ -243,7 +249,8 @@ bool tok_piece_is_byte(const char *s, size_t n);
 struct tokenizer {
     char *name;
     tok_bpe bpe;
-    char **pieces;        /* id → token text (model vocab, then added tokens) */
+    const char **pieces;  /* id → token text: the added token's, else the model's */
+    char **model_pieces;  /* id → model vocabulary string (owned; keys of bpe.vocab) */
     uint32_t *piece_len;
     int32_t n_ids;        /* 1 + largest id */
     bool *special;        /* per id: an added token marked special */

@@ -15,7 +15,8 @@
 
 void tok_free(tokenizer *t) {
     if (!t) return;
-    for (int32_t i = 0; t->pieces && i < t->n_ids; i++) free(t->pieces[i]);
+    for (int32_t i = 0; t->model_pieces && i < t->n_ids; i++) free(t->model_pieces[i]);
+    free(t->model_pieces);
     free(t->pieces);
     free(t->piece_len);
     free(t->special);
@@ -56,7 +57,7 @@ static em_status opt_string(json_t *o, const char *key, const char *path, char *
 }
 
 /* Sizes the id → piece table to cover the vocabulary and added tokens. */
-static em_status size_tables(tokenizer *t, json_t *vocab, json_t *added, const char *name) {
+static em_status size_tables(tokenizer *t, json_t *vocab, const char *name) {
     int32_t max = -1;
     const char *k;
     json_t *v;
@@ -67,14 +68,14 @@ static em_status size_tables(tokenizer *t, json_t *vocab, json_t *added, const c
     }
     for (size_t i = 0; i < t->added_tokens.n; i++)
         if (t->added_tokens.v[i].id > max) max = t->added_tokens.v[i].id;
-    (void)added;
     t->n_ids = max + 1;
     size_t n = (size_t)t->n_ids + 1;
     t->pieces = em_calloc(n, sizeof *t->pieces);
+    t->model_pieces = em_calloc(n, sizeof *t->model_pieces);
     t->piece_len = em_calloc(n, sizeof *t->piece_len);
     t->special = em_calloc(n, sizeof *t->special);
     t->added = em_calloc(n, sizeof *t->added);
-    if (!t->pieces || !t->piece_len || !t->special || !t->added) return em_fail(EM_ERR_NOMEM, "%s: out of memory", name);
+    if (!t->pieces || !t->model_pieces || !t->piece_len || !t->special || !t->added) return em_fail(EM_ERR_NOMEM, "%s: out of memory", name);
     return EM_OK;
 }
 
@@ -85,10 +86,11 @@ static em_status load_vocab(tokenizer *t, json_t *vocab, const char *name) {
         const char *k = json_object_iter_key(it);
         size_t klen = json_object_iter_key_len(it);
         int32_t id = (int32_t)json_integer_value(json_object_iter_value(it));
-        if (t->pieces[id]) return em_fail(EM_ERR_FORMAT, "%s: model.vocab: id %d is used twice", name, id);
-        t->pieces[id] = em_strndup(k, klen);
+        if (t->model_pieces[id]) return em_fail(EM_ERR_FORMAT, "%s: model.vocab: id %d is used twice", name, id);
+        t->model_pieces[id] = em_strndup(k, klen);
+        t->pieces[id] = t->model_pieces[id];
         t->piece_len[id] = (uint32_t)klen;
-        if (!t->pieces[id] || !tok_strmap_put(&t->bpe.vocab, t->pieces[id], klen, id))
+        if (!t->model_pieces[id] || !tok_strmap_put(&t->bpe.vocab, t->model_pieces[id], klen, id))
             return em_fail(EM_ERR_NOMEM, "%s: out of memory", name);
         it = json_object_iter_next(vocab, it);
     }
@@ -178,7 +180,7 @@ static em_status load_model(tokenizer *t, json_t *root, const char *name) {
     json_t *vocab = json_object_get(model, "vocab");
     if (!json_is_object(vocab)) return em_fail(EM_ERR_FORMAT, "%s: model.vocab: expected an object", name);
     EM_TRY(load_model_flags(t, model, name));
-    EM_TRY(size_tables(t, vocab, NULL, name));
+    EM_TRY(size_tables(t, vocab, name));
     EM_TRY(load_vocab(t, vocab, name));
     EM_TRY(load_merges(t, json_object_get(model, "merges"), name));
     t->bpe.unk_id = -1;
@@ -201,9 +203,7 @@ static em_status index_added(tokenizer *t, const char *name) {
     if (!tok_strmap_init(&t->added_map, t->added_tokens.n)) return em_fail(EM_ERR_NOMEM, "%s: out of memory", name);
     for (size_t i = 0; i < t->added_tokens.n; i++) {
         tok_added_token *a = &t->added_tokens.v[i];
-        char *p = em_strndup(a->content, a->len);
-        if (!p) return em_fail(EM_ERR_NOMEM, "%s: out of memory", name);
-        free(t->pieces[a->id]);
+        const char *p = a->content; /* owned by t->added_tokens */
         t->pieces[a->id] = p;
         t->piece_len[a->id] = (uint32_t)a->len;
         t->special[a->id] = a->special;

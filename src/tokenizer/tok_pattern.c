@@ -9,11 +9,47 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Oniguruma's \w is letters, marks, decimal digits and connector
+ * punctuation; PCRE2's (with UCP) is letters, all numbers and '_'. The
+ * source is rewritten so \w and \W mean what the reference means. */
+#define ONIG_WORD "\\p{L}\\p{M}\\p{Nd}\\p{Pc}"
+
+static bool translate(const char *src, size_t len, tok_buf *out) {
+    bool in_class = false, ok = true;
+    size_t class_start = 0;
+    for (size_t i = 0; ok && i < len; i++) {
+        char c = src[i];
+        if (c == '\\' && i + 1 < len) {
+            char e = src[i + 1];
+            if (e == 'w') ok = tok_buf_put(out, in_class ? ONIG_WORD : "[" ONIG_WORD "]", strlen(ONIG_WORD) + (in_class ? 0 : 2));
+            else if (e == 'W' && !in_class) ok = tok_buf_put(out, "[^" ONIG_WORD "]", strlen(ONIG_WORD) + 3);
+            else ok = tok_buf_put(out, src + i, 2);
+            i++;
+            continue;
+        }
+        if (!in_class && c == '[') {
+            in_class = true;
+            class_start = i + 1;
+            if (class_start < len && src[class_start] == '^') class_start++;
+        } else if (in_class && c == ']' && i > class_start) {
+            in_class = false;
+        }
+        ok = tok_buf_putc(out, c);
+    }
+    return ok;
+}
+
 em_status tok_pattern_regex(const char *src, size_t len, const char *path, tok_pattern *p) {
     memset(p, 0, sizeof *p);
     int err;
     PCRE2_SIZE eoff;
-    p->re = pcre2_compile((PCRE2_SPTR)src, len, PCRE2_UTF | PCRE2_UCP, &err, &eoff, NULL);
+    tok_buf tr = {0};
+    if (!translate(src, len, &tr) || !tok_buf_put(&tr, "", 0)) {
+        tok_buf_free(&tr);
+        return em_fail(EM_ERR_NOMEM, "%s: out of memory", path);
+    }
+    p->re = pcre2_compile((PCRE2_SPTR)tr.p, tr.n, PCRE2_UTF | PCRE2_UCP, &err, &eoff, NULL);
+    tok_buf_free(&tr);
     if (!p->re) {
         char msg[256];
         pcre2_get_error_message(err, (PCRE2_UCHAR *)msg, sizeof msg);

@@ -73,6 +73,7 @@ r=$(curl -s -H 'Authorization: Bearer k3y' -H 'content-type: application/json' "
 check "tool_use reply" '[ "$(echo "$r" | jq_ "\",\".join(b[\"type\"] for b in d[\"content\"]), d[\"content\"][1][\"id\"][:6], d[\"content\"][1][\"input\"], d[\"stop_reason\"], d[\"id\"][:4]")" = "thinking,tool_use toolu_ {} tool_use msg_" ]'
 n=$(echo "$r" | jq_ 'd["usage"]["input_tokens"]')
 check "count_tokens equals input_tokens" '[ "$(post /v1/messages/count_tokens "{\"model\":\"model\",$U,$TOOLS}" | jq_ "d")" = "{'"'"'input_tokens'"'"': $n}" ]'
+check "tool_choice any / tool force the call" '[ "$(post /v1/messages "{$M,$U,$TOOLS,\"tool_choice\":{\"type\":\"any\"}}" | jq_ "d[\"stop_reason\"], d[\"content\"][-1][\"name\"]")" = "tool_use ping" ] && [ "$(post /v1/messages "{$M,$U,$TOOLS,\"tool_choice\":{\"type\":\"tool\",\"name\":\"ping\"}}" | jq_ "d[\"stop_reason\"], d[\"content\"][-1][\"name\"]")" = "tool_use ping" ]'
 check "stop_sequence" '[ "$(post /v1/messages "{$M,$U,\"stop_sequences\":[\"name\"]}" | jq_ "d[\"stop_reason\"], d[\"stop_sequence\"]")" = "stop_sequence name" ]'
 
 # Authentication and routing.
@@ -128,8 +129,9 @@ expect 400 $E "{$M,$U,\"tools\":[{\"input_schema\":{}}]}" /v1/messages "tools.0"
 expect 400 $E "{$M,$U,\"tools\":[{\"name\":\"a b\",\"input_schema\":{}}]}" /v1/messages "name"
 expect 400 $E "{$M,$U,\"tools\":[{\"name\":\"ping\"}]}" /v1/messages "input_schema"
 expect 400 $E "{$M,$U,\"tools\":[{\"type\":\"web_search_20250305\",\"name\":\"web_search\"}]}" /v1/messages "web_search_20250305"
-expect 400 $E "{$M,$U,$TOOLS,\"tool_choice\":{\"type\":\"any\"}}" /v1/messages "constrained decoding"
-expect 400 $E "{$M,$U,$TOOLS,\"tool_choice\":{\"type\":\"tool\",\"name\":\"ping\"}}" /v1/messages "constrained decoding"
+expect 400 $E "{$M,$U,\"tool_choice\":{\"type\":\"any\"}}" /v1/messages "needs tools"
+expect 400 $E "{$M,$U,$TOOLS,\"tool_choice\":{\"type\":\"tool\"}}" /v1/messages "tool_choice.name"
+expect 400 $E "{$M,$U,$TOOLS,\"tool_choice\":{\"type\":\"tool\",\"name\":\"pong\"}}" /v1/messages "pong"
 expect 400 $E "{$M,$U,$TOOLS,\"tool_choice\":{\"type\":\"sometimes\"}}" /v1/messages "tool_choice"
 expect 400 $E "{$M,$U,$TOOLS,\"tool_choice\":\"auto\"}" /v1/messages "tool_choice"
 expect 400 $E "{$M,$U,$TOOLS,\"tool_choice\":{\"type\":\"auto\",\"disable_parallel_tool_use\":\"yes\"}}" /v1/messages "disable_parallel_tool_use"

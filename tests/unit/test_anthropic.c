@@ -83,7 +83,7 @@ static void errors(void) {
         "messages.0.content.0");
     bad("{\"model\":\"m\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tool_choice\":{\"type\":"
         "\"any\"}}",
-        M, 400, "tool_choice");
+        M, 400, "tool_choice"); /* no tools to choose from */
     bad("{\"model\":\"m\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"n\":2}", M, 400, "n");
     bad("{\"model\":\"m\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"a\"}]}", ANT_COUNT_TOKENS, 400,
         "max_tokens");

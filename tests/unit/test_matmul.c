@@ -6,6 +6,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_internal.h"
 #include "base/timer.h"
+#include "backend/cpu/membw.h"
 
 #include <stdint.h>
 
@@ -58,6 +59,31 @@ static void bench(em_backend *be, em_math math) {
     free(x); free(y); free(w);
 }
 
+/* Decode-shaped GEMV over more weights than the caches hold: bytes/s. */
+static void bench_gemv(em_backend *be) {
+    enum { NMAT = 8, N = 8192, K = 2048 };
+    uint16_t *w[NMAT];
+    for (int i = 0; i < NMAT; i++) {
+        w[i] = malloc((size_t)N * K * 2);
+        for (size_t k = 0; k < (size_t)N * K; k++) w[i][k] = (uint16_t)(0x3c00 + (k & 0xff));
+    }
+    float *x = calloc(K, 4), *y = calloc(N, 4);
+    for (int k = 0; k < K; k++) x[k] = frand();
+    double t0 = em_now();
+    int reps = 4;
+    for (int r = 0; r < reps; r++)
+        for (int i = 0; i < NMAT; i++) {
+            em_weight wt = {.dtype = EM_BF16, .rows = N, .cols = K, .data = w[i]};
+            be->ops->matmul(be, y, x, 1, &wt, NULL, EM_MATH_EXACT);
+        }
+    double dt = em_now() - t0;
+    fprintf(stderr, "  %s gemv: %.1f GB/s of bf16 weights\n", ((cpu_backend *)be->impl)->k->isa,
+            (double)reps * NMAT * N * K * 2 / dt / 1e9);
+    for (int i = 0; i < NMAT; i++) free(w[i]);
+    free(x);
+    free(y);
+}
+
 int main(void) {
     const cpu_kernels *tables[] = {cpu_kernels_ref(), cpu_kernels_avx2(), cpu_kernels_avx512()};
     const cpu_features *f = cpu_get_features();
@@ -74,7 +100,7 @@ int main(void) {
                 check_shape(be, shapes[s][0], shapes[s][1], shapes[s][2], dts[d], EM_MATH_EXACT);
                 check_shape(be, shapes[s][0], shapes[s][1], shapes[s][2], dts[d], EM_MATH_FAST);
             }
-        if (getenv("EMBER_BENCH")) { bench(be, EM_MATH_EXACT); bench(be, EM_MATH_FAST); }
+        if (getenv("EMBER_BENCH")) { bench(be, EM_MATH_EXACT); bench(be, EM_MATH_FAST); bench_gemv(be); }
     }
     cpu_backend_free(be);
     return test_summary();

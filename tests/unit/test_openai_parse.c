@@ -103,11 +103,27 @@ int main(void) {
     bad("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stop\":7}", 400, "stop");
     bad("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logit_bias\":{\"99999\":1}}", 400, "logit_bias");
     bad("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":3}", 400, "top_logprobs");
-    bad("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\"}", 400, "tool_choice");
-    bad("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}}",
-        400, "tool_choice");
-    bad("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"}}", 400,
+    bad("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"sometimes\"}", 400, "tool_choice");
+    bad("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":{\"type\":\"function\"}}", 400, "tool_choice");
+    bad("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\"}}", 400,
+        "response_format.json_schema");
+    bad("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"xml\"}}", 400,
         "response_format");
+    {   /* structured outputs parse into the request (enforced later by a grammar) */
+        em_request r;
+        oai_stream_opts so;
+        oai_error e;
+        CHECK(chat("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":{\"type\":\"function\","
+                   "\"function\":{\"name\":\"f\"}},\"response_format\":{\"type\":\"json_schema\",\"json_schema\":"
+                   "{\"name\":\"s\",\"schema\":{\"type\":\"object\"}}}}", &r, &so, &e));
+        CHECK(r.tool_choice == EM_TOOL_CHOICE_NAMED && r.tool_choice_name && !strcmp(r.tool_choice_name, "f"));
+        CHECK(json_is_object(r.response_schema));
+        em_request_free(&r);
+        CHECK(chat("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\","
+                   "\"response_format\":{\"type\":\"json_object\"}}", &r, &so, &e));
+        CHECK(r.tool_choice == EM_TOOL_CHOICE_REQUIRED && r.response_json);
+        em_request_free(&r);
+    }
     bad("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\"}]}", 400, "tools[0]");
     bad("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stream\":1}", 400, "stream");
 

@@ -87,6 +87,81 @@ static void run_suite(const char *dir, size_t kv_bytes) {
     em_model_free(m); /* stops the scheduler */
 }
 
+/* ---- prefix caching ---- */
+
+typedef struct capture {
+    float *first_logits;
+    int have_logits;
+    int n_vocab;
+    int32_t out[8];
+    int n_out;
+} capture;
+
+static void grab_logits(void *user, float *logits, int n_vocab, const int32_t *h, size_t nh) {
+    (void)h;
+    (void)nh;
+    capture *c = user;
+    if (!c->have_logits) {
+        memcpy(c->first_logits, logits, sizeof(float) * (size_t)n_vocab);
+        c->have_logits = 1;
+    }
+}
+
+static int grab_token(void *user, const em_token_info *t) {
+    capture *c = user;
+    if (t->token >= 0 && c->n_out < 8) c->out[c->n_out++] = t->token;
+    return 0;
+}
+
+static em_generate_result run_prompt(em_model *m, const int32_t *ids, size_t n, capture *c) {
+    c->have_logits = 0;
+    c->n_out = 0;
+    em_generate_params p = {.prompt = ids, .n_prompt = n, .max_tokens = 6, .on_token = grab_token,
+                            .on_logits = grab_logits, .user = c, .ignore_eos = 1};
+    p.sampling.temperature = 0;
+    em_generate_result r;
+    REQUIRE(em_generate(m, &p, &r) == EM_OK);
+    return r;
+}
+
+static void prefix_suite(const char *dir, size_t cache_bytes) {
+    em_open_options o = {.n_threads = 2, .precision = EM_PRECISION_EXACT, .max_sequences = 2, .max_context = 256};
+    em_model *m;
+    REQUIRE(em_model_open(dir, &o, &m) == EM_OK);
+    int V = m->cfg.vocab;
+    int32_t a[100], b[100];
+    for (int i = 0; i < 100; i++) a[i] = b[i] = (int32_t)((i * 37 + 11) % V);
+    for (int i = 70; i < 100; i++) b[i] = (int32_t)((i * 53 + 3) % V); /* diverges inside block 2 */
+    capture cold_a = {calloc((size_t)V, 4), 0, V, {0}, 0}, cold_b = {calloc((size_t)V, 4), 0, V, {0}, 0};
+    capture warm = {calloc((size_t)V, 4), 0, V, {0}, 0};
+    run_prompt(m, a, 100, &cold_a); /* served alone: the reference */
+    run_prompt(m, b, 100, &cold_b);
+    REQUIRE(sched_start(m, &(sched_options){.prefill_chunk = 16, .prompt_cache_bytes = cache_bytes}) == EM_OK);
+    em_generate_result r1 = run_prompt(m, a, 100, &warm);
+    CHECK(r1.n_cached == 0);
+    em_generate_result r2 = run_prompt(m, a, 100, &warm);
+    double err = 0;
+    for (int v = 0; v < V; v++) err = fmax(err, fabs(warm.first_logits[v] - cold_a.first_logits[v]));
+    CHECKF(err <= 1e-6, "cached prefix changes logits by %g", err);
+    CHECK(warm.n_out == cold_a.n_out && !memcmp(warm.out, cold_a.out, sizeof warm.out));
+    em_generate_result r3 = run_prompt(m, b, 100, &warm);
+    CHECK(warm.n_out == cold_b.n_out && !memcmp(warm.out, cold_b.out, sizeof warm.out));
+    if (cache_bytes == 0) {
+        CHECKF(r2.n_cached == 96, "second run reused %zu tokens", r2.n_cached);
+        CHECKF(r3.n_cached == 64, "shared-prefix run reused %zu tokens", r3.n_cached);
+    } else {
+        CHECK(r2.n_cached <= 96);
+    }
+    sched_stats st;
+    sched_get_stats(m->sched, &st);
+    fprintf(stderr, "  prefix cache (cap %zu): %llu of %llu looked-up tokens hit, %llu evictions, %zu bytes cached\n",
+            cache_bytes, st.prefix_hit_tokens, st.prefix_lookup_tokens, st.prefix_evictions, st.prefix_cached_bytes);
+    free(cold_a.first_logits);
+    free(cold_b.first_logits);
+    free(warm.first_logits);
+    em_model_free(m);
+}
+
 int main(void) {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/tests/golden/dense/qwen3_qknorm", test_src_dir());
@@ -95,5 +170,7 @@ int main(void) {
      * room for 160 positions, enough for one full context of 128 but not
      * for four sequences at once. */
     run_suite(dir, 1536u * 160u);
+    prefix_suite(dir, 0);
+    prefix_suite(dir, 1536u * 32u); /* room for one cached block: evictions */
     return test_summary();
 }

@@ -112,6 +112,18 @@ static void test_sentencepiece_style(void) {
     t = load_t1("\"decoder\":{\"type\":\"Metaspace\",\"replacement\":\"\\u2581\",\"prepend_scheme\":\"always\"},");
     check_decode(t, (int32_t[]){9, 9, 6}, 3, false, "ab abc");
     tok_free(t);
+
+    /* A Replace after Fuse sees the whole text: the stream holds everything
+     * until flush, and still equals the full decode. */
+    t = load_t1("\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Fuse\"},{\"type\":\"Replace\","
+                "\"pattern\":{\"String\":\"b\\u2581\"},\"content\":\"B_\"}]},");
+    check_decode(t, (int32_t[]){9, 9, 6}, 3, false, "\xE2\x96\x81" "aB_abc");
+    tok_free(t);
+
+    /* No decoder: pieces joined with spaces, also across stream windows. */
+    t = load_t1("\"decoder\":null,");
+    check_decode(t, (int32_t[]){9, 4, 6}, 3, false, "\xE2\x96\x81" "ab a c");
+    tok_free(t);
 }
 
 static void test_invalid_utf8(void) {
@@ -243,6 +255,20 @@ static void test_malformed(void) {
              "\"content\":\" \",\"start\":-1,\"stop\":0}}", EM_ERR_FORMAT, "decoder.start");
 }
 
+/* An added token may reuse the id of a different vocabulary entry: the
+ * added content wins for decoding, the vocabulary string still encodes
+ * (found by fuzzing: the vocabulary key was freed). */
+static void test_added_id_collision(void) {
+    const char *json = "{\"added_tokens\":[{\"id\":0,\"content\":\"<q>\",\"special\":true}],"
+                       "\"model\":{\"type\":\"BPE\",\"vocab\":{\"z\":0,\"y\":1,\"zy\":2},\"merges\":[\"z y\"]}}";
+    tokenizer *t;
+    REQUIRE(tok_load_json(json, strlen(json), NULL, 0, "collide", &t) == EM_OK);
+    check_encode(t, "zyz<q>y", false, (int32_t[]){2, 0, 0, 1}, 4);
+    check_decode(t, (int32_t[]){2, 0}, 2, false, "zy <q>"); /* no decoder: joined with spaces */
+    CHECK(tok_piece_to_id(t, "z") == 0 && tok_piece_to_id(t, "<q>") == 0);
+    tok_free(t);
+}
+
 /* A 100 KB piece without spaces must not take quadratic time. */
 static void test_long_word(void) {
     tokenizer *t = load_t1(T1_DEC);
@@ -327,6 +353,7 @@ int main(void) {
     test_normalizers();
     test_pretokenizers();
     test_malformed();
+    test_added_id_collision();
     test_long_word();
     test_threads();
     return test_summary();

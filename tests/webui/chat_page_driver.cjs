@@ -8,7 +8,8 @@ const path = require("path");
 const { chromium } = require(process.env.PW_CORE);
 
 const BASE = process.env.BASE_URL;
-const WAIT = 30000;
+// Sanitized builds generate several times slower.
+const WAIT = process.env.EMBER_SANITIZED ? 180000 : 30000;
 
 function ok(msg) { console.log("ok   " + msg); }
 function fail(msg) { throw new Error(msg); }

@@ -63,7 +63,7 @@ export ARTIFACTS="$artifacts"
 run_driver() {
   rm -rf "$tmp/profile"; mkdir -p "$tmp/profile"
   BROWSER_DATA="$tmp/profile" BASE_URL="http://127.0.0.1:$port" \
-    timeout 180 node "$EMBER_SRC/tests/webui/chat_page_driver.cjs"
+    timeout "$([ -n "${EMBER_SANITIZED:-}" ] && echo 800 || echo 180)" node "$EMBER_SRC/tests/webui/chat_page_driver.cjs"
 }
 
 start_server

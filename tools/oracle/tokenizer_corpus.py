@@ -122,6 +122,18 @@ TEXTS = [
     "Astral: 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𝕌𝕟𝕚𝕔𝕠𝕕𝕖 𐍈 𓀀 𠜎𠜱",
     "Noncharacters: \ufdd0 \ufffe \U0001fffe",
     "Replacement char: \ufffd and BOM \ufeff at start",
+    "  <|im_start|>  spaced specials  <|im_end|>  ",
+    "word<|endoftext|>word<|im_end|><|im_start|>",
+    "<start_of_turn><end_of_turn><eos><pad>",
+    "\r\n\r\n",
+    "'s",
+    "'S'T're'VE'm'LL'd 's's",
+    "    \n    x\n\t\ty",
+    "Other numerals: ١٢٣٤ ۴۵۶ १२३ Ⅻ ½ ² ①",
+    "Bidi: \u202eevil\u202c and \u200e\u200f marks, ZWNJ \u200c ZWJ \u200d alone",
+    "Tags: 🏴\U000e0067\U000e0062\U000e0073\U000e0063\U000e0074\U000e007f flag",
+    "i" * 257 + " " + "ij" * 130,
+    "Mixed scripts in one word: abcабвαβγ中文ひらがな123",
     "Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor incididunt ut labore et dolore magna aliqua.",
 ]
 

@@ -14,8 +14,9 @@ OUTDIR/<name>.jsonl with:
   dec_tail   decode(ids[1:], skip_special_tokens=False) (starts mid-character
              for multi-byte text: exercises the U+FFFD replacement)
   hf_sp      transformers AutoTokenizer(text)["input_ids"], only when it
-             differs from ids_sp (tokenizer_config.json flags such as
-             add_bos_token change the post-processor there)
+             differs from ids_sp; informational, not a parity target
+             (transformers rebuilds some pipelines from the tokenizer
+             class, e.g. DeepSeek V3's LlamaTokenizer)
 With --bench, also measures single-thread encode throughput of the
 reference on BENCH.txt and writes OUTDIR/bench.json."""
 import json
@@ -72,7 +73,7 @@ def goldens(tokdir, texts, outdir):
 
 
 def bench(tokdir, path):
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8", newline="") as f:  # the exact bytes
         text = f.read()
     nbytes = len(text.encode("utf-8"))
     lines = text.split("\n")

@@ -6,8 +6,10 @@
 #include "base/alloc.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 float *cpu_scratch(cpu_backend *cb, int t, size_t n) {
     if (n > cb->scratch_len[t]) {
@@ -27,6 +29,29 @@ static void *cpu_alloc(em_backend *be, size_t bytes) {
 static void cpu_free(em_backend *be, void *p) {
     (void)be;
     free(p);
+}
+
+/* Address space only: the OS commits pages as blocks are first written. */
+static void *cpu_reserve(em_backend *be, size_t bytes) {
+    (void)be;
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void cpu_release(em_backend *be, void *p, size_t bytes) {
+    (void)be;
+    if (p) munmap(p, bytes);
+}
+
+/* Host memory is the backend's memory: transfers are plain copies. */
+static em_status cpu_transfer(em_backend *be, void *dst, const void *src, size_t bytes) {
+    (void)be;
+    if (bytes && dst != src) memmove(dst, src, bytes);
+    return EM_OK;
+}
+
+static void cpu_copy(em_backend *be, void *dst, const void *src, size_t bytes) {
+    (void)cpu_transfer(be, dst, src, bytes);
 }
 
 typedef struct rows_job {
@@ -136,8 +161,15 @@ static void cpu_kv_write(em_backend *be, const em_kv_view *kv, const float *k, c
 
 static const em_backend_ops cpu_ops = {
     .name = "cpu",
+    .host_memory = true,
+    .destroy = cpu_backend_free,
     .alloc = cpu_alloc,
     .free = cpu_free,
+    .reserve = cpu_reserve,
+    .release = cpu_release,
+    .upload = cpu_transfer,
+    .download = cpu_transfer,
+    .copy = cpu_copy,
     .matmul = cpu_matmul,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,
@@ -146,6 +178,11 @@ static const em_backend_ops cpu_ops = {
     .embed = cpu_embed,
     .kv_write = cpu_kv_write,
     .attention = cpu_attention,
+    .sigmoid_mul = cpu_sigmoid_mul,
+    .conv1d_silu = cpu_conv1d_silu,
+    .gdn_gates = cpu_gdn_gates,
+    .gated_delta_rule = cpu_gated_delta_rule,
+    .rmsnorm_gated = cpu_rmsnorm_gated,
 };
 
 em_status cpu_backend_create(int n_threads, em_backend **out) {
@@ -167,6 +204,7 @@ em_status cpu_backend_create(int n_threads, em_backend **out) {
     cb->scratch_len = em_calloc((size_t)be->n_threads, sizeof *cb->scratch_len);
     cb->k = cpu_kernels_best();
     be->ops = &cpu_ops;
+    snprintf(be->desc, sizeof be->desc, "cpu (%s, %d threads)", cb->k->isa, be->n_threads);
     be->impl = cb;
     if (!cb->scratch || !cb->scratch_len) {
         cpu_backend_free(be);

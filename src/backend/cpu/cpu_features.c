@@ -1,7 +1,10 @@
 /* cpu_features.c — CPUID probing and the choice of kernel table.
  * EMBER_CPU_ISA (portable|avx2|avx512) narrows the choice for testing; it is
- * read once, the first time the kernels are chosen. */
+ * taken from the process configuration the first time the kernels are
+ * chosen. */
 #include "backend/cpu/cpu_internal.h"
+
+#include "base/config.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -22,10 +25,11 @@ static void probe(void) {
     features.avx512bf16 = __builtin_cpu_supports("avx512bf16");
     features.avx512vnni = __builtin_cpu_supports("avx512vnni");
 #endif
-    const char *want = getenv("EMBER_CPU_ISA");
+    const char *want = em_config_str(em_config_global(), EMC_CPU_ISA);
     best = cpu_kernels_ref();
-    bool allow_avx2 = !want || strcmp(want, "portable");
-    bool allow_avx512 = !want || !strcmp(want, "avx512");
+    bool any = !strcmp(want, "auto");
+    bool allow_avx2 = any || strcmp(want, "portable");
+    bool allow_avx512 = any || !strcmp(want, "avx512");
     if (allow_avx2 && features.avx2_fma && cpu_kernels_avx2()) best = cpu_kernels_avx2();
     if (allow_avx512 && features.avx512f && features.avx512bw && features.avx512vl && features.avx512bf16 &&
         cpu_kernels_avx512())

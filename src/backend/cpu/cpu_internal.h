@@ -57,5 +57,15 @@ float *cpu_scratch(cpu_backend *cb, int t, size_t n);
 void cpu_matmul(em_backend *be, float *y, const float *x, int M, const em_weight *w, const float *bias, em_math math);
 void cpu_attention(em_backend *be, float *out, const float *q, const em_kv_view *kv, const int32_t *pos, int n,
                    int n_heads, int n_kv, int head_dim, float scale, int window);
+/* cpu_gdn.c */
+void cpu_sigmoid_mul(em_backend *be, float *y, const float *gate, int rows, int n, int ld_gate);
+void cpu_conv1d_silu(em_backend *be, float *y, const float *x, int n, int C, int ld, const float *w, int K,
+                     float *state);
+void cpu_gdn_gates(em_backend *be, float *g, float *beta, const float *a, const float *b, int ld_in,
+                   const float *A_log, const float *dt_bias, int n, int Hv);
+void cpu_gated_delta_rule(em_backend *be, float *out, const float *qkv, int ld, const float *g, const float *beta,
+                          float *state, int n, int Hk, int Hv, int dk, int dv, int chunk);
+void cpu_rmsnorm_gated(em_backend *be, float *y, const float *x, const float *z, const float *gain, int rows, int n,
+                       float eps);
 
 #endif

@@ -208,7 +208,7 @@ await test('errors surface as the SDK typed errors', async () => {
   await rejectsWith(client.messages.create({ ...greedy, model: 'claude-x', messages: HELLO }), Anthropic.NotFoundError, 404, 'not_found_error');
   const image = [{ role: 'user', content: [{ type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'AAAA' } }] }];
   await rejectsWith(client.messages.create({ ...greedy, messages: image }), Anthropic.BadRequestError, 400, 'invalid_request_error');
-  await rejectsWith(client.messages.create({ ...greedy, messages: HELLO, tools: TOOLS, tool_choice: { type: 'any' } }),
+  await rejectsWith(client.messages.create({ ...greedy, messages: HELLO, tools: TOOLS, tool_choice: { type: 'tool', name: 'nope' } }),
     Anthropic.BadRequestError, 400, 'invalid_request_error');
   await rejectsWith(client.messages.stream({ ...greedy, messages: image }).finalMessage(), Anthropic.BadRequestError, 400,
     'invalid_request_error');

@@ -1,0 +1,116 @@
+/* cuda_attention.cu — causal GQA attention over the paged KV cache.
+ *
+ * One block per (query row, head). Keys are visited in tiles of one key
+ * per thread: each thread scores its key, the block finds the tile's
+ * maximum and the softmax weights, and each thread then accumulates the
+ * weighted values of its own output dimensions, rescaling what it holds
+ * whenever the running maximum grows (online softmax). No buffer grows with
+ * the context, and prefill and decode rows take the same path. */
+#include "backend/cuda/cuda_internal.cuh"
+
+#define ATT_THREADS 128
+#define ATT_DIMS_PER_THREAD 4 /* head_dim <= 512 */
+
+__device__ float block_reduce_f(float v, float *red, bool is_max) {
+    for (int o = 16; o; o >>= 1) {
+        float w = __shfl_xor_sync(0xffffffffu, v, o);
+        v = is_max ? fmaxf(v, w) : v + w;
+    }
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < (int)(blockDim.x / 32) ? red[lane] : (is_max ? -INFINITY : 0.0f);
+        for (int o = 16; o; o >>= 1) {
+            float w = __shfl_xor_sync(0xffffffffu, v, o);
+            v = is_max ? fmaxf(v, w) : v + w;
+        }
+        if (lane == 0) red[0] = v;
+    }
+    __syncthreads();
+    float r = red[0];
+    __syncthreads();
+    return r;
+}
+
+__global__ void __launch_bounds__(ATT_THREADS) attention_kernel(float *out, const float *q, float *const *kb,
+                                                                float *const *vb, const int32_t *pos, int n_heads,
+                                                                int group, int n_kv, int hd, int bs, float scale,
+                                                                int window) {
+    extern __shared__ float sm[];
+    float *qs = sm, *ps = sm + hd;
+    __shared__ float red[32];
+    int row = blockIdx.x / n_heads, h = blockIdx.x % n_heads, kvh = h / group, t = threadIdx.x;
+    const float *qr = q + ((size_t)row * n_heads + h) * hd;
+    for (int d = t; d < hd; d += ATT_THREADS) qs[d] = qr[d];
+    __syncthreads();
+    int p = pos[row];
+    int start = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+    size_t rowlen = (size_t)n_kv * hd, head_off = (size_t)kvh * hd;
+    bool vec = (hd & 3) == 0;
+    float m = -INFINITY, l = 0.0f, acc[ATT_DIMS_PER_THREAD];
+#pragma unroll
+    for (int i = 0; i < ATT_DIMS_PER_THREAD; i++) acc[i] = 0.0f;
+    for (int j0 = start; j0 <= p; j0 += ATT_THREADS) {
+        int j = j0 + t;
+        float s = -INFINITY;
+        if (j <= p) {
+            const float *k = kb[j / bs] + (size_t)(j % bs) * rowlen + head_off;
+            float dot = 0.0f;
+            if (vec) {
+                for (int d = 0; d < hd; d += 4) {
+                    float4 kv4 = *(const float4 *)(k + d);
+                    dot += qs[d] * kv4.x + qs[d + 1] * kv4.y + qs[d + 2] * kv4.z + qs[d + 3] * kv4.w;
+                }
+            } else {
+                for (int d = 0; d < hd; d++) dot += qs[d] * k[d];
+            }
+            s = dot * scale;
+        }
+        float m_new = fmaxf(m, block_reduce_f(s, red, true));
+        float e = j <= p ? expf(s - m_new) : 0.0f;
+        ps[t] = e;
+        float tile_sum = block_reduce_f(e, red, false); /* its barriers also publish ps */
+        float corr = expf(m - m_new);
+        l = l * corr + tile_sum;
+        int cnt = p - j0 + 1 < ATT_THREADS ? p - j0 + 1 : ATT_THREADS;
+#pragma unroll
+        for (int i = 0; i < ATT_DIMS_PER_THREAD; i++) {
+            int d = t + i * ATT_THREADS;
+            if (d < hd) {
+                float a = acc[i] * corr;
+                for (int jj = 0; jj < cnt; jj++) {
+                    int jk = j0 + jj;
+                    a += ps[jj] * vb[jk / bs][(size_t)(jk % bs) * rowlen + head_off + d];
+                }
+                acc[i] = a;
+            }
+        }
+        m = m_new;
+        __syncthreads(); /* ps is rewritten by the next tile */
+    }
+    float inv = 1.0f / l;
+    float *o = out + ((size_t)row * n_heads + h) * hd;
+#pragma unroll
+    for (int i = 0; i < ATT_DIMS_PER_THREAD; i++) {
+        int d = t + i * ATT_THREADS;
+        if (d < hd) o[d] = acc[i] * inv;
+    }
+}
+
+void cuda_attention(em_backend *be, float *out, const float *q, const em_kv_view *kv, const int32_t *pos, int n,
+                    int n_heads, int n_kv, int head_dim, float scale, int window) {
+    cuda_backend *cb = cuda_enter(be);
+    if (n <= 0 || n_heads <= 0 || kv->n_blocks <= 0) return;
+    if (head_dim > ATT_THREADS * ATT_DIMS_PER_THREAD || n_kv <= 0 || n_heads % n_kv) {
+        cuda_note(cb, cudaErrorInvalidValue, "attention (head_dim above 512 or heads not a multiple of kv heads)");
+        return;
+    }
+    float *const *kb, *const *vb;
+    const int32_t *dpos;
+    if (!cuda_stage_view(cb, kv, pos, n, &kb, &vb, &dpos)) return;
+    size_t smem = ((size_t)head_dim + ATT_THREADS) * sizeof(float);
+    attention_kernel<<<(unsigned)n * (unsigned)n_heads, ATT_THREADS, smem, cb->stream>>>(
+        out, q, kb, vb, dpos, n_heads, n_heads / n_kv, n_kv, head_dim, kv->block_size, scale, window);
+    CUDA_LAUNCHED(cb, "attention");
+}

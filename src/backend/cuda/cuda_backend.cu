@@ -1,0 +1,333 @@
+/* cuda_backend.cu — the CUDA backend's life cycle and memory: device
+ * selection, the stream and cuBLAS handle, allocation, transfers, the
+ * staging arena for per-call host arrays, and the operation table. */
+#include "backend/cuda/cuda_internal.cuh"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "base/alloc.h"
+}
+
+#define STAGE_MIN_BYTES ((size_t)4 << 20)
+
+cuda_backend *cuda_enter(em_backend *be) {
+    cuda_backend *cb = (cuda_backend *)be->impl;
+    cuda_note(cb, cudaSetDevice(cb->device), "selecting the device");
+    return cb;
+}
+
+bool cuda_scratch(cuda_backend *cb, void **buf, size_t *cap, size_t bytes) {
+    if (bytes <= *cap) return true;
+    if (*buf) cudaFree(*buf);
+    *buf = NULL;
+    *cap = 0;
+    size_t want = bytes + bytes / 4;
+    cudaError_t e = cudaMalloc(buf, want);
+    if (e != cudaSuccess) {
+        *buf = NULL;
+        cuda_note(cb, e, "allocating matmul scratch");
+        return false;
+    }
+    *cap = want;
+    return true;
+}
+
+/* ---- staging arena ---- */
+
+static void stage_rewind(cuda_stage *s) {
+    s->used = s->flushed = 0;
+    s->n_recent = s->next_recent = 0;
+}
+
+static void stage_free(cuda_stage *s) {
+    if (s->host) cudaFreeHost(s->host);
+    if (s->dev) cudaFree(s->dev);
+    s->host = s->dev = NULL;
+    s->cap = 0;
+    stage_rewind(s);
+}
+
+static bool stage_alloc(cuda_backend *cb, size_t cap) {
+    cuda_stage *s = &cb->stage;
+    stage_free(s);
+    cudaError_t e = cudaMallocHost((void **)&s->host, cap);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&s->dev, cap);
+    if (e != cudaSuccess) {
+        cuda_note(cb, e, "allocating the staging arena");
+        stage_free(s);
+        return false;
+    }
+    s->cap = cap;
+    return true;
+}
+
+void cuda_stage_flush(cuda_backend *cb) {
+    cuda_stage *s = &cb->stage;
+    if (s->used <= s->flushed) return;
+    cuda_note(cb,
+              cudaMemcpyAsync(s->dev + s->flushed, s->host + s->flushed, s->used - s->flushed, cudaMemcpyHostToDevice,
+                              cb->stream),
+              "staging call arguments");
+    s->flushed = s->used;
+}
+
+void cuda_stage_begin(cuda_backend *cb, size_t bytes, int count) {
+    cuda_stage *s = &cb->stage;
+    size_t need = bytes + (size_t)count * 16;
+    if (s->host && s->used + need <= s->cap) return;
+    /* Full: drain the stream so the arena's bytes are no longer read. */
+    cuda_stage_flush(cb);
+    cuda_note(cb, cudaStreamSynchronize(cb->stream), "draining the stream");
+    stage_rewind(s);
+    if (need > s->cap) {
+        size_t cap = s->cap ? s->cap : STAGE_MIN_BYTES;
+        while (cap < need) cap *= 2;
+        stage_alloc(cb, cap);
+    }
+}
+
+const void *cuda_stage_put(cuda_backend *cb, const void *src, size_t n) {
+    cuda_stage *s = &cb->stage;
+    if (!s->host) return NULL;
+    for (int i = 0; i < s->n_recent; i++)
+        if (s->recent[i].bytes == n && !memcmp(s->host + s->recent[i].off, src, n)) return s->dev + s->recent[i].off;
+    size_t a = (n + 15) & ~(size_t)15;
+    if (s->used + a > s->cap) { /* cuda_stage_begin was told less than was put */
+        cuda_note(cb, cudaErrorInvalidValue, "staging more than announced");
+        return NULL;
+    }
+    size_t off = s->used;
+    if (n) memcpy(s->host + off, src, n);
+    s->used += a;
+    s->recent[s->next_recent].off = off;
+    s->recent[s->next_recent].bytes = n;
+    s->next_recent = (s->next_recent + 1) % CUDA_STAGE_RECENT;
+    if (s->n_recent < CUDA_STAGE_RECENT) s->n_recent++;
+    return s->dev + off;
+}
+
+/* ---- memory ---- */
+
+static void *cuda_alloc(em_backend *be, size_t bytes) {
+    cuda_backend *cb = cuda_enter(be);
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+        cudaGetLastError(); /* an allocation failure is not sticky: do not let it blame a later launch */
+        return NULL;
+    }
+    cuda_note(cb, cudaMemsetAsync(p, 0, bytes, cb->stream), "clearing an allocation");
+    return p;
+}
+
+static void cuda_free(em_backend *be, void *p) {
+    cuda_backend *cb = cuda_enter(be);
+    if (p) cuda_note(cb, cudaFree(p), "freeing device memory");
+}
+
+static void *cuda_reserve(em_backend *be, size_t bytes) {
+    cuda_enter(be);
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_release(em_backend *be, void *p, size_t bytes) {
+    (void)bytes;
+    cuda_free(be, p);
+}
+
+static em_status report(em_backend *be, const char *what) {
+    cuda_backend *cb = (cuda_backend *)be->impl;
+    if (cb->err != cudaSuccess)
+        return em_fail(EM_ERR_INTERNAL, "%s: %s failed: %s (%s)", be->desc, cb->err_where ? cb->err_where : what,
+                       cudaGetErrorString(cb->err), cudaGetErrorName(cb->err));
+    if (cb->blas_err != CUBLAS_STATUS_SUCCESS)
+        return em_fail(EM_ERR_INTERNAL, "%s: %s failed: cuBLAS status %d", be->desc,
+                       cb->err_where ? cb->err_where : what, (int)cb->blas_err);
+    return EM_OK;
+}
+
+static em_status cuda_upload(em_backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_backend *cb = cuda_enter(be);
+    /* From pageable memory the copy is staged before the call returns, so
+     * src may be reused at once. */
+    if (bytes) cuda_note(cb, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cb->stream), "an upload");
+    return report(be, "an upload");
+}
+
+static em_status cuda_download(em_backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_backend *cb = cuda_enter(be);
+    cuda_stage_flush(cb);
+    if (bytes) cuda_note(cb, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cb->stream), "a download");
+    cuda_note(cb, cudaStreamSynchronize(cb->stream), "the queued operations");
+    cuda_note(cb, cudaGetLastError(), "the queued operations");
+    stage_rewind(&cb->stage); /* drained: the arena may be reused */
+    return report(be, "a download");
+}
+
+static void cuda_copy(em_backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_backend *cb = cuda_enter(be);
+    if (!bytes || dst == src) return;
+    const char *d = (const char *)dst, *s = (const char *)src;
+    if (d < s + bytes && s < d + bytes) { /* overlapping: through scratch */
+        if (!cuda_scratch(cb, (void **)&cb->wide, &cb->wide_bytes, bytes)) return;
+        cuda_note(cb, cudaMemcpyAsync(cb->wide, src, bytes, cudaMemcpyDeviceToDevice, cb->stream), "a copy");
+        src = cb->wide;
+    }
+    cuda_note(cb, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cb->stream), "a copy");
+}
+
+static size_t cuda_mem_free(em_backend *be) {
+    cuda_backend *cb = cuda_enter(be);
+    size_t free_b = 0, total = 0;
+    if (cudaMemGetInfo(&free_b, &total) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    (void)cb;
+    return free_b;
+}
+
+/* Device-to-device copy of 512 MiB, best of three: bytes read + written
+ * per second, the rate a weight stream can reach. */
+static double cuda_bandwidth(em_backend *be) {
+    cuda_backend *cb = cuda_enter(be);
+    size_t n = (size_t)512 << 20;
+    char *a = NULL, *b = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    double best = 0;
+    if (cudaMalloc((void **)&a, n) == cudaSuccess && cudaMalloc((void **)&b, n) == cudaSuccess &&
+        cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess) {
+        cudaMemsetAsync(a, 1, n, cb->stream);
+        for (int r = 0; r < 4; r++) {
+            cudaEventRecord(e0, cb->stream);
+            cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, cb->stream);
+            cudaEventRecord(e1, cb->stream);
+            float ms = 0;
+            if (cudaEventSynchronize(e1) == cudaSuccess && cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess && ms > 0 &&
+                r > 0) {
+                double bw = 2.0 * (double)n / (ms * 1e-3);
+                if (bw > best) best = bw;
+            }
+        }
+    }
+    cudaGetLastError();
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    if (a) cudaFree(a);
+    if (b) cudaFree(b);
+    return best;
+}
+
+/* ---- life cycle ---- */
+
+static void cuda_destroy(em_backend *be) {
+    if (!be) return;
+    cuda_backend *cb = (cuda_backend *)be->impl;
+    if (cb) {
+        cudaSetDevice(cb->device);
+        if (cb->stream) cudaStreamSynchronize(cb->stream);
+        stage_free(&cb->stage);
+        if (cb->xconv) cudaFree(cb->xconv);
+        if (cb->wide) cudaFree(cb->wide);
+        if (cb->blas) cb->fn.destroy(cb->blas);
+        cuda_blas_close(&cb->fn);
+        if (cb->stream) cudaStreamDestroy(cb->stream);
+        free(cb);
+    }
+    free(be);
+}
+
+static em_backend_ops make_ops(void) {
+    em_backend_ops o;
+    memset(&o, 0, sizeof o);
+    o.name = "cuda";
+    o.host_memory = false;
+    o.destroy = cuda_destroy;
+    o.alloc = cuda_alloc;
+    o.free = cuda_free;
+    o.reserve = cuda_reserve;
+    o.release = cuda_release;
+    o.upload = cuda_upload;
+    o.download = cuda_download;
+    o.copy = cuda_copy;
+    o.mem_free = cuda_mem_free;
+    o.bandwidth = cuda_bandwidth;
+    o.matmul = cuda_matmul;
+    o.rmsnorm = cuda_rmsnorm;
+    o.rope = cuda_rope;
+    o.swiglu = cuda_swiglu;
+    o.add = cuda_add;
+    o.embed = cuda_embed;
+    o.kv_write = cuda_kv_write;
+    o.attention = cuda_attention;
+    return o;
+}
+
+static const em_backend_ops cuda_ops = make_ops();
+
+extern "C" int cuda_device_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+extern "C" em_status cuda_backend_create(int device, em_backend **out) {
+    *out = NULL;
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        cudaGetLastError();
+        return em_fail(EM_ERR_UNSUPPORTED, "cuda:%d: no CUDA device is available (%s)", device,
+                       e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+    }
+    if (device >= n) return em_fail(EM_ERR_INVALID, "cuda:%d: no such GPU (%d found: cuda:0..cuda:%d)", device, n, n - 1);
+    cudaDeviceProp prop;
+    if ((e = cudaSetDevice(device)) != cudaSuccess || (e = cudaGetDeviceProperties(&prop, device)) != cudaSuccess)
+        return em_fail(EM_ERR_IO, "cuda:%d: cannot open the GPU: %s", device, cudaGetErrorString(e));
+    em_backend *be = (em_backend *)em_calloc(1, sizeof *be);
+    cuda_backend *cb = (cuda_backend *)em_calloc(1, sizeof *cb);
+    if (!be || !cb) {
+        free(be);
+        free(cb);
+        return em_fail(EM_ERR_NOMEM, "out of memory creating the CUDA backend");
+    }
+    be->ops = &cuda_ops;
+    be->impl = cb;
+    be->n_threads = 1;
+    cb->device = device;
+    cb->n_sm = prop.multiProcessorCount;
+    snprintf(be->desc, sizeof be->desc, "cuda:%d (%.48s, %.0f GiB)", device, prop.name,
+             (double)prop.totalGlobalMem / 1073741824.0);
+    char why[256];
+    if (!cuda_blas_open(&cb->fn, why, sizeof why)) {
+        em_status st = em_fail(EM_ERR_UNSUPPORTED, "%s: %s", be->desc, why);
+        cuda_destroy(be);
+        return st;
+    }
+    cublasStatus_t bs = CUBLAS_STATUS_SUCCESS;
+    if ((e = cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking)) != cudaSuccess ||
+        (bs = cb->fn.create(&cb->blas)) != CUBLAS_STATUS_SUCCESS ||
+        (bs = cb->fn.set_stream(cb->blas, cb->stream)) != CUBLAS_STATUS_SUCCESS ||
+        /* default math: f32 GEMMs stay f32 (no TF32 rounding) */
+        (bs = cb->fn.set_math_mode(cb->blas, CUBLAS_DEFAULT_MATH)) != CUBLAS_STATUS_SUCCESS ||
+        !stage_alloc(cb, STAGE_MIN_BYTES)) {
+        em_status st = em_fail(EM_ERR_IO, "%s: cannot set up the stream and cuBLAS: %s", be->desc,
+                               e != cudaSuccess ? cudaGetErrorString(e)
+                               : bs != CUBLAS_STATUS_SUCCESS ? "cuBLAS initialisation failed"
+                                                             : "no room for the staging arena");
+        cuda_destroy(be);
+        return st;
+    }
+    *out = be;
+    return EM_OK;
+}

@@ -1,0 +1,163 @@
+/* cuda_ops.cu — the element-wise and per-row operations on the GPU:
+ * RMSNorm, rotary embeddings, SwiGLU, residual add, embedding lookup and
+ * writes into the paged KV cache. Each mirrors its CPU counterpart's
+ * arithmetic (f32, the norm's sum of squares in double). */
+#include "backend/cuda/cuda_internal.cuh"
+
+#define ROW_THREADS 256
+
+/* Sum over the block; every thread gets the result. red holds 32 values. */
+__device__ double block_sum_d(double v, double *red) {
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < (int)(blockDim.x / 32) ? red[lane] : 0.0;
+        for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (lane == 0) red[0] = v;
+    }
+    __syncthreads();
+    double r = red[0];
+    __syncthreads();
+    return r;
+}
+
+__global__ void rmsnorm_kernel(float *y, const float *x, const float *gain, int n, float eps, float offset) {
+    __shared__ double red[32];
+    const float *xr = x + (size_t)blockIdx.x * n;
+    float *yr = y + (size_t)blockIdx.x * n;
+    double ss = 0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) ss += (double)xr[i] * xr[i];
+    ss = block_sum_d(ss, red); /* every read of x precedes this barrier, so y may alias x */
+    float inv = (float)(1.0 / sqrt(ss / n + (double)eps));
+    for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * inv * (gain[i] + offset);
+}
+
+void cuda_rmsnorm(em_backend *be, float *y, const float *x, const float *gain, int rows, int n, float eps,
+                  float gain_offset) {
+    cuda_backend *cb = cuda_enter(be);
+    if (rows <= 0 || n <= 0) return;
+    rmsnorm_kernel<<<rows, ROW_THREADS, 0, cb->stream>>>(y, x, gain, n, eps, gain_offset);
+    CUDA_LAUNCHED(cb, "rmsnorm");
+}
+
+/* One thread per (row, head, i < rot_dim/2): rotate-half on the pair (i, i + half). */
+__global__ void rope_kernel(float *x, int rows, int n_heads, int head_dim, int half, const int32_t *pos,
+                            const float *inv_freq, float attn_factor) {
+    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x, total = (size_t)rows * n_heads * half;
+    if (t >= total) return;
+    int i = (int)(t % half);
+    size_t rh = t / half;
+    int r = (int)(rh / n_heads);
+    float ang = (float)pos[r] * inv_freq[i]; /* in f32, as the reference computes position * inv_freq */
+    float c = cosf(ang) * attn_factor, s = sinf(ang) * attn_factor;
+    float *v = x + rh * head_dim;
+    float a = v[i], b = v[i + half];
+    v[i] = a * c - b * s;
+    v[i + half] = b * c + a * s;
+}
+
+void cuda_rope(em_backend *be, float *x, int rows, int n_heads, int head_dim, int rot_dim, const int32_t *pos,
+               const float *inv_freq, float attn_factor) {
+    cuda_backend *cb = cuda_enter(be);
+    int half = rot_dim / 2;
+    if (rows <= 0 || n_heads <= 0 || half <= 0) return;
+    size_t pb = (size_t)rows * sizeof *pos, fb = (size_t)half * sizeof *inv_freq;
+    cuda_stage_begin(cb, pb + fb, 2);
+    const int32_t *dpos = (const int32_t *)cuda_stage_put(cb, pos, pb);
+    const float *dfreq = (const float *)cuda_stage_put(cb, inv_freq, fb);
+    if (!dpos || !dfreq) return;
+    cuda_stage_flush(cb);
+    size_t total = (size_t)rows * n_heads * half;
+    rope_kernel<<<cuda_blocks(total, 256), 256, 0, cb->stream>>>(x, rows, n_heads, head_dim, half, dpos, dfreq,
+                                                                  attn_factor);
+    CUDA_LAUNCHED(cb, "rope");
+}
+
+__global__ void swiglu_kernel(float *out, const float *gate, const float *up, int rows, int n, int ld) {
+    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x, total = (size_t)rows * n;
+    if (t >= total) return;
+    size_t r = t / n, i = t % n;
+    float g = gate[r * ld + i];
+    out[t] = g / (1.0f + expf(-g)) * up[r * ld + i];
+}
+
+void cuda_swiglu(em_backend *be, float *out, const float *gate, const float *up, int rows, int n, int ld_in) {
+    cuda_backend *cb = cuda_enter(be);
+    size_t total = (size_t)rows * n;
+    if (rows <= 0 || n <= 0) return;
+    swiglu_kernel<<<cuda_blocks(total, 256), 256, 0, cb->stream>>>(out, gate, up, rows, n, ld_in);
+    CUDA_LAUNCHED(cb, "swiglu");
+}
+
+__global__ void add_kernel(float *y, const float *x, size_t n) {
+    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < n) y[t] += x[t];
+}
+
+void cuda_add(em_backend *be, float *y, const float *x, size_t n) {
+    cuda_backend *cb = cuda_enter(be);
+    if (!n) return;
+    add_kernel<<<cuda_blocks(n, 256), 256, 0, cb->stream>>>(y, x, n);
+    CUDA_LAUNCHED(cb, "add");
+}
+
+__global__ void embed_kernel(float *out, const void *table, em_dtype dt, const int32_t *ids, int n, size_t d) {
+    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (size_t)n * d) return;
+    size_t i = t / d, k = t % d, src = (size_t)ids[i] * d + k;
+    float v;
+    if (dt == EM_F32) v = ((const float *)table)[src];
+    else if (dt == EM_BF16) v = cuda_bf16(((const uint16_t *)table)[src]);
+    else v = cuda_f16(((const uint16_t *)table)[src]);
+    out[t] = v;
+}
+
+void cuda_embed(em_backend *be, float *out, const em_weight *t, const int32_t *ids, int n) {
+    cuda_backend *cb = cuda_enter(be);
+    if (n <= 0 || (t->dtype != EM_F32 && t->dtype != EM_BF16 && t->dtype != EM_F16)) return;
+    size_t ib = (size_t)n * sizeof *ids, total = (size_t)n * (size_t)t->cols;
+    cuda_stage_begin(cb, ib, 1);
+    const int32_t *dids = (const int32_t *)cuda_stage_put(cb, ids, ib);
+    if (!dids) return;
+    cuda_stage_flush(cb);
+    embed_kernel<<<cuda_blocks(total, 256), 256, 0, cb->stream>>>(out, t->data, t->dtype, dids, n, (size_t)t->cols);
+    CUDA_LAUNCHED(cb, "embed");
+}
+
+__global__ void kv_write_kernel(float *const *kb, float *const *vb, const float *k, const float *v,
+                                const int32_t *pos, int n, int bs, size_t row) {
+    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (size_t)n * row) return;
+    size_t i = t / row, e = t % row;
+    int p = pos[i];
+    size_t dst = (size_t)(p % bs) * row + e;
+    kb[p / bs][dst] = k[t];
+    vb[p / bs][dst] = v[t];
+}
+
+/* Stages a view's block tables; false (noted) when the arena failed. */
+bool cuda_stage_view(cuda_backend *cb, const em_kv_view *kv, const int32_t *pos, int n, float *const **kb,
+                     float *const **vb, const int32_t **dpos) {
+    size_t tb = (size_t)kv->n_blocks * sizeof(float *), pb = (size_t)n * sizeof *pos;
+    cuda_stage_begin(cb, 2 * tb + pb, 3);
+    *kb = (float *const *)cuda_stage_put(cb, kv->k_blocks, tb);
+    *vb = (float *const *)cuda_stage_put(cb, kv->v_blocks, tb);
+    *dpos = (const int32_t *)cuda_stage_put(cb, pos, pb);
+    if (!*kb || !*vb || !*dpos) return false;
+    cuda_stage_flush(cb);
+    return true;
+}
+
+void cuda_kv_write(em_backend *be, const em_kv_view *kv, const float *k, const float *v, const int32_t *pos, int n,
+                   int n_kv, int head_dim) {
+    cuda_backend *cb = cuda_enter(be);
+    if (n <= 0 || kv->n_blocks <= 0) return;
+    float *const *kb, *const *vb;
+    const int32_t *dpos;
+    if (!cuda_stage_view(cb, kv, pos, n, &kb, &vb, &dpos)) return;
+    size_t row = (size_t)n_kv * head_dim, total = (size_t)n * row;
+    kv_write_kernel<<<cuda_blocks(total, 256), 256, 0, cb->stream>>>(kb, vb, k, v, dpos, n, kv->block_size, row);
+    CUDA_LAUNCHED(cb, "kv_write");
+}

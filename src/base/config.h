@@ -1,0 +1,138 @@
+/* config.h — the runtime configuration: every environment variable ember
+ * reads, captured once into an immutable, reference-counted snapshot.
+ *
+ * Sources, weakest first: the built-in default, the environment (read once,
+ * at start), command-line flags, and per-request overrides. A stronger
+ * source never edits a snapshot in place: em_config_with_overrides builds a
+ * new one, so a request's overrides reach that request alone while the
+ * process snapshot and every other request keep theirs.
+ *
+ * Adding a variable is one line in EM_CONFIG_TABLE below (and a line in
+ * docs/configuration.md); it then has a typed accessor key EMC_<ID>, shows
+ * in `ember config`, and — when it names a flag — is accepted by every verb
+ * that takes configuration flags.
+ *
+ * Kinds:
+ *   VALUE   a string, used as written; with CHOICES, one of them
+ *   SECRET  a string that `ember config` prints masked
+ *   FLAG    "1" or "0" win over the default; anything else keeps it (warned)
+ *   NUMBER  an integer in [LO, HI]
+ * A value that does not fit its kind keeps the default (with a warning) when
+ * it comes from the environment, and is an error when it comes from a flag
+ * or a request.
+ */
+#ifndef EMBER_BASE_CONFIG_H
+#define EMBER_BASE_CONFIG_H
+
+#include "base/status.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* X(ID, NAME, KIND, DEFAULT, LO, HI, CHOICES, FLAG, HELP) — one line per variable.
+ * NUMBER uses LO..HI; VALUE may restrict itself to CHOICES ("a|b|c"); a
+ * choice "x:N" accepts x: followed by a decimal number. */
+#define EM_CONFIG_TABLE(X) \
+    X(THREADS, "EMBER_THREADS", NUMBER, "0", 0, 1024, NULL, "--threads", "compute threads; 0 = one per core") \
+    X(CTX, "EMBER_CTX", NUMBER, "0", 0, 1 << 24, NULL, "--ctx", "context length; 0 = the model's max_position_embeddings") \
+    X(PRECISION, "EMBER_PRECISION", VALUE, "auto", 0, 0, "auto|exact|fast", "--precision", "activation precision; auto = the verb's default") \
+    X(DEVICE, "EMBER_DEVICE", VALUE, "cpu", 0, 0, "cpu|cuda|cuda:N", "--device", "where models run: cpu, or the GPU cuda[:N]") \
+    X(CPU_ISA, "EMBER_CPU_ISA", VALUE, "auto", 0, 0, "auto|portable|avx2|avx512", NULL, "widest CPU kernels allowed") \
+    X(PREFAULT, "EMBER_PREFAULT", FLAG, "0", 0, 0, NULL, "--prefault", "read every weight page while opening a model") \
+    X(LOG_LEVEL, "EMBER_LOG_LEVEL", VALUE, "warn", 0, 0, "error|warn|info|debug", "--log-level", "least severe messages logged") \
+    X(HOST, "EMBER_HOST", VALUE, "127.0.0.1", 0, 0, NULL, "--host", "address the server listens on") \
+    X(PORT, "EMBER_PORT", NUMBER, "8080", 1, 65535, NULL, "--port", "port the server listens on") \
+    X(API_KEY, "EMBER_API_KEY", SECRET, "", 0, 0, NULL, "--api-key", "bearer key the server requires; empty = none") \
+    X(MAX_CONCURRENCY, "EMBER_MAX_CONCURRENCY", NUMBER, "4", 1, 4096, NULL, "--max-concurrency", "requests the server runs at once") \
+    X(DEMO_MODEL, "EMBER_DEMO_MODEL", VALUE, "", 0, 0, NULL, NULL, "demo model directory used when MODEL is omitted") \
+    X(PROFILES_DIR, "EMBER_PROFILES_DIR", VALUE, "", 0, 0, NULL, "--profiles", "directory of extra model profiles (*.json)") \
+    X(TEMPLATE_NOW, "EMBER_TEMPLATE_NOW", VALUE, "", 0, 0, NULL, NULL, "fixed date for chat templates (strftime_now)") \
+    X(HF_HOME, "HF_HOME", VALUE, "", 0, 0, NULL, NULL, "Hugging Face home; the hub cache is $HF_HOME/hub") \
+    X(HF_HUB_CACHE, "HF_HUB_CACHE", VALUE, "", 0, 0, NULL, NULL, "Hugging Face hub cache (wins over HF_HOME)") \
+    X(XDG_CACHE_HOME, "XDG_CACHE_HOME", VALUE, "", 0, 0, NULL, NULL, "default HF_HOME is $XDG_CACHE_HOME/huggingface") \
+    X(HOME, "HOME", VALUE, "", 0, 0, NULL, NULL, "default HF_HOME is ~/.cache/huggingface")
+
+typedef enum em_config_key {
+#define EMC_ENUM_(ID, NAME, KIND, DEF, LO, HI, CHOICES, FLAG, HELP) EMC_##ID,
+    EM_CONFIG_TABLE(EMC_ENUM_)
+#undef EMC_ENUM_
+    EMC_COUNT
+} em_config_key;
+
+typedef enum em_config_kind { EM_CFG_VALUE, EM_CFG_SECRET, EM_CFG_FLAG, EM_CFG_NUMBER } em_config_kind;
+
+typedef enum em_config_source {
+    EM_CFG_SRC_DEFAULT = 0,
+    EM_CFG_SRC_ENV,
+    EM_CFG_SRC_FLAG,
+    EM_CFG_SRC_REQUEST
+} em_config_source;
+
+typedef struct em_config_var {
+    const char *name;
+    em_config_kind kind;
+    const char *def;
+    long long lo, hi;
+    const char *choices; /* "a|b|c", or NULL for any string */
+    const char *flag; /* command-line flag, or NULL */
+    const char *help;
+} em_config_var;
+
+typedef struct em_config em_config;
+
+typedef struct em_config_override {
+    const char *name;  /* variable name ("EMBER_THREADS") */
+    const char *value;
+} em_config_override;
+
+/* The variable table (static). */
+const em_config_var *em_config_var_at(em_config_key k);
+/* Key of a variable name; -1 when unknown. */
+int em_config_find(const char *name);
+/* The known name closest to `name` (edit distance), or NULL when none is
+ * reasonably close. Static string. */
+const char *em_config_suggest(const char *name);
+/* Variables ember knows but does not read (the test suite's); naming them
+ * in the environment is not warned about. */
+bool em_config_is_reserved(const char *name);
+
+/* Builds a snapshot from an environment array ("NAME=value", NULL-ended).
+ * Lenient: bad values keep the default and add a warning. *out is owned by
+ * the caller (em_config_release). */
+em_status em_config_from_env(char *const *envp, em_config **out);
+
+/* Builds a new snapshot: base with n overrides applied, each recorded with
+ * source src (FLAG or REQUEST). Strict: an unknown name or a bad value is
+ * EM_ERR_INVALID naming it. base is not modified; *out is a new reference
+ * owned by the caller. Thread-safe (base may be shared). */
+em_status em_config_with_overrides(const em_config *base, const em_config_override *ov, size_t n,
+                                   em_config_source src, em_config **out);
+
+/* Reference counting; both thread-safe. release(NULL) is a no-op. */
+em_config *em_config_retain(const em_config *c);
+void em_config_release(em_config *c);
+
+/* Typed reads. Strings are owned by the snapshot. */
+const char *em_config_str(const em_config *c, em_config_key k);
+long long em_config_int(const em_config *c, em_config_key k);
+bool em_config_flag(const em_config *c, em_config_key k);
+em_config_source em_config_source_of(const em_config *c, em_config_key k);
+const char *em_config_source_name(em_config_source s);
+
+/* Warnings gathered while building from the environment (unknown EMBER_*
+ * names with their closest known name, bad values). Owned by the snapshot. */
+size_t em_config_n_warnings(const em_config *c);
+const char *em_config_warning(const em_config *c, size_t i);
+
+/* The process snapshot. em_config_init builds it from the environment once
+ * (the first call wins; later calls return EM_OK) and logs its warnings;
+ * em_config_global calls it lazily for library users. The returned pointer
+ * stays valid until exit. */
+em_status em_config_init(void);
+const em_config *em_config_global(void);
+/* Replaces the process snapshot (the CLI, after its flags are parsed). Takes
+ * a reference to c. Snapshots handed out before stay valid until exit. Call
+ * before starting threads that read the global snapshot. */
+void em_config_set_global(const em_config *c);
+
+#endif

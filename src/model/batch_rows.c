@@ -1,0 +1,88 @@
+/* batch_rows.c — runs of equal arithmetic over a batch's rows. */
+#include "model/batch_rows.h"
+
+#include "base/alloc.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static bool reserve(row_runs *r, int n) {
+    if (n <= r->cap) return true;
+    int *s = realloc(r->start, (size_t)n * sizeof *s);
+    if (!s) return false;
+    r->start = s;
+    int *l = realloc(r->len, (size_t)n * sizeof *l);
+    if (!l) return false;
+    r->len = l;
+    em_math *m = realloc(r->math, (size_t)n * sizeof *m);
+    if (!m) return false;
+    r->math = m;
+    r->cap = n;
+    return true;
+}
+
+em_status row_runs_plan(row_runs *r, const int *span_n, const bool *exact_only, int n_spans, em_math fast) {
+    r->n = 0;
+    if (!reserve(r, n_spans + 1)) return em_fail(EM_ERR_NOMEM, "out of memory planning a batch");
+    int row = 0;
+    for (int s = 0; s < n_spans; s++) {
+        int n = span_n[s];
+        if (!n) continue;
+        em_math math = n >= FAST_MIN_SPAN && !(exact_only && exact_only[s]) ? fast : EM_MATH_EXACT;
+        if (r->n && r->math[r->n - 1] == math) {
+            r->len[r->n - 1] += n;
+        } else {
+            r->start[r->n] = row;
+            r->len[r->n] = n;
+            r->math[r->n++] = math;
+        }
+        row += n;
+    }
+    return EM_OK;
+}
+
+em_status row_runs_plan_batch(row_runs *r, const em_batch *b, em_math fast) {
+    int stack[64] = {0}, *n = b->n_spans <= 64 ? stack : em_mallocn((size_t)b->n_spans, sizeof *n);
+    if (!n) return em_fail(EM_ERR_NOMEM, "out of memory planning a batch");
+    for (int s = 0; s < b->n_spans; s++) n[s] = b->spans[s].n;
+    em_status st = row_runs_plan(r, n, NULL, b->n_spans, fast);
+    if (n != stack) free(n);
+    return st;
+}
+
+void row_runs_free(row_runs *r) {
+    free(r->start);
+    free(r->len);
+    free(r->math);
+    memset(r, 0, sizeof *r);
+}
+
+void row_runs_matmul(em_backend *be, const row_runs *r, float *out, const float *in, const em_weight *w,
+                     const float *bias) {
+    for (int i = 0; i < r->n; i++) {
+        size_t o = (size_t)r->start[i];
+        be->ops->matmul(be, out + o * (size_t)w->rows, in + o * (size_t)w->cols, r->len[i], w, bias, r->math[i]);
+    }
+}
+
+int batch_tokens(const em_batch *b) {
+    int t = 0;
+    for (int s = 0; s < b->n_spans; s++) t += b->spans[s].n;
+    return t;
+}
+
+int batch_gather_logit_rows(em_backend *be, const em_batch *b, const float *x, float *out, int H) {
+    int row = 0, n_out = 0;
+    for (int s = 0; s < b->n_spans; s++) {
+        const em_span *sp = &b->spans[s];
+        if (sp->logits == LOGITS_ALL && sp->n) {
+            be->ops->copy(be, out + (size_t)n_out * H, x + (size_t)row * H, (size_t)sp->n * H * sizeof(float));
+            n_out += sp->n;
+        } else if (sp->logits == LOGITS_LAST && sp->n) {
+            be->ops->copy(be, out + (size_t)n_out * H, x + (size_t)(row + sp->n - 1) * H, (size_t)H * sizeof(float));
+            n_out += 1;
+        }
+        row += sp->n;
+    }
+    return n_out;
+}

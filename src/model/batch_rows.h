@@ -1,0 +1,38 @@
+/* batch_rows.h — per-row arithmetic of a batch, shared by the families.
+ *
+ * A batch's rows are grouped into runs of equal arithmetic: rows of a span
+ * long enough to be a prefill chunk may use FAST math (bf16 dot products);
+ * all other rows (decode steps, speculative verification) are EXACT. So a
+ * sequence's numbers never depend on what else shares its batch, and a
+ * verified draft span computes what single steps would. */
+#ifndef EMBER_MODEL_BATCH_ROWS_H
+#define EMBER_MODEL_BATCH_ROWS_H
+
+#include "model/model.h"
+
+/* Spans shorter than this never use FAST math. */
+#define FAST_MIN_SPAN 16
+
+typedef struct row_runs {
+    int n, cap;
+    int *start, *len;
+    em_math *math;
+} row_runs;
+
+/* Plans runs for spans of span_n[i] rows (exact_only[i]: never FAST; may
+ * be NULL). fast: the model's prefill math. */
+em_status row_runs_plan(row_runs *r, const int *span_n, const bool *exact_only, int n_spans, em_math fast);
+/* The same from a batch's spans. */
+em_status row_runs_plan_batch(row_runs *r, const em_batch *b, em_math fast);
+void row_runs_free(row_runs *r);
+/* out[T, w->rows] = in[T, w->cols] · wᵀ (+ bias), run by run. */
+void row_runs_matmul(em_backend *be, const row_runs *r, float *out, const float *in, const em_weight *w,
+                     const float *bias);
+
+/* Tokens in a batch. */
+int batch_tokens(const em_batch *b);
+/* Copies the rows of x (width H, backend memory) that want logits, in span
+ * order, to out through the backend; returns how many. out may alias x. */
+int batch_gather_logit_rows(em_backend *be, const em_batch *b, const float *x, float *out, int H);
+
+#endif

@@ -1,0 +1,172 @@
+/* fit.c — the memory prediction of fit.h. */
+#include "model/fit.h"
+
+#include "base/alloc.h"
+#include "base/file.h"
+#include "base/sysmem.h"
+#include "io/model_config.h"
+#include "io/safetensors.h"
+#include "model/kv_cache.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* The binary, libraries, thread stacks and allocator arenas of an ember
+ * process (ember generate --stats on a 0.5 MB model peaks at 3.4 MB), and
+ * parsed-tokenizer bytes per byte of tokenizer.json (an estimate). */
+/* The process itself before any model is loaded: measured (this binary, its
+ * libraries and allocator as they are now), with a floor for callers whose
+ * figure is unavailable. */
+#define FIT_RUNTIME_FLOOR (3u << 20)
+
+static uint64_t runtime_base(void) {
+    uint64_t rss = em_current_rss();
+    return rss > FIT_RUNTIME_FLOOR ? rss : FIT_RUNTIME_FLOOR;
+}
+#define FIT_TOKENIZER_FACTOR 4
+
+/* Shape numbers of the graph, from config.json (Qwen3.5 hybrids keep theirs
+ * in text_config and add the linear-attention fields). */
+typedef struct fit_shape {
+    int hidden, inter, layers, heads, kv_heads, head_dim, vocab, max_pos;
+    bool tied;
+    uint64_t embed_bytes, embed_row; /* the embedding table, when untied */
+    int kv_layers, state_layers;
+    uint64_t state_per_seq;
+} fit_shape;
+
+static long long num(json_t *o, const char *k, long long def) {
+    json_t *v = json_object_get(o, k);
+    return json_is_integer(v) ? json_integer_value(v) : def;
+}
+
+/* Gated DeltaNet layers: "layer_types" entries "linear_attention", or every
+ * layer not at a multiple of full_attention_interval. */
+static void hybrid_state(json_t *c, fit_shape *s) {
+    long long kh = num(c, "linear_num_key_heads", 0), vh = num(c, "linear_num_value_heads", 0);
+    long long kd = num(c, "linear_key_head_dim", 0), vd = num(c, "linear_value_head_dim", 0);
+    long long kern = num(c, "linear_conv_kernel_dim", 0);
+    if (kh <= 0 || vh <= 0 || kd <= 0 || vd <= 0 || kern <= 0) return;
+    json_t *lt = json_object_get(c, "layer_types");
+    long long every = num(c, "full_attention_interval", 0);
+    int lin = 0;
+    for (int i = 0; i < s->layers; i++) {
+        const char *t = json_string_value(json_array_get(lt, (size_t)i));
+        bool linear = t ? !strcmp(t, "linear_attention") : every > 0 && (i + 1) % every != 0;
+        lin += linear;
+    }
+    s->state_layers = lin;
+    s->kv_layers = s->layers - lin;
+    uint64_t conv_dim = (uint64_t)(2 * kh * kd + vh * vd);
+    s->state_per_seq = ((uint64_t)(kern - 1) * conv_dim + (uint64_t)vh * (uint64_t)kd * (uint64_t)vd) * 4u;
+}
+
+static em_status read_shape(const char *dir, fit_shape *s) {
+    memset(s, 0, sizeof *s);
+    model_config cfg;
+    EM_TRY(model_config_load(dir, &cfg));
+    *s = (fit_shape){.hidden = cfg.hidden, .inter = cfg.intermediate, .layers = cfg.n_layers, .heads = cfg.n_heads,
+                     .kv_heads = cfg.n_kv_heads, .head_dim = cfg.head_dim, .vocab = cfg.vocab, .max_pos = cfg.max_pos,
+                     .tied = cfg.tied_embeddings, .kv_layers = cfg.n_layers};
+    char *path = em_path_join(dir, "config.json"), *text = NULL;
+    size_t len;
+    if (path && em_read_file(path, 16u << 20, &text, &len) == EM_OK) {
+        json_t *root = json_loadb(text, len, 0, NULL), *tc = json_object_get(root, "text_config");
+        hybrid_state(json_is_object(tc) ? tc : root, s);
+        json_decref(root);
+    }
+    free(text);
+    free(path);
+    return EM_OK;
+}
+
+static uint64_t file_size(const char *dir, const char *name) {
+    char *p = em_path_join(dir, name);
+    struct stat st;
+    uint64_t n = p && !stat(p, &st) ? (uint64_t)st.st_size : 0;
+    free(p);
+    return n;
+}
+
+/* Bytes of the weight files and of the f32 copies of 1-D tensors; notes the
+ * embedding table of an untied model, of which a run touches only the rows
+ * of the tokens it sees. */
+static em_status weight_bytes(const char *dir, fit_shape *s, uint64_t *files, uint64_t *vectors) {
+    st_set *st;
+    EM_TRY(st_open(dir, &st));
+    const st_tensor *e = st_find(st, "model.embed_tokens.weight");
+    if (e && e->ndim == 2 && e->shape[0] > 0 && !s->tied && st_find(st, "lm_head.weight")) {
+        s->embed_bytes = e->nbytes;
+        s->embed_row = e->nbytes / (uint64_t)e->shape[0];
+    }
+    *files = 0;
+    *vectors = 0;
+    for (int f = 0; f < st_n_files(st); f++) {
+        struct stat sb;
+        if (!stat(st_file_path(st, f), &sb)) *files += (uint64_t)sb.st_size;
+    }
+    for (size_t i = 0; i < st_count(st); i++)
+        if (st_at(st, i)->ndim == 1) *vectors += st_at(st, i)->n_elements * 4u;
+    st_close(st);
+    return EM_OK;
+}
+
+/* The dense graph's workspace for T tokens (dense.c ensure_workspace): x, h
+ * (hidden), q, att (heads x head_dim), k, v (kv heads x head_dim), gate, up,
+ * act (intermediate), each at least hidden wide; positions and ids. */
+static uint64_t workspace(const fit_shape *s, uint64_t T) {
+    uint64_t qd = (uint64_t)s->heads * s->head_dim, kvd = (uint64_t)s->kv_heads * s->head_dim, H = (uint64_t)s->hidden;
+    uint64_t w[] = {H, H, qd, kvd, kvd, qd, (uint64_t)s->inter, (uint64_t)s->inter, (uint64_t)s->inter}, sum = 0;
+    for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) sum += (w[i] > H ? w[i] : H);
+    return sum * 4u * T + 8u * T;
+}
+
+static uint64_t predict_total(const fit_shape *s, const fit_request *r, int ctx, fit_result *o, uint64_t files) {
+    uint64_t batch = (uint64_t)(r->batch > 0 ? r->batch : 1);
+    /* every token may be a different one; a row costs at least its page */
+    uint64_t rows = (uint64_t)ctx * batch * (s->embed_row > 4096 ? s->embed_row : 4096);
+    o->weights = files - s->embed_bytes + (rows < s->embed_bytes ? rows : s->embed_bytes);
+    uint64_t positions = ((uint64_t)ctx + FIT_KV_BLOCK - 1) / FIT_KV_BLOCK * FIT_KV_BLOCK;
+    o->kv_per_token = kv_bytes_per_token(s->kv_layers, s->kv_heads, s->head_dim);
+    o->kv = o->kv_per_token * positions * batch;
+    o->state_per_seq = s->state_per_seq * (uint64_t)s->state_layers;
+    o->state = o->state_per_seq * batch;
+    uint64_t T = (uint64_t)ctx < FIT_PREFILL_CHUNK ? (uint64_t)ctx : FIT_PREFILL_CHUNK;
+    if (batch > T) T = batch < FIT_PREFILL_CHUNK ? batch : FIT_PREFILL_CHUNK;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    uint64_t threads = (uint64_t)(r->threads > 0 ? r->threads : cores > 0 ? cores : 1);
+    /* per-thread attention scores grow to twice the keys seen */
+    uint64_t scores = threads * 2u * (uint64_t)(ctx > 4096 ? ctx : 4096) * 4u;
+    o->transient = workspace(s, T) + scores + (uint64_t)s->vocab * 4u * (batch + 1);
+    return o->weights + o->vectors + o->kv + o->state + o->transient + o->runtime;
+}
+
+em_status fit_predict(const char *dir, const fit_request *r, fit_result *o) {
+    memset(o, 0, sizeof *o);
+    if (r->ctx < 1) return em_fail(EM_ERR_INVALID, "fit: the context must be at least 1");
+    fit_shape s;
+    EM_TRY(read_shape(dir, &s));
+    uint64_t files;
+    EM_TRY(weight_bytes(dir, &s, &files, &o->vectors));
+    o->runtime = runtime_base() + FIT_TOKENIZER_FACTOR * file_size(dir, "tokenizer.json");
+    o->kv_layers = s.kv_layers;
+    o->state_layers = s.state_layers;
+    o->model_max_ctx = s.max_pos;
+    o->capacity = r->budget ? r->budget : em_mem_available();
+    /* largest context (up to the model's) within the capacity: the total
+     * grows with the context, so bisect */
+    int lo = 0, hi = s.max_pos;
+    fit_result scratch = *o;
+    while (lo < hi) {
+        int mid = lo + (hi - lo + 1) / 2;
+        if (predict_total(&s, r, mid, &scratch, files) <= o->capacity) lo = mid;
+        else hi = mid - 1;
+    }
+    o->max_ctx = lo;
+    o->total = predict_total(&s, r, r->ctx, o, files);
+    o->fits = o->total <= o->capacity && r->ctx <= s.max_pos;
+    return EM_OK;
+}

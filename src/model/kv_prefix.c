@@ -1,0 +1,157 @@
+/* kv_prefix.c — sharing full KV blocks between sequences by content.
+ *
+ * A full block is registered under a chained hash of its tokens (the hash
+ * of block i covers blocks 0..i, so equal hashes mean equal prefixes; the
+ * tokens are kept to rule out collisions). Blocks are reference-counted: a
+ * sequence that starts with a registered prefix attaches those blocks
+ * instead of recomputing them. Shared blocks are only ever read: a
+ * sequence appends after its attached prefix, into blocks of its own, so no
+ * copy-on-write is needed. When the last user leaves, a registered block
+ * stays cached on an LRU list and is reclaimed when room is needed (or
+ * when cached blocks exceed their byte cap). */
+#include "model/kv_cache.h"
+
+#include "base/alloc.h"
+#include "base/hash.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+em_status kv_prefix_init(kv_cache *c, size_t max_cached_bytes) {
+    size_t n = (size_t)c->max_blocks;
+    c->ref = em_calloc(n, sizeof *c->ref);
+    c->bhash = em_calloc(n, sizeof *c->bhash);
+    c->btokens = em_calloc(n * (size_t)c->block_size, sizeof *c->btokens);
+    c->cached = em_calloc(n, 1);
+    c->lru_prev = em_mallocn(n, sizeof *c->lru_prev);
+    c->lru_next = em_mallocn(n, sizeof *c->lru_next);
+    c->hnext = em_mallocn(n, sizeof *c->hnext);
+    size_t buckets = 16;
+    while (buckets < n) buckets *= 2;
+    c->hbucket = em_mallocn(buckets, sizeof *c->hbucket);
+    if (!c->ref || !c->bhash || !c->btokens || !c->cached || !c->lru_prev || !c->lru_next || !c->hnext || !c->hbucket)
+        return em_fail(EM_ERR_NOMEM, "out of memory for the prefix cache tables");
+    for (size_t i = 0; i < buckets; i++) c->hbucket[i] = -1;
+    c->hmask = (unsigned)(buckets - 1);
+    c->lru_head = c->lru_tail = -1;
+    size_t block_bytes = c->block_floats * sizeof(float) * 2u * (size_t)c->n_layers;
+    c->max_lru = max_cached_bytes ? (int)(max_cached_bytes / block_bytes) : c->max_blocks;
+    return EM_OK;
+}
+
+void kv_prefix_free(kv_cache *c) {
+    free(c->ref);
+    free(c->bhash);
+    free(c->btokens);
+    free(c->cached);
+    free(c->lru_prev);
+    free(c->lru_next);
+    free(c->hnext);
+    free(c->hbucket);
+}
+
+uint64_t kv_block_hash(uint64_t prev, const int32_t *tokens, int n) {
+    return em_hash_finish(em_hash_bytes(prev ^ 0x9e3779b97f4a7c15ULL, tokens, (size_t)n * sizeof *tokens));
+}
+
+static void lru_unlink(kv_cache *c, int b) {
+    int p = c->lru_prev[b], n = c->lru_next[b];
+    if (p >= 0) c->lru_next[p] = n;
+    else c->lru_head = n;
+    if (n >= 0) c->lru_prev[n] = p;
+    else c->lru_tail = p;
+    c->n_lru--;
+}
+
+static void lru_push_front(kv_cache *c, int b) {
+    c->lru_prev[b] = -1;
+    c->lru_next[b] = c->lru_head;
+    if (c->lru_head >= 0) c->lru_prev[c->lru_head] = b;
+    c->lru_head = b;
+    if (c->lru_tail < 0) c->lru_tail = b;
+    c->n_lru++;
+}
+
+static void table_remove(kv_cache *c, int b) {
+    int *pp = &c->hbucket[c->bhash[b] & c->hmask];
+    while (*pp != b) pp = &c->hnext[*pp];
+    *pp = c->hnext[b];
+    c->cached[b] = 0;
+}
+
+static int table_find(const kv_cache *c, uint64_t hash, const int32_t *tokens) {
+    for (int b = c->hbucket[hash & c->hmask]; b >= 0; b = c->hnext[b])
+        if (c->bhash[b] == hash && !memcmp(c->btokens + (size_t)b * c->block_size, tokens,
+                                            (size_t)c->block_size * sizeof *tokens))
+            return b;
+    return -1;
+}
+
+/* Forgets the least recently used unreferenced block; returns it. */
+static int evict_lru(kv_cache *c) {
+    int b = c->lru_tail;
+    if (b < 0) return -1;
+    lru_unlink(c, b);
+    table_remove(c, b);
+    c->prefix_evictions++;
+    return b;
+}
+
+int kv_block_take_locked(kv_cache *c) {
+    int b = c->n_free ? c->free_list[--c->n_free] : evict_lru(c);
+    if (b >= 0) c->ref[b] = 1;
+    return b;
+}
+
+void kv_block_drop_locked(kv_cache *c, int b) {
+    if (--c->ref[b] > 0) return;
+    if (!c->cached[b]) {
+        c->free_list[c->n_free++] = b;
+        return;
+    }
+    lru_push_front(c, b);
+    while (c->n_lru > c->max_lru) c->free_list[c->n_free++] = evict_lru(c);
+}
+
+void kv_prefix_register(kv_cache *c, int seq, int index, uint64_t hash, const int32_t *tokens) {
+    pthread_mutex_lock(&c->mu);
+    kv_seq *s = &c->seqs[seq];
+    if (index < s->n_blocks) {
+        int b = s->blocks[index];
+        if (!c->cached[b] && table_find(c, hash, tokens) < 0) {
+            c->bhash[b] = hash;
+            memcpy(c->btokens + (size_t)b * c->block_size, tokens, (size_t)c->block_size * sizeof *tokens);
+            c->hnext[b] = c->hbucket[hash & c->hmask];
+            c->hbucket[hash & c->hmask] = b;
+            c->cached[b] = 1;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+int kv_prefix_attach(kv_cache *c, int seq, const uint64_t *hashes, const int32_t *tokens, int n) {
+    pthread_mutex_lock(&c->mu);
+    kv_seq *s = &c->seqs[seq];
+    int got = 0;
+    if (s->n_blocks == 0) {
+        for (; got < n; got++) {
+            int b = table_find(c, hashes[got], tokens + (size_t)got * c->block_size);
+            if (b < 0) break;
+            if (c->ref[b] == 0) lru_unlink(c, b);
+            c->ref[b]++;
+            if (!kv_seq_push_block_locked(c, seq, b)) {
+                kv_block_drop_locked(c, b);
+                break;
+            }
+        }
+        s->len = got * c->block_size;
+    }
+    c->prefix_lookup_tokens += (unsigned long long)n * (unsigned long long)c->block_size;
+    c->prefix_hit_tokens += (unsigned long long)got * (unsigned long long)c->block_size;
+    pthread_mutex_unlock(&c->mu);
+    return got;
+}
+
+size_t kv_prefix_cached_bytes(const kv_cache *c) {
+    return (size_t)c->n_lru * c->block_floats * sizeof(float) * 2u * (size_t)c->n_layers;
+}

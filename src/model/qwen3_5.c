@@ -1,0 +1,390 @@
+/* qwen3_5.c — the Qwen3.5 family graph: a hybrid of Gated DeltaNet
+ * (linear-attention) layers and gated full-attention layers.
+ *
+ * Pre-norm decoder with zero-centred RMSNorm gains (x * (1 + gamma); the
+ * +1 is folded in at load when the checkpoint stores gamma - 1, see
+ * io/sanitize_qwen3_5.h). Per layer the token mixer is either the Gated
+ * DeltaNet of gdn.c or gated attention:
+ *   [q | gate] = q_proj(h) per head; q, k get per-head RMSNorm; partial
+ *   rotary over the first rot_dim dims; GQA over the paged KV cache;
+ *   out = o_proj(attn * sigmoid(gate)),
+ * followed by a SwiGLU MLP. Full-attention layers own KV-cache layers (in
+ * order), linear layers own recurrent-state layers; the multi-token-
+ * prediction head (qwen3_5_mtp.c) owns the KV layers after the trunk's. */
+#include "model/qwen3_5_internal.h"
+
+#include "base/alloc.h"
+#include "model/rope.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *q35_weight_name(const em_model *m, const char *name, char *buf, size_t len) {
+    const q35_impl *d = m->impl;
+    return q35_name(&d->layout, name, buf, len);
+}
+
+em_status q35_gain(em_model *m, q35_impl *d, const char *name, int64_t n, float **out) {
+    EM_TRY(weight_load_vector(m, name, n, false, out));
+    if (d->layout.shift_gains && q35_is_centred_gain(name))
+        for (int64_t i = 0; i < n; i++) (*out)[i] += 1.0f;
+    return EM_OK;
+}
+
+static em_status opt_bias(em_model *m, const char *p, const char *what, int64_t n, float **out) {
+    char name[200];
+    *out = NULL;
+    if (!m->cfg.qkv_bias) return EM_OK;
+    snprintf(name, sizeof name, "%s%s", p, what);
+    return weight_load_vector(m, name, n, false, out);
+}
+
+/* Binds the gated attention of prefix p ("model.layers.3." or "mtp.layers.0."),
+ * the MLP and both norms. */
+em_status q35_bind_attn_layer(em_model *m, q35_impl *d, const char *p, q35_layer *L) {
+    const model_config *c = &m->cfg;
+    int64_t H = c->hidden, qd = (int64_t)c->n_heads * c->head_dim, kvd = (int64_t)c->n_kv_heads * c->head_dim;
+    char name[200];
+    q35_attn *A = &L->attn;
+#define NAME(suffix) (snprintf(name, sizeof name, "%s%s", p, suffix), name)
+    EM_TRY(weight_bind(m, NAME("self_attn.q_proj.weight"), 2 * qd, H, &A->wq));
+    EM_TRY(weight_bind(m, NAME("self_attn.k_proj.weight"), kvd, H, &A->wk));
+    EM_TRY(weight_bind(m, NAME("self_attn.v_proj.weight"), kvd, H, &A->wv));
+    EM_TRY(weight_bind(m, NAME("self_attn.o_proj.weight"), H, qd, &A->wo));
+    EM_TRY(opt_bias(m, p, "self_attn.q_proj.bias", 2 * qd, &A->bq));
+    EM_TRY(opt_bias(m, p, "self_attn.k_proj.bias", kvd, &A->bk));
+    EM_TRY(opt_bias(m, p, "self_attn.v_proj.bias", kvd, &A->bv));
+    EM_TRY(opt_bias(m, p, "self_attn.o_proj.bias", H, &A->bo));
+    EM_TRY(q35_gain(m, d, NAME("self_attn.q_norm.weight"), c->head_dim, &A->q_norm));
+    EM_TRY(q35_gain(m, d, NAME("self_attn.k_norm.weight"), c->head_dim, &A->k_norm));
+#undef NAME
+    return EM_OK;
+}
+
+static em_status bind_common(em_model *m, q35_impl *d, const char *p, q35_layer *L) {
+    const model_config *c = &m->cfg;
+    int64_t H = c->hidden, F = c->intermediate;
+    char name[200];
+#define NAME(suffix) (snprintf(name, sizeof name, "%s%s", p, suffix), name)
+    EM_TRY(weight_bind(m, NAME("mlp.gate_proj.weight"), F, H, &L->wg));
+    EM_TRY(weight_bind(m, NAME("mlp.up_proj.weight"), F, H, &L->wu));
+    EM_TRY(weight_bind(m, NAME("mlp.down_proj.weight"), H, F, &L->wd));
+    EM_TRY(q35_gain(m, d, NAME("input_layernorm.weight"), H, &L->attn_norm));
+    EM_TRY(q35_gain(m, d, NAME("post_attention_layernorm.weight"), H, &L->mlp_norm));
+#undef NAME
+    return EM_OK;
+}
+
+void q35_layer_free(em_backend *be, q35_layer *L) {
+    q35_attn *A = &L->attn;
+    float *vs[] = {A->bq, A->bk, A->bv, A->bo, A->q_norm, A->k_norm, L->attn_norm, L->mlp_norm};
+    for (size_t k = 0; k < sizeof vs / sizeof vs[0]; k++)
+        if (vs[k]) be->ops->free(be, vs[k]);
+    q35_gdn_free(be, &L->gdn);
+}
+
+static void q35_free(em_model *m) {
+    q35_impl *d = m->impl;
+    if (!d) return;
+    em_backend *be = m->be;
+    for (int i = 0; d->layers && i < m->cfg.n_layers; i++) q35_layer_free(be, &d->layers[i]);
+    free(d->layers);
+    row_runs_free(&d->runs);
+    q35_mtp_free(m, d);
+    float *ws[] = {d->final_norm, d->x, d->h, d->hid, d->cat, d->qg, d->q, d->gate, d->k, d->v, d->att,
+                   d->mg, d->mu, d->act, d->qkv, d->z, d->a, d->b, d->g, d->beta, d->core};
+    for (size_t k = 0; k < sizeof ws / sizeof ws[0]; k++)
+        if (ws[k]) be->ops->free(be, ws[k]);
+    rstate_free(d->rs);
+    free(d->inv_freq);
+    free(d->pos);
+    free(d->ids);
+    free(d);
+    m->impl = NULL;
+    m->weight_name = NULL;
+}
+
+static em_status bind_head(em_model *m, q35_impl *d) {
+    const model_config *c = &m->cfg;
+    char buf[256];
+    EM_TRY(weight_bind(m, "model.embed_tokens.weight", c->vocab, c->hidden, &d->embed));
+    bool have_head = st_find(m->st, weight_resolve(m, "lm_head.weight", buf, sizeof buf)) != NULL;
+    if (c->tied_embeddings || !have_head) {
+        if (!c->tied_embeddings)
+            return em_fail(EM_ERR_FORMAT, "%s: tensor %s is missing and tie_word_embeddings is false", m->dir, buf);
+        d->head = d->embed;
+    } else {
+        EM_TRY(weight_bind(m, "lm_head.weight", c->vocab, c->hidden, &d->head));
+    }
+    return q35_gain(m, d, "model.norm.weight", c->hidden, &d->final_norm);
+}
+
+static em_status q35_load(em_model *m) {
+    const model_config *c = &m->cfg;
+    const qwen3_5_config *q = &c->q35;
+    const em_backend_ops *ops = m->be->ops;
+    if (!ops->conv1d_silu || !ops->gated_delta_rule || !ops->gdn_gates || !ops->rmsnorm_gated || !ops->sigmoid_mul)
+        return em_fail(EM_ERR_UNSUPPORTED, "%s: the Qwen3.5 family needs the Gated DeltaNet operations, which the %s "
+                       "backend does not have yet (use --device cpu)", m->dir, m->be->desc);
+    q35_impl *d = em_calloc(1, sizeof *d);
+    if (!d) return em_fail(EM_ERR_NOMEM, "out of memory");
+    m->impl = d;
+    EM_TRY(q35_sanitize(m->st, m->dir, &d->layout));
+    m->weight_name = q35_weight_name;
+    d->channels = 2 * q->lin_k_heads * q->lin_k_dim + q->lin_v_heads * q->lin_v_dim;
+    d->layers = em_calloc((size_t)c->n_layers, sizeof *d->layers);
+    if (!d->layers) return em_fail(EM_ERR_NOMEM, "out of memory");
+    EM_TRY(bind_head(m, d));
+    int n_lin = 0, n_full = 0;
+    for (int i = 0; i < c->n_layers; i++) {
+        q35_layer *L = &d->layers[i];
+        char p[64];
+        snprintf(p, sizeof p, "model.layers.%d.", i);
+        L->linear = q->layer_linear[i];
+        L->slot = L->linear ? n_lin++ : n_full++;
+        EM_TRY(bind_common(m, d, p, L));
+        EM_TRY(L->linear ? q35_gdn_bind(m, d, i, L) : q35_bind_attn_layer(m, d, p, L));
+    }
+    EM_TRY(q35_mtp_bind(m, d));
+    if (n_lin) EM_TRY(rstate_create(n_lin, m->max_seqs, q->conv_kernel, d->channels, q->lin_v_heads, q->lin_k_dim,
+                                    q->lin_v_dim, &d->rs));
+    d->rot_dim = (int)(c->head_dim * c->rope.partial_rotary_factor) & ~1;
+    d->inv_freq = em_calloc((size_t)d->rot_dim / 2 + 1, sizeof *d->inv_freq);
+    if (!d->inv_freq) return em_fail(EM_ERR_NOMEM, "out of memory");
+    rope_inv_freq(&c->rope, d->rot_dim, c->max_pos, d->inv_freq, &d->attn_factor);
+    return EM_OK;
+}
+
+em_status q35_workspace(em_model *m, q35_impl *d, int T) {
+    if (T <= d->cap_tokens) return EM_OK;
+    const model_config *c = &m->cfg;
+    const qwen3_5_config *q = &c->q35;
+    em_backend *be = m->be;
+    size_t H = (size_t)c->hidden, qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
+    size_t F = (size_t)c->intermediate, vd = (size_t)q->lin_v_heads * q->lin_v_dim, Hv = (size_t)q->lin_v_heads;
+    struct { float **buf; size_t width; } bufs[] = {
+        {&d->x, H}, {&d->h, H}, {&d->hid, H}, {&d->cat, 2 * H}, {&d->qg, 2 * qd}, {&d->q, qd}, {&d->gate, qd},
+        {&d->k, kvd}, {&d->v, kvd}, {&d->att, qd}, {&d->mg, F}, {&d->mu, F}, {&d->act, F},
+        {&d->qkv, (size_t)d->channels}, {&d->z, vd}, {&d->a, Hv}, {&d->b, Hv}, {&d->g, Hv}, {&d->beta, Hv},
+        {&d->core, vd},
+    };
+    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) {
+        if (*bufs[k].buf) be->ops->free(be, *bufs[k].buf);
+        size_t w = bufs[k].width ? bufs[k].width : 1, bytes;
+        if (!em_mul(w * sizeof(float), (size_t)T, &bytes) || !(*bufs[k].buf = be->ops->alloc(be, bytes))) {
+            d->cap_tokens = 0;
+            return em_fail(EM_ERR_NOMEM, "out of memory for a batch of %d tokens", T);
+        }
+    }
+    free(d->pos);
+    free(d->ids);
+    d->pos = em_mallocn((size_t)T, sizeof *d->pos);
+    d->ids = em_mallocn((size_t)T, sizeof *d->ids);
+    if (!d->pos || !d->ids) {
+        d->cap_tokens = 0;
+        return em_fail(EM_ERR_NOMEM, "out of memory");
+    }
+    d->cap_tokens = T;
+    return EM_OK;
+}
+
+/* q_proj writes [query (head_dim) | gate (head_dim)] per head: split them. */
+static void split_query_gate(const model_config *c, q35_impl *d, int T) {
+    size_t hd = (size_t)c->head_dim;
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < c->n_heads; h++) {
+            const float *src = d->qg + ((size_t)t * c->n_heads + h) * 2 * hd;
+            memcpy(d->q + ((size_t)t * c->n_heads + h) * hd, src, hd * sizeof(float));
+            memcpy(d->gate + ((size_t)t * c->n_heads + h) * hd, src + hd, hd * sizeof(float));
+        }
+}
+
+/* h (normed input) -> h (attention output), positions in d->pos. */
+static void gated_attention(em_model *m, q35_impl *d, q35_layer *L, const q35_span *sp, int n_spans, int T) {
+    const model_config *c = &m->cfg;
+    em_backend *be = m->be;
+    const em_backend_ops *op = be->ops;
+    const q35_attn *A = &L->attn;
+    int qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
+    float eps = (float)c->rms_eps;
+    row_runs_matmul(be, &d->runs, d->qg, d->h, &A->wq, A->bq);
+    row_runs_matmul(be, &d->runs, d->k, d->h, &A->wk, A->bk);
+    row_runs_matmul(be, &d->runs, d->v, d->h, &A->wv, A->bv);
+    split_query_gate(c, d, T);
+    op->rmsnorm(be, d->q, d->q, A->q_norm, T * c->n_heads, c->head_dim, eps, 0.0f);
+    op->rmsnorm(be, d->k, d->k, A->k_norm, T * c->n_kv_heads, c->head_dim, eps, 0.0f);
+    op->rope(be, d->q, T, c->n_heads, c->head_dim, d->rot_dim, d->pos, d->inv_freq, d->attn_factor);
+    op->rope(be, d->k, T, c->n_kv_heads, c->head_dim, d->rot_dim, d->pos, d->inv_freq, d->attn_factor);
+    float scale = 1.0f / sqrtf((float)c->head_dim);
+    int row = 0;
+    for (int s = 0; s < n_spans; s++) {
+        if (sp[s].n) {
+            em_kv_view kv = kv_seq_view(m->kv, sp[s].seq, L->slot);
+            op->kv_write(be, &kv, d->k + (size_t)row * kvd, d->v + (size_t)row * kvd, d->pos + row, sp[s].n,
+                         c->n_kv_heads, c->head_dim);
+            op->attention(be, d->att + (size_t)row * qd, d->q + (size_t)row * qd, &kv, d->pos + row, sp[s].n,
+                          c->n_heads, c->n_kv_heads, c->head_dim, scale, 0);
+        }
+        row += sp[s].n;
+    }
+    op->sigmoid_mul(be, d->att, d->gate, T, qd, qd);
+    row_runs_matmul(be, &d->runs, d->h, d->att, &A->wo, A->bo);
+}
+
+void q35_mlp(em_model *m, q35_impl *d, q35_layer *L, int T) {
+    const model_config *c = &m->cfg;
+    em_backend *be = m->be;
+    const em_backend_ops *op = be->ops;
+    op->rmsnorm(be, d->h, d->x, L->mlp_norm, T, c->hidden, (float)c->rms_eps, 0.0f);
+    row_runs_matmul(be, &d->runs, d->mg, d->h, &L->wg, NULL);
+    row_runs_matmul(be, &d->runs, d->mu, d->h, &L->wu, NULL);
+    op->swiglu(be, d->act, d->mg, d->mu, T, c->intermediate, c->intermediate);
+    row_runs_matmul(be, &d->runs, d->h, d->act, &L->wd, NULL);
+    op->add(be, d->x, d->h, (size_t)T * c->hidden);
+}
+
+void q35_attention_layer(em_model *m, q35_impl *d, q35_layer *L, const q35_span *sp, int n_spans, int T) {
+    const model_config *c = &m->cfg;
+    em_backend *be = m->be;
+    be->ops->rmsnorm(be, d->h, d->x, L->attn_norm, T, c->hidden, (float)c->rms_eps, 0.0f);
+    if (L->linear) q35_gdn_block(m, d, L, sp, n_spans, T);
+    else gated_attention(m, d, L, sp, n_spans, T);
+    be->ops->add(be, d->x, d->h, (size_t)T * c->hidden);
+    q35_mlp(m, d, L, T);
+}
+
+/* Positions, ids, KV room and recurrent-state bookkeeping of each span. */
+static em_status prepare_spans(em_model *m, q35_impl *d, const em_batch *b, q35_span *sp) {
+    const model_config *c = &m->cfg;
+    int row = 0;
+    for (int s = 0; s < b->n_spans; s++) {
+        const em_span *e = &b->spans[s];
+        if (e->seq < 0 || e->seq >= m->kv->max_seqs || e->n < 0)
+            return em_fail(EM_ERR_INVALID, "span %d names sequence %d of %d", s, e->seq, m->kv->max_seqs);
+        for (int k = 0; k < s; k++)
+            if (b->spans[k].seq == e->seq && e->n && b->spans[k].n)
+                return em_fail(EM_ERR_INVALID, "sequence %d appears twice in one batch", e->seq);
+        int len = m->kv->seqs[e->seq].len;
+        EM_TRY(kv_seq_reserve(m->kv, e->seq, len + e->n));
+        sp[s] = (q35_span){e->seq, e->n, -1};
+        if (d->rs && e->n) {
+            if (len == 0) rstate_reset(d->rs, e->seq); /* a new sequence starts from zero state */
+            bool active;
+            int first;
+            EM_TRY(rstate_journal_span(d->rs, e->seq, len, e->n, &first, &active));
+            if (active) sp[s].journal_first = first;
+        }
+        for (int i = 0; i < e->n; i++) {
+            if (e->tokens[i] < 0 || e->tokens[i] >= c->vocab)
+                return em_fail(EM_ERR_INVALID, "token id %d is outside the vocabulary of %d", e->tokens[i], c->vocab);
+            d->ids[row] = e->tokens[i];
+            d->pos[row++] = len + i;
+        }
+    }
+    return EM_OK;
+}
+
+/* Journaled spans (speculative verification) stay EXACT so they compute
+ * what single steps would. */
+static em_status plan_runs(em_model *m, q35_impl *d, const q35_span *sp, int n_spans) {
+    int ns[64];
+    bool ex[64];
+    int *n = n_spans <= 64 ? ns : em_mallocn((size_t)n_spans, sizeof *n);
+    bool *e = n_spans <= 64 ? ex : em_mallocn((size_t)n_spans, sizeof *e);
+    em_status st = n && e ? EM_OK : em_fail(EM_ERR_NOMEM, "out of memory planning a batch");
+    for (int i = 0; st == EM_OK && i < n_spans; i++) {
+        n[i] = sp[i].n;
+        e[i] = sp[i].journal_first >= 0;
+    }
+    if (st == EM_OK) st = row_runs_plan(&d->runs, n, e, n_spans, m->prefill_math);
+    if (n != ns) free(n);
+    if (e != ex) free(e);
+    return st;
+}
+
+static em_status q35_forward(em_model *m, const em_batch *b, float *logits) {
+    q35_impl *d = m->impl;
+    const model_config *c = &m->cfg;
+    int T = 0;
+    for (int s = 0; s < b->n_spans; s++) T += b->spans[s].n;
+    if (T == 0) return EM_OK;
+    EM_TRY(q35_workspace(m, d, T));
+    q35_span stack[8], *sp = b->n_spans <= 8 ? stack : em_mallocn((size_t)b->n_spans, sizeof *sp);
+    if (!sp) return em_fail(EM_ERR_NOMEM, "out of memory");
+    em_status st = prepare_spans(m, d, b, sp);
+    if (st == EM_OK) st = plan_runs(m, d, sp, b->n_spans);
+    if (st == EM_OK) {
+        em_backend *be = m->be;
+        be->ops->embed(be, d->x, &d->embed, d->ids, T);
+        for (int l = 0; l < c->n_layers; l++) q35_attention_layer(m, d, &d->layers[l], sp, b->n_spans, T);
+        for (int s = 0; s < b->n_spans; s++) m->kv->seqs[b->spans[s].seq].len += b->spans[s].n;
+        /* every row normed: the MTP head reads the hidden state of each token */
+        be->ops->rmsnorm(be, d->hid, d->x, d->final_norm, T, c->hidden, (float)c->rms_eps, 0.0f);
+        int rows = batch_gather_logit_rows(m->be, b, d->hid, d->h, c->hidden);
+        if (rows) be->ops->matmul(be, logits, d->h, rows, &d->head, NULL, EM_MATH_EXACT);
+    }
+    if (sp != stack) free(sp);
+    return st;
+}
+
+static em_status q35_seq_mark(em_model *m, int seq, int max_tokens) {
+    q35_impl *d = m->impl;
+    if (!d->rs) return EM_OK;
+    int len = m->kv->seqs[seq].len;
+    if (len == 0) rstate_reset(d->rs, seq); /* what the first forward would do */
+    return rstate_mark(d->rs, seq, len, max_tokens);
+}
+
+static em_status q35_seq_truncate(em_model *m, int seq, int len) {
+    q35_impl *d = m->impl;
+    int cur = m->kv->seqs[seq].len;
+    if (len < 0) return em_fail(EM_ERR_INVALID, "cannot truncate sequence %d to %d", seq, len);
+    if (d->rs && len < cur) {
+        int replay;
+        EM_TRY(rstate_rewind(d->rs, seq, len, &replay));
+        if (replay > 0) {
+            EM_TRY(q35_workspace(m, d, replay));
+            for (int l = 0; l < m->cfg.n_layers; l++)
+                if (d->layers[l].linear) q35_gdn_replay(m, d, &d->layers[l], seq, replay);
+        }
+    }
+    if (d->rs) rstate_journal_close(d->rs, seq);
+    kv_seq_truncate(m->kv, seq, len);
+    return EM_OK;
+}
+
+static size_t q35_state_bytes(const em_model *m) {
+    const q35_impl *d = m->impl;
+    return d->rs ? rstate_seq_bytes(d->rs) : 0;
+}
+
+static em_status q35_state_save(em_model *m, int seq, void *buf) {
+    q35_impl *d = m->impl;
+    if (d->rs) rstate_save(d->rs, seq, buf);
+    return EM_OK;
+}
+
+static em_status q35_state_load(em_model *m, int seq, const void *buf) {
+    q35_impl *d = m->impl;
+    if (d->rs) rstate_load(d->rs, seq, buf);
+    return EM_OK;
+}
+
+static const float *q35_hidden_rows(em_model *m) { return ((q35_impl *)m->impl)->hid; }
+
+const family_ops qwen3_5_family = {
+    .name = "qwen3_5",
+    .load = q35_load,
+    .forward = q35_forward,
+    .free = q35_free,
+    .seq_mark = q35_seq_mark,
+    .seq_truncate = q35_seq_truncate,
+    .state_bytes = q35_state_bytes,
+    .state_save = q35_state_save,
+    .state_load = q35_state_load,
+    .mtp_layers = q35_mtp_layers,
+    .hidden_rows = q35_hidden_rows,
+    .mtp_forward = q35_mtp_forward,
+};
