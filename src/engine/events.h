@@ -66,6 +66,7 @@ typedef struct em_event {
     const em_token_logprob *logprobs;
     size_t n_logprobs;
     em_finish_reason reason;  /* FINISH */
+    const char *stop;         /* FINISH: the client stop string that ended the reply; NULL otherwise */
     em_usage usage;           /* FINISH: this choice's usage */
     em_status status;         /* ERROR */
 } em_event;

@@ -337,6 +337,7 @@ em_status em_session_run(em_model *m, const em_request *req, const em_prompt *p,
         return st;
     }
     em_event fin = {.kind = EM_EVENT_FINISH, .reason = finish_reason(&s, res.finish, opts->cancel)};
+    if (s.stop_matched && s.stops.match >= 0 && (size_t)s.stops.match < req->n_stop) fin.stop = req->stop[s.stops.match];
     fin.usage.prompt_tokens = p->n_ids;
     fin.usage.cached_tokens = res.n_cached;
     fin.usage.completion_tokens = s.n_tokens;

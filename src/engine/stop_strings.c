@@ -10,6 +10,7 @@ void stop_matcher_init(stop_matcher *m, const char *const *stops, size_t n_stops
     memset(m, 0, sizeof *m);
     m->stops = stops;
     m->n_stops = n_stops;
+    m->match = -1;
 }
 
 void stop_matcher_free(stop_matcher *m) {
@@ -18,14 +19,18 @@ void stop_matcher_free(stop_matcher *m) {
     memset(m, 0, sizeof *m);
 }
 
-/* Position of the earliest stop string in s[0..n), or n when none. */
-static size_t earliest_match(const stop_matcher *m, const char *s, size_t n) {
+/* Position of the earliest stop string in s[0..n), or n when none; *which
+ * receives its index (the first listed wins a tie). */
+static size_t earliest_match(const stop_matcher *m, const char *s, size_t n, int *which) {
     size_t best = n;
     for (size_t i = 0; i < m->n_stops; i++) {
         size_t sl = strlen(m->stops[i]);
         if (!sl || sl > n) continue;
         const char *hit = memmem(s, n, m->stops[i], sl);
-        if (hit && (size_t)(hit - s) < best) best = (size_t)(hit - s);
+        if (hit && (size_t)(hit - s) < best) {
+            best = (size_t)(hit - s);
+            *which = (int)i;
+        }
     }
     return best;
 }
@@ -70,9 +75,11 @@ em_status stop_matcher_feed(stop_matcher *m, const char *text, size_t len, const
         return em_fail(EM_ERR_NOMEM, "stop strings: out of memory holding %zu bytes", len);
     if (len) memcpy(m->held + m->held_len, text, len);
     m->held_len += len;
-    size_t at = earliest_match(m, m->held, m->held_len);
+    int which = -1;
+    size_t at = earliest_match(m, m->held, m->held_len, &which);
     if (at < m->held_len) {
         m->matched = *matched = true;
+        m->match = which;
         em_status s = release(m, at, emit, emit_len);
         m->held_len = 0;
         return s;

@@ -21,6 +21,7 @@ typedef struct stop_matcher {
     char *out;                /* released text of the last call */
     size_t out_cap;
     bool matched;
+    int match;                /* index into stops of the string found; -1 before a match */
 } stop_matcher;
 
 /* stops are borrowed (empty strings are ignored). */

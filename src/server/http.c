@@ -13,6 +13,7 @@
 #include "base/alloc.h"
 #include "base/log.h"
 #include "base/timer.h"
+#include "server/anthropic.h"
 #include "server/metrics.h"
 #include "server/response_store.h"
 #include "server/sse.h"
@@ -81,19 +82,39 @@ typedef struct stream_ctx {
     srv_server *srv;
     srv_job *job;
     struct MHD_Connection *conn;
+    double t_out;       /* when bytes last went out */
+    double keepalive_s; /* the job's interval, shortened to beat the idle timeout */
 } stream_ctx;
+
+/* The job's keepalive bytes when it has been silent long enough. sse_read
+ * returning 0 means every byte written so far has been handed out, and
+ * writers append whole events, so this falls between two events. */
+static ssize_t keepalive(stream_ctx *sc, char *buf, size_t max) {
+    const char *ka = sc->job->keepalive;
+    double now = em_now();
+    if (!ka || now - sc->t_out < sc->keepalive_s) return 0;
+    size_t n = strlen(ka);
+    if (n > max) return 0;
+    memcpy(buf, ka, n);
+    sc->t_out = now;
+    return (ssize_t)n;
+}
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     stream_ctx *sc = cls;
     (void)pos;
     for (;;) {
         ssize_t n = sse_read(sc->job, buf, max, 100);
-        if (n > 0) return n;
+        if (n > 0) {
+            sc->t_out = em_now();
+            return n;
+        }
         if (n < 0) return MHD_CONTENT_READER_END_OF_STREAM;
         if (conn_gone(sc->conn)) {
             sc->job->cancel = 1;
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
+        if ((n = keepalive(sc, buf, max)) > 0) return n;
     }
 }
 
@@ -135,6 +156,12 @@ static enum MHD_Result send_reply(srv_server *s, struct MHD_Connection *c, srv_r
         sc->srv = s;
         sc->job = r->stream;
         sc->conn = c;
+        sc->t_out = em_now();
+        /* A connection silent for idle_timeout_s is closed by the HTTP
+         * library even while its reply streams: ping well within it. */
+        sc->keepalive_s = sc->job->keepalive_s;
+        if (s->cfg.idle_timeout_s > 0 && sc->keepalive_s > s->cfg.idle_timeout_s / 2.0)
+            sc->keepalive_s = s->cfg.idle_timeout_s / 2.0;
         atomic_fetch_add(&s->open_streams, 1);
         r->stream = NULL;
         resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, sc, stream_free);
@@ -158,10 +185,12 @@ static enum MHD_Result send_reply(srv_server *s, struct MHD_Connection *c, srv_r
     return ok;
 }
 
-static enum MHD_Result reject(srv_server *s, struct MHD_Connection *c, int status, const char *fmt) {
+/* An early error, in the shape of the protocol the path belongs to. */
+static enum MHD_Result reject(srv_server *s, struct MHD_Connection *c, const char *url, int status, const char *fmt) {
     srv_response r = {0};
-    srv_reply_error(&r, status, "invalid_request_error", NULL, status == 413 ? "request_too_large" : NULL,
-                    "%s", fmt);
+    if (!strncmp(url, "/v1/messages", 12)) ant_reply_error(&r, status, "%s", fmt);
+    else srv_reply_error(&r, status, "invalid_request_error", NULL, status == 413 ? "request_too_large" : NULL,
+                         "%s", fmt);
     enum MHD_Result ok = send_reply(s, c, &r, "other");
     free(r.body);
     return ok;
@@ -187,7 +216,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl && strtoull(cl, NULL, 10) > s->cfg.max_body) {
             cs->rejected = true;
-            return reject(s, c, 413, "the request body is larger than the server accepts");
+            return reject(s, c, url, 413, "the request body is larger than the server accepts");
         }
         return MHD_YES;
     }
@@ -201,7 +230,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!em_add(cs->len, *upload_size, &need) || need > s->cfg.max_body) {
             cs->rejected = true;
             *upload_size = 0;
-            return reject(s, c, 413, "the request body is larger than the server accepts");
+            return reject(s, c, url, 413, "the request body is larger than the server accepts");
         }
         if (!em_grow((void **)&cs->body, &cs->cap, need + 1, 1)) return MHD_NO;
         memcpy(cs->body + cs->len, upload, *upload_size);

@@ -10,6 +10,8 @@ void srv_job_init(srv_job *j, void (*run)(srv_job *), void (*destroy)(srv_job *)
     j->destroy = destroy;
     j->cancel = 0;
     j->t_queued = 0;
+    j->keepalive = NULL;
+    j->keepalive_s = 0;
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     j->refs = 1;

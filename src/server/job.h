@@ -20,6 +20,12 @@ struct srv_job {
     void (*destroy)(srv_job *job);
     volatile int cancel;  /* read by the generation loop between tokens */
     double t_queued;      /* em_now() at submission */
+    /* Streaming: bytes the HTTP side sends on its own after keepalive_s
+     * seconds without output (an SSE ping or comment, so proxies and
+     * clients keep the connection during a long prefill); NULL: none.
+     * Set before submission; static storage. */
+    const char *keepalive;
+    double keepalive_s;
     /* private: */
     pthread_mutex_t mu;
     pthread_cond_t cv;

@@ -105,6 +105,12 @@ json_t *oai_parse_body(const srv_request *req, srv_response *resp) {
 }
 
 bool oai_submit(srv_request *req, srv_response *resp, srv_job *j, bool stream) {
+    /* An SSE comment (clients skip it) keeps a stream that waits in the
+     * queue, or in a long prefill, from reaching the idle timeout. */
+    if (stream && !j->keepalive) {
+        j->keepalive = ": keepalive\n\n";
+        j->keepalive_s = OAI_KEEPALIVE_S;
+    }
     em_status st = sched_submit(req->srv->sched, j);
     if (st == EM_ERR_LIMIT) {
         resp->retry_after = 1;

@@ -48,6 +48,9 @@ json_t *oai_parse_body(const srv_request *req, srv_response *resp);
  * reference to j in every case except a true return (caller unrefs). */
 bool oai_submit(srv_request *req, srv_response *resp, srv_job *j, bool stream);
 
+/* Seconds of silence after which a stream gets a keepalive comment. */
+#define OAI_KEEPALIVE_S 15.0
+
 /* The "system_fingerprint" of every reply. */
 #define OAI_FINGERPRINT "ember-" EMBER_VERSION_STRING
 

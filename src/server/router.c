@@ -27,6 +27,9 @@ static const route routes[] = {
     {"POST", "/v1/responses", openai_responses_create, true, true},
     {"GET", "/v1/responses/", openai_responses_get, true, false},
     {"DELETE", "/v1/responses/", openai_responses_delete, true, false},
+    {"POST", "/v1/messages", anthropic_messages, false, false}, /* checks key and model itself (Anthropic errors) */
+    {"POST", "/v1/messages/count_tokens", anthropic_count_tokens, false, false},
+    {"POST", "/v1/messages/", anthropic_not_found, false, false},
 };
 
 static bool path_matches(const route *r, const char *path) {

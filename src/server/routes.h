@@ -16,5 +16,8 @@ void openai_completions(srv_request *req, srv_response *resp);    /* POST /v1/co
 void openai_responses_create(srv_request *req, srv_response *resp); /* POST /v1/responses */
 void openai_responses_get(srv_request *req, srv_response *resp);  /* GET /v1/responses/{id}[/input_items] */
 void openai_responses_delete(srv_request *req, srv_response *resp); /* DELETE /v1/responses/{id} */
+void anthropic_messages(srv_request *req, srv_response *resp);    /* POST /v1/messages */
+void anthropic_count_tokens(srv_request *req, srv_response *resp); /* POST /v1/messages/count_tokens */
+void anthropic_not_found(srv_request *req, srv_response *resp);   /* POST /v1/messages/... (404) */
 
 #endif

@@ -7,6 +7,8 @@
 #include <stdbool.h>
 
 /* Feeds pieces one by one; returns everything released, sets *hit. */
+static int last_match; /* the matcher's `match` after the last run */
+
 static void run(const char *const *stops, size_t n_stops, const char *const *pieces, size_t n, char *out,
                 bool *hit, size_t *max_held) {
     stop_matcher m;
@@ -27,6 +29,7 @@ static void run(const char *const *stops, size_t n_stops, const char *const *pie
     size_t el;
     REQUIRE(stop_matcher_flush(&m, &e, &el) == EM_OK);
     strncat(out, e, el);
+    last_match = m.match;
     stop_matcher_free(&m);
 }
 
@@ -40,12 +43,14 @@ int main(void) {
     run(stops, 2, a, 3, out, &hit, &held);
     CHECK(hit);
     CHECK_STR(out, "Hello ");
+    CHECK(last_match == 0);
 
     /* A false start is released once it can no longer match. */
     const char *b[] = {"an E", "NTRY", "."};
     run(stops, 2, b, 3, out, &hit, &held);
     CHECK(!hit);
     CHECK_STR(out, "an ENTRY.");
+    CHECK(last_match == -1);
     CHECK(held <= 2); /* "E" held, never more than len("END")-1 */
 
     /* Earliest of two stop strings wins; text before it survives. */
@@ -53,6 +58,7 @@ int main(void) {
     run(stops, 2, c, 2, out, &hit, &held);
     CHECK(hit);
     CHECK_STR(out, "x");
+    CHECK(last_match == 1); /* which string matched is reported (Anthropic's stop_sequence) */
 
     /* No stops: everything passes through with nothing held. */
     const char *d[] = {"abc", "def"};
