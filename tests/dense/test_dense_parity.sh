@@ -1,26 +1,8 @@
 #!/usr/bin/env bash
-# Parity of the Llama family against transformers: for every golden
-# checkpoint, (1) full-sequence logits match the float64 reference, (2) the
-# greedy continuation matches, (3) step-by-step decode logits equal the
-# full-sequence forward (generate with --print-ids uses the decode path).
-set -euo pipefail
+# Parity of the Llama family (llama, mistral, qwen2, qwen3) against
+# transformers: full-sequence logits and greedy continuations on every
+# golden checkpoint (tests/support/golden_parity.sh).
+set -uo pipefail
 : "${EMBER_BIN:?}" "${EMBER_SRC:?}"
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-fail=0
-for d in "$EMBER_SRC"/tests/golden/dense/*/; do
-  name=$(basename "$d")
-  ids=$(python3 -c "import json,sys; print(','.join(map(str, json.load(open(sys.argv[1]))['ids'])))" "$d/ref.json")
-  "$EMBER_BIN" logits "$d" --ids "$ids" --out "$tmp/$name.bin"
-  if ! python3 "$EMBER_SRC/tests/support/compare_logits.py" "$tmp/$name.bin" "$d/logits.bin" --rel 1e-5 --name "$name"; then
-    fail=1
-  fi
-  want=$(python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(' '.join(map(str, r['greedy'])))" "$d/ref.json")
-  n=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['n_new'])" "$d/ref.json")
-  got=$("$EMBER_BIN" generate "$d" --ids "$ids" --max-tokens "$n" --temperature 0 --ignore-eos --print-ids)
-  if [ "$got" != "$want" ]; then
-    echo "FAIL $name greedy: got [$got] want [$want]"; fail=1
-  else
-    echo "ok   $name greedy ($n tokens)"
-  fi
-done
-exit $fail
+. "$EMBER_SRC/tests/support/golden_parity.sh"
+golden_parity "$EMBER_SRC/tests/golden/dense" 1e-5
