@@ -24,7 +24,8 @@ static const em_config_var vars[EMC_COUNT] = {
 
 /* Read by the test suite and scripts, not by ember. */
 static const char *const reserved[] = {"EMBER_SRC", "EMBER_BIN", "EMBER_BUILD", "EMBER_SANITIZED",
-                                       "EMBER_BENCH", "EMBER_BENCH_THREADS"};
+                                       "EMBER_BENCH", "EMBER_BENCH_THREADS", "EMBER_TEST_CACHE",
+                                       "EMBER_TEST_CUDA_DEVICE"};
 
 typedef struct cfg_entry {
     char *str;
