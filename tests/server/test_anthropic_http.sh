@@ -17,9 +17,11 @@ check() { if eval "$2"; then :; else echo "FAIL: $1"; fails=$((fails + 1)); fi; 
 
 . "$EMBER_SRC/tests/support/scripted_server.sh"
 # One worker and one queue place, so a third concurrent generation gets
-# 429; a 2 s idle timeout makes silent streams ping every second.
+# 429; a short idle timeout makes silent streams ping every IDLE/2 s (longer
+# under sanitizers, where a constrained non-streaming reply takes seconds).
+IDLE=4; [ -n "${EMBER_SANITIZED:-}" ] && IDLE=10
 scripted_server_launch "$WORK" '<think>Let me ping.</think><tool_call>{"arguments":{},"name":"ping"}</tool_call><|im_end|>' \
-    --api-key k3y --max-concurrency 1 --queue 1 --max-body 65536 --timeout 2
+    --api-key k3y --max-concurrency 1 --queue 1 --max-body 65536 --timeout $IDLE
 A=(-H 'x-api-key: k3y' -H 'anthropic-version: 2023-06-01' -H 'content-type: application/json')
 M='"model":"model","max_tokens":64'
 U='"messages":[{"role":"user","content":"hello"}]'
