@@ -790,7 +790,7 @@ static em_status str_method(jctx *c, const jv *self, const char *name, jcallargs
         if (m <= n && memcmp(pre ? self->u.s->data : self->u.s->data + n - m, s[0]->u.s->data, m) == 0)
             *out = pre ? jv_str_new(self->u.s->data + m, n - m) : jv_str_new(self->u.s->data, n - m);
         else *out = jv_retain(*self);
-    } else return jx_fail(c, EM_ERR_INTERNAL, "str.%s is not implemented", name);
+    } else return jx_fail(c, EM_ERR_INTERNAL, "str.%s is listed as a method but has no handler", name);
     return jv_is_oom(*out) ? jx_oom(c) : EM_OK;
 }
 
