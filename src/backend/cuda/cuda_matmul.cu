@@ -1,7 +1,7 @@
 /* cuda_matmul.cu — y[M, N] = x[M, K] · Wᵀ (+ bias) with W bf16/f16/f32 and
  * x, y f32.
  *
- * Decode (M <= 8, and EXACT batches up to 32 rows, 8 at a time): a GEMV
+ * Decode (M <= 8, and EXACT batches up to 64 rows, 8 at a time): a GEMV
  * kernel, one warp per weight row, 16-byte weight loads, every activation
  * row against each weight vector so the weights are read once per 8 rows,
  * f32 accumulation. Larger EXACT batches widen slices of W to f32 and run
@@ -12,8 +12,9 @@
 #include "backend/cuda/cuda_internal.cuh"
 
 #define GEMV_ROWS 8     /* activation rows per pass */
-#define GEMV_WARPS 8    /* weight rows per block */
-#define GEMV_MAX_EXACT_M 32
+#define GEMV_WARPS 16   /* weight rows per block (they share the staged activations) */
+#define GEMV_KC 1024    /* activation columns staged in shared memory per step (32 KiB for 8 rows) */
+#define GEMV_MAX_EXACT_M 64
 #define FAST_MIN_M 16
 #define WIDE_SLICE_ELEMS ((size_t)32 << 20) /* 128 MiB of widened f32 weights per SGEMM */
 
@@ -43,38 +44,53 @@ template <int DT> __device__ __forceinline__ void wload8(const void *w, size_t i
     }
 }
 
+/* One warp per weight row, GEMV_WARPS rows per block. The activation rows
+ * are staged in shared memory one K-chunk at a time, so every block reads
+ * them from L2 once instead of once per weight row (with 8 activation rows
+ * those reads otherwise outweigh the weights 16 to 1). Each lane covers the
+ * same k positions whatever M is, so a row's sum does not depend on which
+ * other rows share its pass. */
 template <int DT>
 __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_kernel(float *y, const float *x, const void *w,
                                                                const float *bias, int M, int N, int K, bool vec) {
+    __shared__ __align__(16) float xs[GEMV_ROWS * GEMV_KC];
     int lane = threadIdx.x % 32, n = blockIdx.x * GEMV_WARPS + threadIdx.x / 32;
-    if (n >= N) return;
+    bool active = n < N; /* inactive warps still help stage and sync */
     float acc[GEMV_ROWS];
 #pragma unroll
     for (int m = 0; m < GEMV_ROWS; m++) acc[m] = 0.0f;
-    size_t wrow = (size_t)n * K;
-    if (vec) {
-#pragma unroll 2
-        for (int k = lane * 8; k < K; k += 32 * 8) {
-            float wv[8];
-            wload8<DT>(w, wrow + k, wv);
+    size_t wrow = (size_t)(active ? n : 0) * K;
+    for (int k0 = 0; k0 < K; k0 += GEMV_KC) {
+        int kc = K - k0 < GEMV_KC ? K - k0 : GEMV_KC;
+        __syncthreads(); /* the previous chunk has been consumed */
+        for (int m = 0; m < M; m++)
+            for (int k = threadIdx.x; k < kc; k += blockDim.x) xs[m * GEMV_KC + k] = x[(size_t)m * K + k0 + k];
+        __syncthreads();
+        if (!active) continue;
+        if (vec) {
+            for (int k = lane * 8; k < kc; k += 32 * 8) {
+                float wv[8];
+                wload8<DT>(w, wrow + k0 + k, wv);
 #pragma unroll
-            for (int m = 0; m < GEMV_ROWS; m++) {
-                if (m < M) {
-                    const float *xr = x + (size_t)m * K + k;
-                    float4 a = *(const float4 *)xr, b = *(const float4 *)(xr + 4);
-                    acc[m] += wv[0] * a.x + wv[1] * a.y + wv[2] * a.z + wv[3] * a.w + wv[4] * b.x + wv[5] * b.y +
-                              wv[6] * b.z + wv[7] * b.w;
+                for (int m = 0; m < GEMV_ROWS; m++) {
+                    if (m < M) {
+                        const float *xr = xs + m * GEMV_KC + k;
+                        float4 a = *(const float4 *)xr, b = *(const float4 *)(xr + 4);
+                        acc[m] += wv[0] * a.x + wv[1] * a.y + wv[2] * a.z + wv[3] * a.w + wv[4] * b.x + wv[5] * b.y +
+                                  wv[6] * b.z + wv[7] * b.w;
+                    }
                 }
             }
-        }
-    } else {
-        for (int k = lane; k < K; k += 32) {
-            float wv = wload<DT>(w, wrow + k);
+        } else {
+            for (int k = lane; k < kc; k += 32) {
+                float wv = wload<DT>(w, wrow + k0 + k);
 #pragma unroll
-            for (int m = 0; m < GEMV_ROWS; m++)
-                if (m < M) acc[m] += wv * x[(size_t)m * K + k];
+                for (int m = 0; m < GEMV_ROWS; m++)
+                    if (m < M) acc[m] += wv * xs[m * GEMV_KC + k];
+            }
         }
     }
+    if (!active) return;
 #pragma unroll
     for (int m = 0; m < GEMV_ROWS; m++) {
         float v = acc[m];

@@ -93,7 +93,7 @@ bool jv_is_oom(jv v) {
     }
 }
 
-static int *refcount(jv v) {
+static atomic_int *refcount(jv v) {
     switch (v.kind) {
     case JV_UNDEF:
     case JV_STR: return v.u.s ? &v.u.s->rc : NULL;
@@ -105,14 +105,14 @@ static int *refcount(jv v) {
 }
 
 jv jv_retain(jv v) {
-    int *rc = refcount(v);
-    if (rc) (*rc)++;
+    atomic_int *rc = refcount(v);
+    if (rc) atomic_fetch_add_explicit(rc, 1, memory_order_relaxed);
     return v;
 }
 
 void jv_release(jv v) {
-    int *rc = refcount(v);
-    if (!rc || --(*rc) > 0) return;
+    atomic_int *rc = refcount(v);
+    if (!rc || atomic_fetch_sub_explicit(rc, 1, memory_order_acq_rel) > 1) return;
     switch (v.kind) {
     case JV_UNDEF:
     case JV_STR: free(v.u.s); break;

@@ -11,6 +11,7 @@
 #define EMBER_JINJA_VALUE_H
 
 #include <jansson.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -28,7 +29,7 @@ typedef enum jv_kind {
 } jv_kind;
 
 typedef struct jv_str {
-    int rc;
+    atomic_int rc; /* atomic: a parsed template's constants are shared by concurrent renders */
     size_t len;
     char data[]; /* NUL-terminated, valid UTF-8 */
 } jv_str;
@@ -52,14 +53,14 @@ struct jv {
 };
 
 struct jv_list {
-    int rc;
+    atomic_int rc;
     bool tuple;
     size_t n, cap;
     jv *items;
 };
 
 struct jv_dict {
-    int rc;
+    atomic_int rc;
     size_t n, cap;
     jv *keys;
     jv *vals;
@@ -70,7 +71,7 @@ struct jv_dict {
 typedef enum jo_kind { JO_NAMESPACE, JO_MACRO, JO_BUILTIN, JO_METHOD, JO_LOOP, JO_JOINER, JO_CYCLER } jo_kind;
 typedef void (*jo_free_fn)(jv_obj *o);
 struct jv_obj {
-    int rc;
+    atomic_int rc;
     jo_kind kind;
     jo_free_fn free_fn; /* releases the payload */
 };
