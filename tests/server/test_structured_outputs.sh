@@ -4,21 +4,8 @@
 # response_format json_schema replies parse and satisfy the schema,
 # json_object replies are JSON objects, tool_choice required / named always
 # yield a valid call of the right tool, unsupported schemas are 400s.
-set -u
-command -v curl >/dev/null && command -v python3 >/dev/null || exit 77
-WORK=$(mktemp -d)
-SRV=""
-cleanup() { [ -n "$SRV" ] && kill "$SRV" 2>/dev/null; rm -rf "$WORK"; }
-trap cleanup EXIT
-fails=0
-check() { if eval "$2"; then echo "ok   $1"; else echo "FAIL: $1"; fails=$((fails + 1)); fi; }
-
-"$EMBER_BIN" serve --port 0 >"$WORK/log" 2>&1 &
-SRV=$!
-for _ in $(seq 150); do grep -q "listening on" "$WORK/log" && break; sleep 0.1; done
-B=$(grep -o 'http://127.0.0.1:[0-9]*' "$WORK/log" | head -1)
-[ -n "$B" ] || { cat "$WORK/log"; exit 1; }
-for _ in $(seq 300); do [ "$(curl -s -o /dev/null -w '%{http_code}' "$B/health")" = 200 ] && break; sleep 0.1; done
+. "$EMBER_SRC/tests/support/serve_demo.sh"
+serve_demo
 post() { curl -s "$B/v1/chat/completions" -H 'Content-Type: application/json' -d "$1"; }
 
 SCHEMA='{"type":"object","properties":{"name":{"type":"string","maxLength":20},"age":{"type":"integer","minimum":0,"maximum":150},"tags":{"type":"array","items":{"enum":["a","b","c"]},"maxItems":3}},"required":["name","age","tags"],"additionalProperties":false}'

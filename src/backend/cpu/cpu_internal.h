@@ -67,6 +67,9 @@ typedef struct cpu_backend {
     size_t xbf16_len;
 } cpu_backend;
 
+/* x[0..n) rounded to bf16 (in parallel) into the backend's buffer, for
+ * FAST matmuls; NULL when it cannot be allocated. */
+const uint16_t *cpu_activations_bf16(cpu_backend *cb, const float *x, size_t n);
 /* Ensures thread t's scratch holds n floats; returns it. */
 float *cpu_scratch(cpu_backend *cb, int t, size_t n);
 

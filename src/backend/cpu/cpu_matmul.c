@@ -73,6 +73,18 @@ static void convert_rows(void *ctx, int task, int thread) {
     for (size_t i = b; i < e; i++) c->out[i] = f32_to_bf16(c->x[i]);
 }
 
+const uint16_t *cpu_activations_bf16(cpu_backend *cb, const float *x, size_t n) {
+    if (n > cb->xbf16_len) {
+        free(cb->xbf16);
+        cb->xbf16 = em_aligned_alloc(n * 2);
+        cb->xbf16_len = cb->xbf16 ? n : 0;
+    }
+    if (!cb->xbf16) return NULL;
+    convert_job c = {x, cb->xbf16, n};
+    em_pool_for(cb->pool, 64, convert_rows, &c);
+    return cb->xbf16;
+}
+
 void cpu_matmul(em_backend *be, float *y, const float *x, int M, const em_weight *w, const float *bias, em_math math) {
     cpu_backend *cb = be->impl;
     if (w->bits) {
@@ -89,16 +101,9 @@ void cpu_matmul(em_backend *be, float *y, const float *x, int M, const em_weight
     }
     /* FAST: large bf16 GEMMs round activations once and use bf16 dot products. */
     if (math == EM_MATH_FAST && w->dtype == EM_BF16 && M >= 16 && cb->k->tile_bf16_bf16) {
-        size_t n = (size_t)M * (size_t)w->cols;
-        if (n > cb->xbf16_len) {
-            free(cb->xbf16);
-            cb->xbf16 = em_aligned_alloc(n * 2);
-            cb->xbf16_len = cb->xbf16 ? n : 0;
-        }
-        if (cb->xbf16) {
-            convert_job c = {x, cb->xbf16, n};
-            em_pool_for(cb->pool, 64, convert_rows, &c);
-            j.x = cb->xbf16;
+        const uint16_t *xb = cpu_activations_bf16(cb, x, (size_t)M * (size_t)w->cols);
+        if (xb) {
+            j.x = xb;
             j.tile = cb->k->tile_bf16_bf16;
         }
     }

@@ -90,35 +90,13 @@ static int qblock_rows(const qjob *j, int n_threads) {
     return rows < 4 ? 4 : rows;
 }
 
-typedef struct qconvert_job {
-    const float *x;
-    uint16_t *out;
-    size_t n;
-} qconvert_job;
-
-static void qconvert(void *ctx, int task, int thread) {
-    (void)thread;
-    qconvert_job *c = ctx;
-    size_t chunk = (c->n + 63) / 64, b = (size_t)task * chunk, e = b + chunk < c->n ? b + chunk : c->n;
-    for (size_t i = b; i < e; i++) c->out[i] = f32_to_bf16(c->x[i]);
-}
-
 void cpu_qmatmul(em_backend *be, float *y, const float *x, int M, const em_weight *w, const float *bias, em_math math) {
     cpu_backend *cb = be->impl;
     qjob j = {.cb = cb, .w = w, .x = x, .M = M, .N = (int)w->rows, .K = (int)w->cols, .y = y, .bias = bias};
     j.fused = cb->k->qtile && M < QFUSED_MAX_M;
     if (!j.fused && math == EM_MATH_FAST && M >= 16 && cb->k->tile_bf16_bf16) {
-        size_t n = (size_t)M * (size_t)w->cols;
-        if (n > cb->xbf16_len) {
-            free(cb->xbf16);
-            cb->xbf16 = em_aligned_alloc(n * 2);
-            cb->xbf16_len = cb->xbf16 ? n : 0;
-        }
-        if (cb->xbf16) {
-            qconvert_job c = {x, cb->xbf16, n};
-            em_pool_for(cb->pool, 64, qconvert, &c);
-            j.xb = cb->xbf16;
-        }
+        const uint16_t *xb = cpu_activations_bf16(cb, x, (size_t)M * (size_t)w->cols);
+        if (xb) j.xb = xb;
     }
     j.rows_per_block = qblock_rows(&j, be->n_threads);
     int n_blocks = (j.N + j.rows_per_block - 1) / j.rows_per_block;
