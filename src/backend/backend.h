@@ -48,6 +48,17 @@ typedef struct em_kv_view {
     int n_blocks;
 } em_kv_view;
 
+/* Several sequences' views of one layer, for operations over a batch:
+ * span s owns the next rows[s] rows (its tokens, in order). */
+typedef struct em_kv_spans {
+    const em_kv_view *views;
+    const int *rows;
+    int n_spans;
+} em_kv_spans;
+
+/* What graph_begin decided for a step (see em_backend_ops). */
+typedef enum em_graph_mode { EM_GRAPH_NONE = 0, EM_GRAPH_RECORD, EM_GRAPH_REPLAY } em_graph_mode;
+
 typedef struct em_backend em_backend;
 
 typedef struct em_backend_ops {
@@ -97,6 +108,27 @@ typedef struct em_backend_ops {
      * pos[], against keys 0..pos (or the last `window` when window > 0). */
     void (*attention)(em_backend *be, float *out, const float *q, const em_kv_view *kv, const int32_t *pos, int n,
                       int n_heads, int n_kv, int head_dim, float scale, int window);
+
+    /* kv_write and attention for every span of a batch in one call
+     * (optional: NULL means callers loop over the spans). */
+    void (*kv_write_spans)(em_backend *be, const em_kv_spans *s, const float *k, const float *v, const int32_t *pos,
+                           int n_kv, int head_dim);
+    void (*attention_spans)(em_backend *be, float *out, const float *q, const em_kv_spans *s, const int32_t *pos,
+                            int n_heads, int n_kv, int head_dim, float scale, int window);
+
+    /* ---- step graphs (optional; NULL: never) ----
+     * A device backend may record the operations of a step once and replay
+     * them, so a decode step costs one launch. graph_begin(key) answers
+     * RECORD (operations run and are recorded), REPLAY (a recording for key
+     * exists: the caller issues the same operations on the same buffers
+     * and shapes, and the backend only stages their host arrays) or NONE.
+     * graph_end runs the step and sets *ran; *ran is false when the
+     * replayed operations did not match the recording or the recording
+     * failed — nothing ran then, and the caller issues the step again
+     * without a graph. graph_reset forgets every recording. */
+    em_graph_mode (*graph_begin)(em_backend *be, uint64_t key);
+    em_status (*graph_end)(em_backend *be, bool *ran);
+    void (*graph_reset)(em_backend *be);
 
     /* ---- hybrid (Gated DeltaNet) families ---- */
 

@@ -37,6 +37,7 @@
     X(CTX, "EMBER_CTX", NUMBER, "0", 0, 1 << 24, NULL, "--ctx", "context length; 0 = the model's max_position_embeddings") \
     X(PRECISION, "EMBER_PRECISION", VALUE, "auto", 0, 0, "auto|exact|fast", "--precision", "activation precision; auto = the verb's default") \
     X(DEVICE, "EMBER_DEVICE", VALUE, "cpu", 0, 0, "cpu|cuda|cuda:N", "--device", "where models run: cpu, or the GPU cuda[:N]") \
+    X(CUDA_GRAPHS, "EMBER_CUDA_GRAPHS", FLAG, "1", 0, 0, NULL, NULL, "record decode steps as CUDA graphs and replay them") \
     X(CPU_ISA, "EMBER_CPU_ISA", VALUE, "auto", 0, 0, "auto|portable|avx2|avx512", NULL, "widest CPU kernels allowed") \
     X(PREFAULT, "EMBER_PREFAULT", FLAG, "0", 0, 0, NULL, "--prefault", "read every weight page while opening a model") \
     X(LOG_LEVEL, "EMBER_LOG_LEVEL", VALUE, "warn", 0, 0, "error|warn|info|debug", "--log-level", "least severe messages logged") \

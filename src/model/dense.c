@@ -3,11 +3,14 @@
  * Pre-norm decoder: x += o_proj(attn(rope(q), rope(k), v)); x += down(silu(gate) * up),
  * with GQA, optional q/k/v biases (qwen2, llama attention_bias), per-head
  * q/k RMSNorm (qwen3), sliding-window layers (mistral), tied or untied head.
- * All tokens of a batch go through each layer together; only attention is
- * done per span, against that span's sequence in the paged cache. */
+ * All tokens of a batch go through each layer together; attention reads
+ * each span's own sequence in the paged cache. On a backend that records
+ * steps, a decode step (one token per sequence) is recorded once per batch
+ * size and replayed after. */
 #include "model/model.h"
 
 #include "base/alloc.h"
+#include "base/config.h"
 #include "model/batch_rows.h"
 #include "model/rope.h"
 
@@ -35,6 +38,10 @@ typedef struct dense_impl {
     float *x, *h, *q, *k, *v, *att, *gate, *up, *act;
     int32_t *pos, *ids; /* host arrays: operations copy what they need */
     row_runs runs;      /* arithmetic per row (batch_rows.h) */
+    em_kv_view *views;  /* per span, for the batched attention operations */
+    int *span_rows;
+    int cap_spans;
+    bool graphs;        /* record decode steps where the backend can */
     /* logits in backend memory before their download (backends without
      * host memory), grown to the most rows seen */
     float *logits;
@@ -104,6 +111,8 @@ static void dense_free(em_model *m) {
         if (ws[k]) be->ops->free(be, ws[k]);
     free(d->inv_freq);
     row_runs_free(&d->runs);
+    free(d->views);
+    free(d->span_rows);
     free(d->pos);
     free(d->ids);
     free(d);
@@ -132,6 +141,7 @@ static em_status dense_load(em_model *m) {
     d->inv_freq = em_calloc((size_t)d->rot_dim / 2 + 1, sizeof *d->inv_freq);
     if (!d->inv_freq) return em_fail(EM_ERR_NOMEM, "out of memory");
     rope_inv_freq(&c->rope, d->rot_dim, c->max_pos, d->inv_freq, &d->attn_factor);
+    d->graphs = em_config_flag(m->config, EMC_CUDA_GRAPHS);
     return EM_OK;
 }
 
@@ -139,6 +149,8 @@ static em_status ensure_workspace(em_model *m, dense_impl *d, int T) {
     if (T <= d->cap_tokens) return EM_OK;
     const model_config *c = &m->cfg;
     em_backend *be = m->be;
+    /* recordings name the old buffers */
+    if (be->ops->graph_reset) be->ops->graph_reset(be);
     float **bufs[] = {&d->x, &d->h, &d->q, &d->k, &d->v, &d->att, &d->gate, &d->up, &d->act};
     size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
     size_t widths[] = {(size_t)c->hidden, (size_t)c->hidden, qd, kvd, kvd, qd, (size_t)c->intermediate,
@@ -194,15 +206,23 @@ static void attention_block(em_model *m, dense_impl *d, dense_layer *L, int laye
     op->rope(be, d->q, T, c->n_heads, c->head_dim, d->rot_dim, d->pos, d->inv_freq, d->attn_factor);
     op->rope(be, d->k, T, c->n_kv_heads, c->head_dim, d->rot_dim, d->pos, d->inv_freq, d->attn_factor);
     float scale = 1.0f / sqrtf((float)c->head_dim);
-    int row = 0;
-    for (int s = 0; s < b->n_spans; s++) {
-        const em_span *sp = &b->spans[s];
-        em_kv_view kv = kv_seq_view(m->kv, sp->seq, layer);
-        op->kv_write(be, &kv, d->k + (size_t)row * kvd, d->v + (size_t)row * kvd, d->pos + row, sp->n,
-                     c->n_kv_heads, c->head_dim);
-        op->attention(be, d->att + (size_t)row * qd, d->q + (size_t)row * qd, &kv, d->pos + row, sp->n, c->n_heads,
-                      c->n_kv_heads, c->head_dim, scale, L->window);
-        row += sp->n;
+    if (op->attention_spans && op->kv_write_spans) {
+        for (int s = 0; s < b->n_spans; s++) d->views[s] = kv_seq_view(m->kv, b->spans[s].seq, layer);
+        em_kv_spans spans = {d->views, d->span_rows, b->n_spans};
+        op->kv_write_spans(be, &spans, d->k, d->v, d->pos, c->n_kv_heads, c->head_dim);
+        op->attention_spans(be, d->att, d->q, &spans, d->pos, c->n_heads, c->n_kv_heads, c->head_dim, scale,
+                            L->window);
+    } else {
+        int row = 0;
+        for (int s = 0; s < b->n_spans; s++) {
+            const em_span *sp = &b->spans[s];
+            em_kv_view kv = kv_seq_view(m->kv, sp->seq, layer);
+            op->kv_write(be, &kv, d->k + (size_t)row * kvd, d->v + (size_t)row * kvd, d->pos + row, sp->n,
+                         c->n_kv_heads, c->head_dim);
+            op->attention(be, d->att + (size_t)row * qd, d->q + (size_t)row * qd, &kv, d->pos + row, sp->n,
+                          c->n_heads, c->n_kv_heads, c->head_dim, scale, L->window);
+            row += sp->n;
+        }
     }
     mm(m, d, d->h, d->att, &L->wo, L->bo);
     op->add(be, d->x, d->h, (size_t)T * c->hidden);
@@ -220,12 +240,55 @@ static void mlp_block(em_model *m, dense_impl *d, dense_layer *L, int T) {
     op->add(be, d->x, d->h, (size_t)T * c->hidden);
 }
 
+/* The operations of one forward over the batch, from the embedding to the
+ * head's logits in backend memory (or in `logits` on a host-memory
+ * backend). Issued again unchanged when a recorded step must rerun. */
+static void forward_ops(em_model *m, dense_impl *d, const em_batch *b, int T, float *logits) {
+    const model_config *c = &m->cfg;
+    em_backend *be = m->be;
+    be->ops->embed(be, d->x, &d->embed, d->ids, T);
+    for (int l = 0; l < c->n_layers; l++) {
+        attention_block(m, d, &d->layers[l], l, b, T);
+        mlp_block(m, d, &d->layers[l], T);
+    }
+    int rows = batch_gather_logit_rows(m->be, b, d->x, d->h, c->hidden);
+    if (!rows) return;
+    /* the head runs EXACT: its rows are single positions (or, for
+     * LOGITS_ALL, reference comparisons) */
+    be->ops->rmsnorm(be, d->h, d->h, d->final_norm, rows, c->hidden, (float)c->rms_eps, 0.0f);
+    be->ops->matmul(be, be->ops->host_memory ? logits : d->logits, d->h, rows, &d->head, NULL, EM_MATH_EXACT);
+}
+
+/* A decode step the backend may record: one token and its logits per
+ * sequence, few enough rows for the GEMV path (no library GEMMs, whose
+ * workspaces do not suit recording). */
+static bool recordable(const em_model *m, const dense_impl *d, const em_batch *b, int T) {
+    if (!d->graphs || !m->be->ops->graph_begin || T > 64) return false;
+    for (int s = 0; s < b->n_spans; s++)
+        if (b->spans[s].n != 1 || b->spans[s].logits != LOGITS_LAST) return false;
+    return true;
+}
+
+static em_status ensure_spans(dense_impl *d, const em_batch *b) {
+    if (b->n_spans > d->cap_spans) {
+        em_kv_view *v = realloc(d->views, (size_t)b->n_spans * sizeof *v);
+        if (v) d->views = v;
+        int *r = v ? realloc(d->span_rows, (size_t)b->n_spans * sizeof *r) : NULL;
+        if (!r) return em_fail(EM_ERR_NOMEM, "out of memory for a batch of %d sequences", b->n_spans);
+        d->span_rows = r;
+        d->cap_spans = b->n_spans;
+    }
+    for (int s = 0; s < b->n_spans; s++) d->span_rows[s] = b->spans[s].n;
+    return EM_OK;
+}
+
 static em_status dense_forward(em_model *m, const em_batch *b, float *logits) {
     dense_impl *d = m->impl;
     const model_config *c = &m->cfg;
     int T = batch_tokens(b);
     if (T == 0) return EM_OK;
     EM_TRY(ensure_workspace(m, d, T));
+    EM_TRY(ensure_spans(d, b));
     EM_TRY(row_runs_plan_batch(&d->runs, b, m->prefill_math));
     int row = 0;
     for (int s = 0; s < b->n_spans; s++) {
@@ -240,25 +303,18 @@ static em_status dense_forward(em_model *m, const em_batch *b, float *logits) {
         }
     }
     em_backend *be = m->be;
-    be->ops->embed(be, d->x, &d->embed, d->ids, T);
-    for (int l = 0; l < c->n_layers; l++) {
-        attention_block(m, d, &d->layers[l], l, b, T);
-        mlp_block(m, d, &d->layers[l], T);
+    int rows = batch_logit_rows(b);
+    if (rows && !be->ops->host_memory) EM_TRY(ensure_logits(m, d, rows));
+    em_graph_mode gm = recordable(m, d, b, T) ? be->ops->graph_begin(be, (uint64_t)T) : EM_GRAPH_NONE;
+    forward_ops(m, d, b, T, logits);
+    if (gm != EM_GRAPH_NONE) {
+        bool ran;
+        EM_TRY(be->ops->graph_end(be, &ran));
+        if (!ran) forward_ops(m, d, b, T, logits);
     }
     for (int s = 0; s < b->n_spans; s++) m->kv->seqs[b->spans[s].seq].len += b->spans[s].n;
-    int rows = batch_gather_logit_rows(m->be, b, d->x, d->h, c->hidden);
-    if (rows) {
-        /* the head runs EXACT: its rows are single positions (or, for
-         * LOGITS_ALL, reference comparisons) */
-        be->ops->rmsnorm(be, d->h, d->h, d->final_norm, rows, c->hidden, (float)c->rms_eps, 0.0f);
-        if (be->ops->host_memory) {
-            be->ops->matmul(be, logits, d->h, rows, &d->head, NULL, EM_MATH_EXACT);
-        } else {
-            EM_TRY(ensure_logits(m, d, rows));
-            be->ops->matmul(be, d->logits, d->h, rows, &d->head, NULL, EM_MATH_EXACT);
-            EM_TRY(be->ops->download(be, logits, d->logits, (size_t)rows * (size_t)c->vocab * sizeof(float)));
-        }
-    }
+    if (rows && !be->ops->host_memory)
+        EM_TRY(be->ops->download(be, logits, d->logits, (size_t)rows * (size_t)c->vocab * sizeof(float)));
     return EM_OK;
 }
 

@@ -99,12 +99,6 @@ static void l2norm(float *dst, const float *src, int n, float scale) {
     for (int i = 0; i < n; i++) dst[i] = src[i] * inv;
 }
 
-static float dotf(const float *a, const float *b, int n) {
-    float s = 0;
-    for (int i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
 typedef struct head_io {
     const float *q, *k, *v; /* token 0 of this head; rows ld apart */
     float *o;               /* rows Hv*dv apart */
@@ -141,24 +135,35 @@ static void head_recurrent(const gdn_job *j, const head_io *io, float *S, float 
     }
 }
 
-/* out[dv] = S^T x * scale */
-static void state_read(const float *S, const float *x, int dk, int dv, float scale, float *out) {
+static double dotd(const float *a, const float *b, int n) {
+    double s = 0;
+    for (int i = 0; i < n; i++) s += (double)a[i] * b[i];
+    return s;
+}
+
+/* out[dv] = S^T x * scale, in double */
+static void state_read_d(const float *S, const float *x, int dk, int dv, double scale, double *out) {
     memset(out, 0, (size_t)dv * sizeof *out);
     for (int i = 0; i < dk; i++) {
         const float *s = S + (size_t)i * dv;
-        float xi = x[i] * scale;
+        double xi = x[i] * scale;
         for (int c = 0; c < dv; c++) out[c] += s[c] * xi;
     }
 }
 
+/* The chunked (UT-transform) form works in double inside a chunk: its
+ * forward substitution through (I + A) amplifies rounding where keys are
+ * alike, and it must agree with the token-by-token recurrence to f32
+ * precision whatever the inputs. The log-decay sums are kept in double as
+ * well, since decays are applied as e^(cum_t - cum_s). */
 static void head_chunked(const gdn_job *j, const head_io *io, float *S, float *scratch) {
     int dk = j->dk, dv = j->dv, C = j->chunk;
-    float *qn = scratch, *kn = qn + (size_t)C * dk, *u = kn + (size_t)C * dk, *cum = u + (size_t)C * dv;
-    float *tmp = cum + C;
+    double *cum = (double *)scratch, *u = cum + C, *tmp = u + (size_t)C * dv, *acc = tmp + (C > dv ? C : dv);
+    float *qn = (float *)(acc + dv), *kn = qn + (size_t)C * dk;
     float qscale = 1.0f / sqrtf((float)dk);
     for (int t0 = 0; t0 < j->n; t0 += C) {
         int L = j->n - t0 < C ? j->n - t0 : C;
-        float run = 0;
+        double run = 0;
         for (int t = 0; t < L; t++) {
             size_t row = (size_t)(t0 + t);
             l2norm(qn + (size_t)t * dk, io->q + row * j->ld, dk, qscale);
@@ -167,41 +172,42 @@ static void head_chunked(const gdn_job *j, const head_io *io, float *S, float *s
             cum[t] = run;
         }
         /* u_t = beta_t (v_t - G_t S0^T k_t) - sum_{s<t} beta_t e^{cum_t-cum_s} (k_t.k_s) u_s;
-         * o_t starts as G_t S0^T q_t (the read of the state before the chunk). */
+         * o_t = G_t S0^T q_t + sum_{s<=t} e^{cum_t-cum_s} (q_t.k_s) u_s. */
         for (int t = 0; t < L; t++) {
             size_t row = (size_t)(t0 + t);
-            float G = expf(cum[t]), beta = io->beta[row * j->Hv];
+            double G = exp(cum[t]), beta = io->beta[row * j->Hv];
             const float *v = io->v + row * j->ld;
-            float *ut = u + (size_t)t * dv;
-            state_read(S, kn + (size_t)t * dk, dk, dv, G, tmp);
+            double *ut = u + (size_t)t * dv;
+            state_read_d(S, kn + (size_t)t * dk, dk, dv, G, tmp);
             for (int c = 0; c < dv; c++) ut[c] = beta * (v[c] - tmp[c]);
             for (int s = 0; s < t; s++) {
-                float a = beta * expf(cum[t] - cum[s]) * dotf(kn + (size_t)t * dk, kn + (size_t)s * dk, dk);
-                const float *us = u + (size_t)s * dv;
+                double a = beta * exp(cum[t] - cum[s]) * dotd(kn + (size_t)t * dk, kn + (size_t)s * dk, dk);
+                const double *us = u + (size_t)s * dv;
                 for (int c = 0; c < dv; c++) ut[c] -= a * us[c];
             }
-            float *o = io->o + row * (size_t)j->Hv * dv;
-            state_read(S, qn + (size_t)t * dk, dk, dv, G, o);
         }
         for (int t = 0; t < L; t++) {
-            float *o = io->o + (size_t)(t0 + t) * j->Hv * dv;
+            state_read_d(S, qn + (size_t)t * dk, dk, dv, exp(cum[t]), acc);
             for (int s = 0; s <= t; s++) {
-                float a = expf(cum[t] - cum[s]) * dotf(qn + (size_t)t * dk, kn + (size_t)s * dk, dk);
-                const float *us = u + (size_t)s * dv;
-                for (int c = 0; c < dv; c++) o[c] += a * us[c];
+                double a = exp(cum[t] - cum[s]) * dotd(qn + (size_t)t * dk, kn + (size_t)s * dk, dk);
+                const double *us = u + (size_t)s * dv;
+                for (int c = 0; c < dv; c++) acc[c] += a * us[c];
             }
+            float *o = io->o + (size_t)(t0 + t) * j->Hv * dv;
+            for (int c = 0; c < dv; c++) o[c] = (float)acc[c];
         }
         /* S = G_L S0 + sum_s e^{cum_L-cum_s} k_s u_s^T */
-        float GL = expf(cum[L - 1]);
-        for (int s = 0; s < L; s++) tmp[s] = expf(cum[L - 1] - cum[s]);
+        double GL = exp(cum[L - 1]);
+        for (int s = 0; s < L; s++) tmp[s] = exp(cum[L - 1] - cum[s]);
         for (int i = 0; i < dk; i++) {
             float *Si = S + (size_t)i * dv;
-            for (int c = 0; c < dv; c++) Si[c] *= GL;
+            for (int c = 0; c < dv; c++) acc[c] = Si[c] * GL;
             for (int s = 0; s < L; s++) {
-                float a = tmp[s] * kn[(size_t)s * dk + i];
-                const float *us = u + (size_t)s * dv;
-                for (int c = 0; c < dv; c++) Si[c] += a * us[c];
+                double a = tmp[s] * kn[(size_t)s * dk + i];
+                const double *us = u + (size_t)s * dv;
+                for (int c = 0; c < dv; c++) acc[c] += a * us[c];
             }
+            for (int c = 0; c < dv; c++) Si[c] = (float)acc[c];
         }
     }
 }
@@ -219,7 +225,9 @@ static void gdn_head(void *ctx, int h, int thread) {
     };
     float *S = j->state + (size_t)h * j->dk * j->dv;
     if (j->chunk > 0) {
-        size_t C = (size_t)j->chunk, need = C * (2 * (size_t)j->dk + (size_t)j->dv) + 2 * C + (size_t)j->dv;
+        /* doubles: cum (C), u (C*dv), tmp (max(C, dv)), acc (dv); then floats: q, k rows (C*dk each) */
+        size_t C = (size_t)j->chunk, dv = (size_t)j->dv;
+        size_t doubles = C + C * dv + (C > dv ? C : dv) + dv, need = 2 * doubles + 2 * C * (size_t)j->dk;
         head_chunked(j, &io, S, cpu_scratch(j->cb, thread, need));
     } else {
         head_recurrent(j, &io, S, cpu_scratch(j->cb, thread, 2 * (size_t)j->dk + 2 * (size_t)j->dv));

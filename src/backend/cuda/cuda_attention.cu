@@ -33,14 +33,15 @@ __device__ float block_reduce_f(float v, float *red, bool is_max) {
     return r;
 }
 
-__global__ void __launch_bounds__(ATT_THREADS) attention_kernel(float *out, const float *q, float *const *kb,
-                                                                float *const *vb, const int32_t *pos, int n_heads,
-                                                                int group, int n_kv, int hd, int bs, float scale,
-                                                                int window) {
+__global__ void __launch_bounds__(ATT_THREADS) attention_kernel(float *out, const float *q, float *const *base,
+                                                                const int32_t *toff, const int32_t *pos, int n,
+                                                                int n_heads, int group, int n_kv, int hd, int bs,
+                                                                float scale, int window) {
     extern __shared__ float sm[];
     float *qs = sm, *ps = sm + hd;
     __shared__ float red[32];
     int row = blockIdx.x / n_heads, h = blockIdx.x % n_heads, kvh = h / group, t = threadIdx.x;
+    float *const *kb = base + toff[row], *const *vb = base + toff[n + row]; /* this row's sequence */
     const float *qr = q + ((size_t)row * n_heads + h) * hd;
     for (int d = t; d < hd; d += ATT_THREADS) qs[d] = qr[d];
     __syncthreads();
@@ -98,19 +99,29 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_kernel(float *out, cons
     }
 }
 
-void cuda_attention(em_backend *be, float *out, const float *q, const em_kv_view *kv, const int32_t *pos, int n,
-                    int n_heads, int n_kv, int head_dim, float scale, int window) {
+void cuda_attention_spans(em_backend *be, float *out, const float *q, const em_kv_spans *s, const int32_t *pos,
+                          int n_heads, int n_kv, int head_dim, float scale, int window) {
     cuda_backend *cb = cuda_enter(be);
-    if (n <= 0 || n_heads <= 0 || kv->n_blocks <= 0) return;
+    if (n_heads <= 0) return;
     if (head_dim > ATT_THREADS * ATT_DIMS_PER_THREAD || n_kv <= 0 || n_heads % n_kv) {
         cuda_note(cb, cudaErrorInvalidValue, "attention (head_dim above 512 or heads not a multiple of kv heads)");
         return;
     }
-    float *const *kb, *const *vb;
-    const int32_t *dpos;
-    if (!cuda_stage_view(cb, kv, pos, n, &kb, &vb, &dpos)) return;
+    float *const *base;
+    const int32_t *toff, *dpos;
+    int n;
+    if (!cuda_stage_spans(cb, s, pos, &base, &toff, &dpos, &n)) return;
     size_t smem = ((size_t)head_dim + ATT_THREADS) * sizeof(float);
+    int bs = s->views[0].block_size;
+    if (cuda_graph_skip(cb, out, q, base, n, n_heads, n_kv, head_dim, bs, scale, window)) return;
     attention_kernel<<<(unsigned)n * (unsigned)n_heads, ATT_THREADS, smem, cb->stream>>>(
-        out, q, kb, vb, dpos, n_heads, n_heads / n_kv, n_kv, head_dim, kv->block_size, scale, window);
+        out, q, base, toff, dpos, n, n_heads, n_heads / n_kv, n_kv, head_dim, bs, scale, window);
     CUDA_LAUNCHED(cb, "attention");
+}
+
+void cuda_attention(em_backend *be, float *out, const float *q, const em_kv_view *kv, const int32_t *pos, int n,
+                    int n_heads, int n_kv, int head_dim, float scale, int window) {
+    if (n <= 0 || kv->n_blocks <= 0) return;
+    em_kv_spans s = {kv, &n, 1};
+    cuda_attention_spans(be, out, q, &s, pos, n_heads, n_kv, head_dim, scale, window);
 }

@@ -67,6 +67,10 @@ static bool stage_alloc(cuda_backend *cb, size_t cap) {
 void cuda_stage_flush(cuda_backend *cb) {
     cuda_stage *s = &cb->stage;
     if (s->used <= s->flushed) return;
+    if (cb->graphs.mode == EM_GRAPH_REPLAY) { /* the recorded copy will move these bytes */
+        s->flushed = s->used;
+        return;
+    }
     cuda_note(cb,
               cudaMemcpyAsync(s->dev + s->flushed, s->host + s->flushed, s->used - s->flushed, cudaMemcpyHostToDevice,
                               cb->stream),
@@ -78,6 +82,10 @@ void cuda_stage_begin(cuda_backend *cb, size_t bytes, int count) {
     cuda_stage *s = &cb->stage;
     size_t need = bytes + (size_t)count * 16;
     if (s->host && s->used + need <= s->cap) return;
+    if (cb->graphs.mode != EM_GRAPH_NONE) { /* draining would break the recording: run this step eagerly */
+        cb->graphs.broken = true;
+        return;
+    }
     /* Full: drain the stream so the arena's bytes are no longer read. */
     cuda_stage_flush(cb);
     cuda_note(cb, cudaStreamSynchronize(cb->stream), "draining the stream");
@@ -92,12 +100,19 @@ void cuda_stage_begin(cuda_backend *cb, size_t bytes, int count) {
 const void *cuda_stage_put(cuda_backend *cb, const void *src, size_t n) {
     cuda_stage *s = &cb->stage;
     if (!s->host) return NULL;
-    for (int i = 0; i < s->n_recent; i++)
+    bool graph = cb->graphs.mode != EM_GRAPH_NONE;
+    /* reuse depends on the bytes' values, which a recorded step must not */
+    for (int i = 0; !graph && i < s->n_recent; i++)
         if (s->recent[i].bytes == n && !memcmp(s->host + s->recent[i].off, src, n)) return s->dev + s->recent[i].off;
     size_t a = (n + 15) & ~(size_t)15;
-    if (s->used + a > s->cap) { /* cuda_stage_begin was told less than was put */
-        cuda_note(cb, cudaErrorInvalidValue, "staging more than announced");
+    if (s->used + a > s->cap) {
+        if (graph) cb->graphs.broken = true;
+        else cuda_note(cb, cudaErrorInvalidValue, "staging more than announced"); /* cuda_stage_begin was told less */
         return NULL;
+    }
+    if (graph) {
+        cuda_graph_mix(cb, s->used);
+        cuda_graph_mix(cb, n);
     }
     size_t off = s->used;
     if (n) memcpy(s->host + off, src, n);
@@ -106,6 +121,33 @@ const void *cuda_stage_put(cuda_backend *cb, const void *src, size_t n) {
     s->recent[s->next_recent].bytes = n;
     s->next_recent = (s->next_recent + 1) % CUDA_STAGE_RECENT;
     if (s->n_recent < CUDA_STAGE_RECENT) s->n_recent++;
+    return s->dev + off;
+}
+
+void cuda_stage_reset(cuda_backend *cb) {
+    cuda_stage_flush(cb);
+    cuda_note(cb, cudaStreamSynchronize(cb->stream), "draining the stream");
+    stage_rewind(&cb->stage);
+}
+
+const void *cuda_stage_table(cuda_backend *cb, const void *src, size_t n, size_t cap) {
+    if (cap <= n) return cuda_stage_put(cb, src, n * sizeof(void *));
+    cuda_stage *s = &cb->stage;
+    if (!s->host) return NULL;
+    size_t bytes = cap * sizeof(void *), a = (bytes + 15) & ~(size_t)15;
+    if (s->used + a > s->cap) {
+        if (cb->graphs.mode != EM_GRAPH_NONE) cb->graphs.broken = true;
+        else cuda_note(cb, cudaErrorInvalidValue, "staging more than announced");
+        return NULL;
+    }
+    if (cb->graphs.mode != EM_GRAPH_NONE) {
+        cuda_graph_mix(cb, s->used);
+        cuda_graph_mix(cb, bytes);
+    }
+    size_t off = s->used;
+    if (n) memcpy(s->host + off, src, n * sizeof(void *));
+    memset(s->host + off + n * sizeof(void *), 0, (cap - n) * sizeof(void *));
+    s->used += a;
     return s->dev + off;
 }
 
@@ -173,6 +215,7 @@ static em_status cuda_download(em_backend *be, void *dst, const void *src, size_
 
 static void cuda_copy(em_backend *be, void *dst, const void *src, size_t bytes) {
     cuda_backend *cb = cuda_enter(be);
+    if (cuda_graph_skip(cb, dst, src, bytes)) return;
     if (!bytes || dst == src) return;
     const char *d = (const char *)dst, *s = (const char *)src;
     if (d < s + bytes && s < d + bytes) { /* overlapping: through scratch */
@@ -233,6 +276,7 @@ static void cuda_destroy(em_backend *be) {
     if (cb) {
         cudaSetDevice(cb->device);
         if (cb->stream) cudaStreamSynchronize(cb->stream);
+        cuda_graphs_free(cb);
         stage_free(&cb->stage);
         if (cb->xconv) cudaFree(cb->xconv);
         if (cb->wide) cudaFree(cb->wide);
@@ -267,6 +311,11 @@ static em_backend_ops make_ops(void) {
     o.embed = cuda_embed;
     o.kv_write = cuda_kv_write;
     o.attention = cuda_attention;
+    o.kv_write_spans = cuda_kv_write_spans;
+    o.attention_spans = cuda_attention_spans;
+    o.graph_begin = cuda_graph_begin;
+    o.graph_end = cuda_graph_end;
+    o.graph_reset = cuda_graph_reset;
     return o;
 }
 

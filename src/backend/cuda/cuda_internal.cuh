@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 extern "C" {
 #include "backend/cuda/cuda_backend.h"
@@ -52,6 +53,28 @@ typedef struct cuda_blas {
 bool cuda_blas_open(cuda_blas *b, char *why, size_t cap);
 void cuda_blas_close(cuda_blas *b);
 
+/* Recorded decode steps (cuda_graph.cu): a step's operations captured into
+ * a CUDA graph, keyed by the caller's key and a hash of every operation's
+ * arguments, so a replay can prove it issues what was recorded. */
+#define CUDA_GRAPHS_MAX 64
+
+typedef struct cuda_graph_entry {
+    uint64_t key, args, last_used;
+    cudaGraphExec_t exec;
+} cuda_graph_entry;
+
+typedef struct cuda_graphs {
+    int mode;            /* em_graph_mode of the step in progress */
+    int slot;            /* REPLAY: the entry being replayed */
+    uint64_t key, args;  /* the step's key and its running argument hash */
+    bool broken;         /* the step cannot be recorded or replayed */
+    cudaError_t err_before;
+    cuda_graph_entry e[CUDA_GRAPHS_MAX];
+    int n;
+    uint64_t clock;
+    size_t replays, records, misses; /* for --verbose figures */
+} cuda_graphs;
+
 typedef struct cuda_backend {
     int device;
     cudaStream_t stream;
@@ -65,6 +88,7 @@ typedef struct cuda_backend {
     float *wide;
     size_t wide_bytes;
     int n_sm;
+    cuda_graphs graphs;
     /* first failure of a queued operation; reported by download */
     cudaError_t err;
     cublasStatus_t blas_err;
@@ -87,21 +111,51 @@ static inline void cuda_note_blas(cuda_backend *cb, cublasStatus_t e, const char
 /* After a kernel launch: records a launch failure. */
 #define CUDA_LAUNCHED(cb, what) cuda_note((cb), cudaGetLastError(), (what))
 
+static inline void cuda_graph_mix(cuda_backend *cb, uint64_t v) {
+    uint64_t h = cb->graphs.args ^ (v + 0x9e3779b97f4a7c15ull + (cb->graphs.args << 6) + (cb->graphs.args >> 2));
+    h ^= h >> 31;
+    cb->graphs.args = h * 0xbf58476d1ce4e5b9ull;
+}
+template <typename T> static inline uint64_t cuda_graph_word(T v) {
+    uint64_t w = 0;
+    memcpy(&w, &v, sizeof v < sizeof w ? sizeof v : sizeof w);
+    return w;
+}
+/* Every operation calls this with the arguments that shape what it
+ * queues, before queuing anything. While a step is recorded or replayed it
+ * folds them into the step's hash; during a replay it returns true and the
+ * operation queues nothing (its host arrays are still staged, into the
+ * offsets the recording copies from). */
+template <typename... A> static inline bool cuda_graph_skip(cuda_backend *cb, A... a) {
+    if (cb->graphs.mode == 0) return false;
+    (cuda_graph_mix(cb, cuda_graph_word(a)), ...);
+    return cb->graphs.mode == 2 /* EM_GRAPH_REPLAY */;
+}
+
 /* Sets the backend's GPU as the calling thread's current device (a model
  * may be driven from several threads over its life) and returns the state. */
 cuda_backend *cuda_enter(em_backend *be);
 /* Makes room for `count` arrays of `bytes` in all in the staging arena, so
  * the puts of one operation never straddle a rewind. */
 void cuda_stage_begin(cuda_backend *cb, size_t bytes, int count);
+/* Waits for the stream and rewinds the staging arena. */
+void cuda_stage_reset(cuda_backend *cb);
+/* Stages a table of n pointers padded with NULLs to `cap` entries (cap >= n). */
+const void *cuda_stage_table(cuda_backend *cb, const void *src, size_t n, size_t cap);
 /* Copies n bytes of host data into the staging arena; returns the device
  * address it will have once cuda_stage_flush has queued the transfer, or
  * NULL on failure (noted). */
 const void *cuda_stage_put(cuda_backend *cb, const void *src, size_t n);
 /* Queues the transfer of everything staged since the last flush. */
 void cuda_stage_flush(cuda_backend *cb);
-/* Stages the block tables and positions of a KV view for one operation. */
-bool cuda_stage_view(cuda_backend *cb, const em_kv_view *kv, const int32_t *pos, int n, float *const **kb,
-                     float *const **vb, const int32_t **dpos);
+/* Stages the block tables of every span (while a graph is recorded or
+ * replayed each is padded to a power of two so a growing sequence keeps
+ * the recorded sizes), the offsets of each row's key and value tables from
+ * *base (toff: n key offsets, then n value offsets) and the positions.
+ * *rows is the batch's row count; false when there is nothing to do or
+ * staging failed (noted). */
+bool cuda_stage_spans(cuda_backend *cb, const em_kv_spans *s, const int32_t *pos, float *const **base,
+                      const int32_t **toff, const int32_t **dpos, int *rows);
 /* Ensures a scratch buffer of at least `bytes`; false on failure (noted). */
 bool cuda_scratch(cuda_backend *cb, void **buf, size_t *cap, size_t bytes);
 
@@ -126,5 +180,13 @@ void cuda_add(em_backend *be, float *y, const float *x, size_t n);
 void cuda_embed(em_backend *be, float *out, const em_weight *table, const int32_t *ids, int n);
 void cuda_kv_write(em_backend *be, const em_kv_view *kv, const float *k, const float *v, const int32_t *pos, int n,
                    int n_kv, int head_dim);
+void cuda_kv_write_spans(em_backend *be, const em_kv_spans *s, const float *k, const float *v, const int32_t *pos,
+                         int n_kv, int head_dim);
+void cuda_attention_spans(em_backend *be, float *out, const float *q, const em_kv_spans *s, const int32_t *pos,
+                          int n_heads, int n_kv, int head_dim, float scale, int window);
+em_graph_mode cuda_graph_begin(em_backend *be, uint64_t key);
+em_status cuda_graph_end(em_backend *be, bool *ran);
+void cuda_graph_reset(em_backend *be);
+void cuda_graphs_free(cuda_backend *cb);
 
 #endif

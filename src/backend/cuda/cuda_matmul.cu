@@ -1,10 +1,8 @@
 /* cuda_matmul.cu — y[M, N] = x[M, K] · Wᵀ (+ bias) with W bf16/f16/f32 and
  * x, y f32.
  *
- * Decode (M <= 8, and EXACT batches up to 64 rows, 8 at a time): a GEMV
- * kernel, one warp per weight row, 16-byte weight loads, every activation
- * row against each weight vector so the weights are read once per 8 rows,
- * f32 accumulation. Larger EXACT batches widen slices of W to f32 and run
+ * Decode (M <= 8, and EXACT batches up to 64 rows): a GEMV kernel, f32
+ * accumulation in an order that does not depend on M (see gemv_kernel). Larger EXACT batches widen slices of W to f32 and run
  * cuBLAS SGEMM (f32 in, f32 accumulate: the activations are never
  * rounded). FAST batches of >= 16 rows over bf16 weights round the
  * activations to bf16 and run a bf16 tensor-core GEMM with f32 accumulate,
@@ -12,8 +10,7 @@
 #include "backend/cuda/cuda_internal.cuh"
 
 #define GEMV_ROWS 8     /* activation rows per pass */
-#define GEMV_WARPS 16   /* weight rows per block (they share the staged activations) */
-#define GEMV_KC 1024    /* activation columns staged in shared memory per step (32 KiB for 8 rows) */
+#define GEMV_WARPS 4    /* warps per block: small blocks spread narrow matrices over every SM */
 #define GEMV_MAX_EXACT_M 64
 #define FAST_MIN_M 16
 #define WIDE_SLICE_ELEMS ((size_t)32 << 20) /* 128 MiB of widened f32 weights per SGEMM */
@@ -27,81 +24,128 @@ template <> __device__ __forceinline__ float wload<EM_F16>(const void *w, size_t
     return cuda_f16(((const uint16_t *)w)[i]);
 }
 
-/* Eight consecutive weights from a 16-byte aligned address (32 bytes for f32). */
-template <int DT> __device__ __forceinline__ void wload8(const void *w, size_t i, float *o) {
+/* The decode GEMV. A warp owns R weight rows; lane l reads the 8 weights
+ * at k = l*8 + 256*i (one 16-byte load per row and i) and multiplies them
+ * with up to GEMV_ROWS activation rows read through L1, so each weight is
+ * fetched from memory once per pass of 8 activation rows (the passes of a
+ * large batch reread the warp's rows from cache). Every row's sum is the
+ * same chain of fmaf in the same order — lane partials over ascending k,
+ * then a fixed butterfly across lanes — whatever M and R are, so a
+ * sequence's logits do not depend on which other sequences share its batch.
+ * Loads are issued GEMV_UNROLL steps ahead of their use to keep enough
+ * bytes in flight to saturate memory. */
+#define GEMV_UNROLL 4
+
+template <int DT> __device__ __forceinline__ uint4 wfetch(const void *w, size_t i) {
+    /* streamed once: keep it out of L1, where the activations live */
+    if (DT == EM_F32) return __ldcs((const uint4 *)((const float *)w + i));
+    return __ldcs((const uint4 *)((const uint16_t *)w + i));
+}
+
+/* the 8 weights at i, from a 16-byte fetch (f32 needs a second one) */
+template <int DT> __device__ __forceinline__ void wunpack(const void *w, size_t i, uint4 u, float *o) {
     if (DT == EM_F32) {
-        float4 a = *(const float4 *)((const float *)w + i), b = *(const float4 *)((const float *)w + i + 4);
-        o[0] = a.x, o[1] = a.y, o[2] = a.z, o[3] = a.w, o[4] = b.x, o[5] = b.y, o[6] = b.z, o[7] = b.w;
-    } else {
-        uint4 u = *(const uint4 *)((const uint16_t *)w + i);
-        uint32_t p[4] = {u.x, u.y, u.z, u.w};
+        uint4 b = __ldcs((const uint4 *)((const float *)w + i + 4));
+        o[0] = __uint_as_float(u.x), o[1] = __uint_as_float(u.y), o[2] = __uint_as_float(u.z), o[3] = __uint_as_float(u.w);
+        o[4] = __uint_as_float(b.x), o[5] = __uint_as_float(b.y), o[6] = __uint_as_float(b.z), o[7] = __uint_as_float(b.w);
+        return;
+    }
+    uint32_t p[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            uint16_t lo = (uint16_t)(p[k] & 0xffffu), hi = (uint16_t)(p[k] >> 16);
-            o[2 * k] = DT == EM_BF16 ? cuda_bf16(lo) : cuda_f16(lo);
-            o[2 * k + 1] = DT == EM_BF16 ? cuda_bf16(hi) : cuda_f16(hi);
+    for (int k = 0; k < 4; k++) {
+        uint16_t lo = (uint16_t)(p[k] & 0xffffu), hi = (uint16_t)(p[k] >> 16);
+        o[2 * k] = DT == EM_BF16 ? cuda_bf16(lo) : cuda_f16(lo);
+        o[2 * k + 1] = DT == EM_BF16 ? cuda_bf16(hi) : cuda_f16(hi);
+    }
+}
+
+template <int R>
+__device__ __forceinline__ void gemv_step(float (*acc)[GEMV_ROWS], const float (*wv)[8], const float *x, int K, int mr,
+                                          size_t k) {
+#pragma unroll
+    for (int m = 0; m < GEMV_ROWS; m++) {
+        if (m < mr) {
+            const float4 *xp = (const float4 *)(x + (size_t)m * K + k);
+            float4 a = __ldg(xp), b = __ldg(xp + 1);
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                float s = acc[r][m];
+                s = fmaf(wv[r][0], a.x, s), s = fmaf(wv[r][1], a.y, s), s = fmaf(wv[r][2], a.z, s);
+                s = fmaf(wv[r][3], a.w, s), s = fmaf(wv[r][4], b.x, s), s = fmaf(wv[r][5], b.y, s);
+                s = fmaf(wv[r][6], b.z, s), s = fmaf(wv[r][7], b.w, s);
+                acc[r][m] = s;
+            }
         }
     }
 }
 
-/* One warp per weight row, GEMV_WARPS rows per block. The activation rows
- * are staged in shared memory one K-chunk at a time, so every block reads
- * them from L2 once instead of once per weight row (with 8 activation rows
- * those reads otherwise outweigh the weights 16 to 1). Each lane covers the
- * same k positions whatever M is, so a row's sum does not depend on which
- * other rows share its pass. */
-template <int DT>
+/* Vector path: K % 8 == 0 and 16-byte aligned rows. */
+template <int DT, int R>
 __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_kernel(float *y, const float *x, const void *w,
-                                                               const float *bias, int M, int N, int K, bool vec) {
-    __shared__ __align__(16) float xs[GEMV_ROWS * GEMV_KC];
-    int lane = threadIdx.x % 32, n = blockIdx.x * GEMV_WARPS + threadIdx.x / 32;
-    bool active = n < N; /* inactive warps still help stage and sync */
-    float acc[GEMV_ROWS];
+                                                               const float *bias, int M, int N, int K) {
+    int lane = threadIdx.x % 32, warp = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int n0 = warp * R;
+    if (n0 >= N) return;
+    size_t wrow[R];
 #pragma unroll
-    for (int m = 0; m < GEMV_ROWS; m++) acc[m] = 0.0f;
-    size_t wrow = (size_t)(active ? n : 0) * K;
-    for (int k0 = 0; k0 < K; k0 += GEMV_KC) {
-        int kc = K - k0 < GEMV_KC ? K - k0 : GEMV_KC;
-        __syncthreads(); /* the previous chunk has been consumed */
-        for (int m = 0; m < M; m++)
-            for (int k = threadIdx.x; k < kc; k += blockDim.x) xs[m * GEMV_KC + k] = x[(size_t)m * K + k0 + k];
-        __syncthreads();
-        if (!active) continue;
-        if (vec) {
-            for (int k = lane * 8; k < kc; k += 32 * 8) {
-                float wv[8];
-                wload8<DT>(w, wrow + k0 + k, wv);
+    for (int r = 0; r < R; r++) wrow[r] = (size_t)(n0 + r < N ? n0 + r : n0) * K;
+    for (int m0 = 0; m0 < M; m0 += GEMV_ROWS) {
+        int mr = M - m0 < GEMV_ROWS ? M - m0 : GEMV_ROWS;
+        const float *xm = x + (size_t)m0 * K;
+        float acc[R][GEMV_ROWS];
 #pragma unroll
-                for (int m = 0; m < GEMV_ROWS; m++) {
-                    if (m < M) {
-                        const float *xr = xs + m * GEMV_KC + k;
-                        float4 a = *(const float4 *)xr, b = *(const float4 *)(xr + 4);
-                        acc[m] += wv[0] * a.x + wv[1] * a.y + wv[2] * a.z + wv[3] * a.w + wv[4] * b.x + wv[5] * b.y +
-                                  wv[6] * b.z + wv[7] * b.w;
-                    }
-                }
-            }
-        } else {
-            for (int k = lane; k < kc; k += 32) {
-                float wv = wload<DT>(w, wrow + k0 + k);
+        for (int r = 0; r < R; r++)
 #pragma unroll
-                for (int m = 0; m < GEMV_ROWS; m++)
-                    if (m < M) acc[m] += wv * xs[m * GEMV_KC + k];
+            for (int m = 0; m < GEMV_ROWS; m++) acc[r][m] = 0.0f;
+        int k = lane * 8;
+        for (; k + (GEMV_UNROLL - 1) * 256 < K; k += GEMV_UNROLL * 256) {
+            uint4 u[GEMV_UNROLL][R];
+#pragma unroll
+            for (int i = 0; i < GEMV_UNROLL; i++)
+#pragma unroll
+                for (int r = 0; r < R; r++) u[i][r] = wfetch<DT>(w, wrow[r] + k + i * 256);
+#pragma unroll
+            for (int i = 0; i < GEMV_UNROLL; i++) {
+                float wv[R][8];
+#pragma unroll
+                for (int r = 0; r < R; r++) wunpack<DT>(w, wrow[r] + k + i * 256, u[i][r], wv[r]);
+                gemv_step<R>(acc, wv, xm, K, mr, (size_t)k + i * 256);
             }
         }
-    }
-    if (!active) return;
+        for (; k < K; k += 256) {
+            float wv[R][8];
 #pragma unroll
-    for (int m = 0; m < GEMV_ROWS; m++) {
-        float v = acc[m];
-        for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        acc[m] = v;
-    }
-    if (lane == 0) {
-        float b = bias ? bias[n] : 0.0f;
+            for (int r = 0; r < R; r++) wunpack<DT>(w, wrow[r] + k, wfetch<DT>(w, wrow[r] + k), wv[r]);
+            gemv_step<R>(acc, wv, xm, K, mr, (size_t)k);
+        }
 #pragma unroll
-        for (int m = 0; m < GEMV_ROWS; m++)
-            if (m < M) y[(size_t)m * N + n] = acc[m] + b;
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int m = 0; m < GEMV_ROWS; m++) {
+                float v = acc[r][m];
+                for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+                acc[r][m] = v;
+            }
+        /* lane r*GEMV_ROWS + m writes one result: the stores spread over the warp */
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int m = 0; m < GEMV_ROWS; m++)
+                if (lane == (r * GEMV_ROWS + m) % 32 && m < mr && n0 + r < N)
+                    y[(size_t)(m0 + m) * N + n0 + r] = acc[r][m] + (bias ? bias[n0 + r] : 0.0f);
+    }
+}
+
+/* Scalar path for odd K or unaligned data: one warp per row, lane-strided. */
+template <int DT>
+__global__ void gemv_scalar_kernel(float *y, const float *x, const void *w, const float *bias, int M, int N, int K) {
+    int lane = threadIdx.x % 32, n = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (n >= N) return;
+    for (int m = 0; m < M; m++) {
+        float s = 0.0f;
+        for (int k = lane; k < K; k += 32) s = fmaf(wload<DT>(w, (size_t)n * K + k), x[(size_t)m * K + k], s);
+        for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (lane == 0) y[(size_t)m * N + n] = s + (bias ? bias[n] : 0.0f);
     }
 }
 
@@ -120,21 +164,36 @@ __global__ void bias_kernel(float *y, const float *bias, int M, int N) {
     if (t < (size_t)M * N) y[t] += bias[t % N];
 }
 
-static void gemv(cuda_backend *cb, float *y, const float *x, int M, const em_weight *w, const float *bias) {
+template <int DT>
+static void gemv_launch(cuda_backend *cb, float *y, const float *x, int M, const em_weight *w, const float *bias,
+                        bool vec) {
     int N = (int)w->rows, K = (int)w->cols;
-    bool vec = K % 8 == 0 && ((uintptr_t)w->data & 15) == 0 && ((uintptr_t)x & 15) == 0;
-    dim3 grid((unsigned)((N + GEMV_WARPS - 1) / GEMV_WARPS));
-    for (int m0 = 0; m0 < M; m0 += GEMV_ROWS) {
-        int mr = M - m0 < GEMV_ROWS ? M - m0 : GEMV_ROWS;
-        const float *xm = x + (size_t)m0 * K;
-        float *ym = y + (size_t)m0 * N;
-        switch (w->dtype) {
-        case EM_BF16: gemv_kernel<EM_BF16><<<grid, GEMV_WARPS * 32, 0, cb->stream>>>(ym, xm, w->data, bias, mr, N, K, vec); break;
-        case EM_F16: gemv_kernel<EM_F16><<<grid, GEMV_WARPS * 32, 0, cb->stream>>>(ym, xm, w->data, bias, mr, N, K, vec); break;
-        default: gemv_kernel<EM_F32><<<grid, GEMV_WARPS * 32, 0, cb->stream>>>(ym, xm, w->data, bias, mr, N, K, vec); break;
-        }
-        CUDA_LAUNCHED(cb, "matmul (gemv)");
+    if (!vec) {
+        gemv_scalar_kernel<DT><<<(unsigned)((N + GEMV_WARPS - 1) / GEMV_WARPS), GEMV_WARPS * 32, 0, cb->stream>>>(
+            y, x, w->data, bias, M, N, K);
+        return;
     }
+    /* Batches of more than one pass share each weight load across 4 rows
+     * per warp; small ones keep one row per warp so that even the narrow
+     * k/v projections spread over every multiprocessor. */
+    if (M > GEMV_ROWS) {
+        unsigned grid = (unsigned)((N + 4 * GEMV_WARPS - 1) / (4 * GEMV_WARPS));
+        gemv_kernel<DT, 4><<<grid, GEMV_WARPS * 32, 0, cb->stream>>>(y, x, w->data, bias, M, N, K);
+    } else {
+        unsigned grid = (unsigned)((N + GEMV_WARPS - 1) / GEMV_WARPS);
+        gemv_kernel<DT, 1><<<grid, GEMV_WARPS * 32, 0, cb->stream>>>(y, x, w->data, bias, M, N, K);
+    }
+}
+
+static void gemv(cuda_backend *cb, float *y, const float *x, int M, const em_weight *w, const float *bias) {
+    int K = (int)w->cols;
+    bool vec = K % 8 == 0 && ((uintptr_t)w->data & 15) == 0 && ((uintptr_t)x & 15) == 0;
+    switch (w->dtype) {
+    case EM_BF16: gemv_launch<EM_BF16>(cb, y, x, M, w, bias, vec); break;
+    case EM_F16: gemv_launch<EM_F16>(cb, y, x, M, w, bias, vec); break;
+    default: gemv_launch<EM_F32>(cb, y, x, M, w, bias, vec); break;
+    }
+    CUDA_LAUNCHED(cb, "matmul (gemv)");
 }
 
 static void add_bias(cuda_backend *cb, float *y, const float *bias, int M, int N) {
@@ -192,6 +251,7 @@ void cuda_matmul(em_backend *be, float *y, const float *x, int M, const em_weigh
         return;
     }
     int N = (int)w->rows;
+    if (cuda_graph_skip(cb, y, x, M, w->data, w->dtype, w->rows, w->cols, bias, (int)math)) return;
     if (math == EM_MATH_FAST && w->dtype == EM_BF16 && M >= FAST_MIN_M) {
         gemm_fast(cb, y, x, M, w);
         add_bias(cb, y, bias, M, N);

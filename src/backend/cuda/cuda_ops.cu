@@ -38,6 +38,7 @@ void cuda_rmsnorm(em_backend *be, float *y, const float *x, const float *gain, i
                   float gain_offset) {
     cuda_backend *cb = cuda_enter(be);
     if (rows <= 0 || n <= 0) return;
+    if (cuda_graph_skip(cb, y, x, gain, rows, n, eps, gain_offset)) return;
     rmsnorm_kernel<<<rows, ROW_THREADS, 0, cb->stream>>>(y, x, gain, n, eps, gain_offset);
     CUDA_LAUNCHED(cb, "rmsnorm");
 }
@@ -70,6 +71,7 @@ void cuda_rope(em_backend *be, float *x, int rows, int n_heads, int head_dim, in
     if (!dpos || !dfreq) return;
     cuda_stage_flush(cb);
     size_t total = (size_t)rows * n_heads * half;
+    if (cuda_graph_skip(cb, x, rows, n_heads, head_dim, half, attn_factor)) return;
     rope_kernel<<<cuda_blocks(total, 256), 256, 0, cb->stream>>>(x, rows, n_heads, head_dim, half, dpos, dfreq,
                                                                   attn_factor);
     CUDA_LAUNCHED(cb, "rope");
@@ -87,6 +89,7 @@ void cuda_swiglu(em_backend *be, float *out, const float *gate, const float *up,
     cuda_backend *cb = cuda_enter(be);
     size_t total = (size_t)rows * n;
     if (rows <= 0 || n <= 0) return;
+    if (cuda_graph_skip(cb, out, gate, up, rows, n, ld_in)) return;
     swiglu_kernel<<<cuda_blocks(total, 256), 256, 0, cb->stream>>>(out, gate, up, rows, n, ld_in);
     CUDA_LAUNCHED(cb, "swiglu");
 }
@@ -99,6 +102,7 @@ __global__ void add_kernel(float *y, const float *x, size_t n) {
 void cuda_add(em_backend *be, float *y, const float *x, size_t n) {
     cuda_backend *cb = cuda_enter(be);
     if (!n) return;
+    if (cuda_graph_skip(cb, y, x, n)) return;
     add_kernel<<<cuda_blocks(n, 256), 256, 0, cb->stream>>>(y, x, n);
     CUDA_LAUNCHED(cb, "add");
 }
@@ -122,42 +126,92 @@ void cuda_embed(em_backend *be, float *out, const em_weight *t, const int32_t *i
     const int32_t *dids = (const int32_t *)cuda_stage_put(cb, ids, ib);
     if (!dids) return;
     cuda_stage_flush(cb);
+    if (cuda_graph_skip(cb, out, t->data, t->dtype, n, t->cols)) return;
     embed_kernel<<<cuda_blocks(total, 256), 256, 0, cb->stream>>>(out, t->data, t->dtype, dids, n, (size_t)t->cols);
     CUDA_LAUNCHED(cb, "embed");
 }
 
-__global__ void kv_write_kernel(float *const *kb, float *const *vb, const float *k, const float *v,
+/* Rows find their sequence's block tables through toff: entries i and n+i
+ * are the offsets (in pointers, from the arena's start) of row i's key and
+ * value tables. */
+__global__ void kv_write_kernel(float *const *base, const int32_t *toff, const float *k, const float *v,
                                 const int32_t *pos, int n, int bs, size_t row) {
     size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= (size_t)n * row) return;
     size_t i = t / row, e = t % row;
     int p = pos[i];
     size_t dst = (size_t)(p % bs) * row + e;
-    kb[p / bs][dst] = k[t];
-    vb[p / bs][dst] = v[t];
+    base[toff[i] + p / bs][dst] = k[t];
+    base[toff[n + i] + p / bs][dst] = v[t];
 }
 
-/* Stages a view's block tables; false (noted) when the arena failed. */
-bool cuda_stage_view(cuda_backend *cb, const em_kv_view *kv, const int32_t *pos, int n, float *const **kb,
-                     float *const **vb, const int32_t **dpos) {
-    size_t tb = (size_t)kv->n_blocks * sizeof(float *), pb = (size_t)n * sizeof *pos;
-    cuda_stage_begin(cb, 2 * tb + pb, 3);
-    *kb = (float *const *)cuda_stage_put(cb, kv->k_blocks, tb);
-    *vb = (float *const *)cuda_stage_put(cb, kv->v_blocks, tb);
-    *dpos = (const int32_t *)cuda_stage_put(cb, pos, pb);
-    if (!*kb || !*vb || !*dpos) return false;
+/* Block tables padded to a power of two (at least 64 entries) while a step
+ * is recorded or replayed, so the recording holds as the sequence grows. */
+static size_t table_cap(const cuda_backend *cb, int n_blocks) {
+    if (cb->graphs.mode == 0) return (size_t)n_blocks;
+    size_t c = 64;
+    while (c < (size_t)n_blocks) c *= 2;
+    return c;
+}
+
+/* Stages one kind (keys or values) of every span's table; writes each
+ * row's offset from the arena's start into off. */
+static bool stage_tables(cuda_backend *cb, const em_kv_spans *s, bool values, int32_t *off) {
+    const char *arena = cb->stage.dev;
+    for (int i = 0, r = 0; i < s->n_spans; i++) {
+        const em_kv_view *v = &s->views[i];
+        const char *t = (const char *)cuda_stage_table(cb, values ? (const void *)v->v_blocks : (const void *)v->k_blocks,
+                                                       (size_t)v->n_blocks, table_cap(cb, v->n_blocks));
+        if (!t) return false;
+        for (int j = 0; j < s->rows[i]; j++) off[r++] = (int32_t)((t - arena) / (ptrdiff_t)sizeof(float *));
+    }
+    return true;
+}
+
+bool cuda_stage_spans(cuda_backend *cb, const em_kv_spans *s, const int32_t *pos, float *const **base,
+                      const int32_t **toff, const int32_t **dpos, int *rows) {
+    size_t tables = 0;
+    int n = 0;
+    for (int i = 0; i < s->n_spans; i++) {
+        tables += table_cap(cb, s->views[i].n_blocks);
+        n += s->rows[i];
+    }
+    *rows = n;
+    if (n <= 0 || tables == 0) return false;
+    int32_t stack[512], *off = n <= 256 ? stack : (int32_t *)malloc((size_t)2 * n * sizeof *off);
+    if (!off) {
+        cuda_note(cb, cudaErrorMemoryAllocation, "staging a batch");
+        return false;
+    }
+    size_t pb = (size_t)n * sizeof *pos;
+    cuda_stage_begin(cb, 2 * tables * sizeof(float *) + 3 * pb, 2 * s->n_spans + 2);
+    bool ok = stage_tables(cb, s, false, off) && stage_tables(cb, s, true, off + n);
+    *base = (float *const *)cb->stage.dev;
+    *toff = ok ? (const int32_t *)cuda_stage_put(cb, off, 2 * pb) : NULL;
+    *dpos = ok ? (const int32_t *)cuda_stage_put(cb, pos, pb) : NULL;
+    if (off != stack) free(off);
+    if (!ok || !*toff || !*dpos) return false;
     cuda_stage_flush(cb);
     return true;
 }
 
+void cuda_kv_write_spans(em_backend *be, const em_kv_spans *s, const float *k, const float *v, const int32_t *pos,
+                         int n_kv, int head_dim) {
+    cuda_backend *cb = cuda_enter(be);
+    float *const *base;
+    const int32_t *toff, *dpos;
+    int n;
+    if (!cuda_stage_spans(cb, s, pos, &base, &toff, &dpos, &n)) return;
+    size_t row = (size_t)n_kv * head_dim, total = (size_t)n * row;
+    if (cuda_graph_skip(cb, base, k, v, n, n_kv, head_dim, s->views[0].block_size)) return;
+    kv_write_kernel<<<cuda_blocks(total, 256), 256, 0, cb->stream>>>(base, toff, k, v, dpos, n,
+                                                                      s->views[0].block_size, row);
+    CUDA_LAUNCHED(cb, "kv_write");
+}
+
 void cuda_kv_write(em_backend *be, const em_kv_view *kv, const float *k, const float *v, const int32_t *pos, int n,
                    int n_kv, int head_dim) {
-    cuda_backend *cb = cuda_enter(be);
     if (n <= 0 || kv->n_blocks <= 0) return;
-    float *const *kb, *const *vb;
-    const int32_t *dpos;
-    if (!cuda_stage_view(cb, kv, pos, n, &kb, &vb, &dpos)) return;
-    size_t row = (size_t)n_kv * head_dim, total = (size_t)n * row;
-    kv_write_kernel<<<cuda_blocks(total, 256), 256, 0, cb->stream>>>(kb, vb, k, v, dpos, n, kv->block_size, row);
-    CUDA_LAUNCHED(cb, "kv_write");
+    em_kv_spans s = {kv, &n, 1};
+    cuda_kv_write_spans(be, &s, k, v, pos, n_kv, head_dim);
 }
