@@ -10,6 +10,8 @@
 
 #define ATT_THREADS 128
 #define ATT_DIMS_PER_THREAD 4 /* head_dim <= 512 */
+#define ATT_SPLITS 16
+#define ATT_SPLIT_MAX_ROWS 64
 
 __device__ float block_reduce_f(float v, float *red, bool is_max) {
     for (int o = 16; o; o >>= 1) {
@@ -33,10 +35,13 @@ __device__ float block_reduce_f(float v, float *red, bool is_max) {
     return r;
 }
 
-__global__ void __launch_bounds__(ATT_THREADS) attention_kernel(float *out, const float *q, float *const *base,
-                                                                const int32_t *toff, const int32_t *pos, int n,
-                                                                int n_heads, int group, int n_kv, int hd, int bs,
-                                                                float scale, int window) {
+/* part != NULL: split s = blockIdx.y of gridDim.y covers an equal share of
+ * the row's keys and writes its unnormalised partial (max, sum, acc[hd])
+ * for attention_combine; else the block covers all keys and writes out. */
+__global__ void __launch_bounds__(ATT_THREADS) attention_kernel(float *out, float *part, const float *q,
+                                                                float *const *base, const int32_t *toff,
+                                                                const int32_t *pos, int n, int n_heads, int group,
+                                                                int n_kv, int hd, int bs, float scale, int window) {
     extern __shared__ float sm[];
     float *qs = sm, *ps = sm + hd;
     __shared__ float red[32];
@@ -46,19 +51,25 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_kernel(float *out, cons
     for (int d = t; d < hd; d += ATT_THREADS) qs[d] = qr[d];
     __syncthreads();
     int p = pos[row];
-    int start = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+    int start = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0, end = p;
+    if (part) {
+        int len = p - start + 1, per = (len + (int)gridDim.y - 1) / (int)gridDim.y;
+        start += (int)blockIdx.y * per;
+        end = start + per - 1 < p ? start + per - 1 : p;
+    }
     size_t rowlen = (size_t)n_kv * hd, head_off = (size_t)kvh * hd;
     bool vec = (hd & 3) == 0;
     float m = -INFINITY, l = 0.0f, acc[ATT_DIMS_PER_THREAD];
 #pragma unroll
     for (int i = 0; i < ATT_DIMS_PER_THREAD; i++) acc[i] = 0.0f;
-    for (int j0 = start; j0 <= p; j0 += ATT_THREADS) {
+    for (int j0 = start; j0 <= end; j0 += ATT_THREADS) {
         int j = j0 + t;
         float s = -INFINITY;
-        if (j <= p) {
+        if (j <= end) {
             const float *k = kb[j / bs] + (size_t)(j % bs) * rowlen + head_off;
             float dot = 0.0f;
             if (vec) {
+#pragma unroll 8
                 for (int d = 0; d < hd; d += 4) {
                     float4 kv4 = *(const float4 *)(k + d);
                     dot += qs[d] * kv4.x + qs[d + 1] * kv4.y + qs[d + 2] * kv4.z + qs[d + 3] * kv4.w;
@@ -69,17 +80,18 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_kernel(float *out, cons
             s = dot * scale;
         }
         float m_new = fmaxf(m, block_reduce_f(s, red, true));
-        float e = j <= p ? expf(s - m_new) : 0.0f;
+        float e = j <= end ? expf(s - m_new) : 0.0f;
         ps[t] = e;
         float tile_sum = block_reduce_f(e, red, false); /* its barriers also publish ps */
         float corr = expf(m - m_new);
         l = l * corr + tile_sum;
-        int cnt = p - j0 + 1 < ATT_THREADS ? p - j0 + 1 : ATT_THREADS;
+        int cnt = end - j0 + 1 < ATT_THREADS ? end - j0 + 1 : ATT_THREADS;
 #pragma unroll
         for (int i = 0; i < ATT_DIMS_PER_THREAD; i++) {
             int d = t + i * ATT_THREADS;
             if (d < hd) {
                 float a = acc[i] * corr;
+#pragma unroll 8
                 for (int jj = 0; jj < cnt; jj++) {
                     int jk = j0 + jj;
                     a += ps[jj] * vb[jk / bs][(size_t)(jk % bs) * rowlen + head_off + d];
@@ -90,12 +102,43 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_kernel(float *out, cons
         m = m_new;
         __syncthreads(); /* ps is rewritten by the next tile */
     }
+    if (part) {
+        float *pp = part + (((size_t)row * n_heads + h) * gridDim.y + blockIdx.y) * (hd + 2);
+        if (t == 0) pp[0] = m, pp[1] = l;
+#pragma unroll
+        for (int i = 0; i < ATT_DIMS_PER_THREAD; i++) {
+            int d = t + i * ATT_THREADS;
+            if (d < hd) pp[2 + d] = acc[i];
+        }
+        return;
+    }
     float inv = 1.0f / l;
     float *o = out + ((size_t)row * n_heads + h) * hd;
 #pragma unroll
     for (int i = 0; i < ATT_DIMS_PER_THREAD; i++) {
         int d = t + i * ATT_THREADS;
         if (d < hd) o[d] = acc[i] * inv;
+    }
+}
+
+/* Merges the splits of one (row, head): rescales each partial to the
+ * common maximum, in split order. */
+__global__ void attention_combine(float *out, const float *part, int splits, int hd) {
+    const float *pp = part + (size_t)blockIdx.x * splits * (hd + 2);
+    float mx = -INFINITY;
+    for (int s = 0; s < splits; s++) mx = fmaxf(mx, pp[(size_t)s * (hd + 2)]);
+    float l = 0.0f;
+    for (int s = 0; s < splits; s++) {
+        float ms = pp[(size_t)s * (hd + 2)];
+        if (ms > -INFINITY) l += pp[(size_t)s * (hd + 2) + 1] * expf(ms - mx);
+    }
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float a = 0.0f;
+        for (int s = 0; s < splits; s++) {
+            float ms = pp[(size_t)s * (hd + 2)];
+            if (ms > -INFINITY) a += pp[(size_t)s * (hd + 2) + 2 + d] * expf(ms - mx);
+        }
+        out[(size_t)blockIdx.x * hd + d] = a / l;
     }
 }
 
@@ -113,9 +156,23 @@ void cuda_attention_spans(em_backend *be, float *out, const float *q, const em_k
     if (!cuda_stage_spans(cb, s, pos, &base, &toff, &dpos, &n)) return;
     size_t smem = ((size_t)head_dim + ATT_THREADS) * sizeof(float);
     int bs = s->views[0].block_size;
-    if (cuda_graph_skip(cb, out, q, base, n, n_heads, n_kv, head_dim, bs, scale, window)) return;
-    attention_kernel<<<(unsigned)n * (unsigned)n_heads, ATT_THREADS, smem, cb->stream>>>(
-        out, q, base, toff, dpos, n, n_heads, n_heads / n_kv, n_kv, head_dim, bs, scale, window);
+    /* Few rows (decode) would leave most multiprocessors idle: split each
+     * row's keys over ATT_SPLITS blocks (flash-decoding) and merge. The
+     * split count depends only on the row count, so a recorded step stays
+     * valid as the context grows. */
+    unsigned splits = n <= ATT_SPLIT_MAX_ROWS ? ATT_SPLITS : 1;
+    size_t rows_heads = (size_t)n * (size_t)n_heads;
+    if (splits > 1 && !cuda_scratch(cb, (void **)&cb->att_part, &cb->att_part_bytes,
+                                    rows_heads * splits * ((size_t)head_dim + 2) * sizeof(float)))
+        return;
+    float *part = splits > 1 ? cb->att_part : NULL;
+    if (cuda_graph_skip(cb, out, q, base, part, n, n_heads, n_kv, head_dim, bs, scale, window)) return;
+    attention_kernel<<<dim3((unsigned)rows_heads, splits), ATT_THREADS, smem, cb->stream>>>(
+        out, part, q, base, toff, dpos, n, n_heads, n_heads / n_kv, n_kv, head_dim, bs, scale, window);
+    if (part) {
+        CUDA_LAUNCHED(cb, "attention (splits)");
+        attention_combine<<<(unsigned)rows_heads, 64, 0, cb->stream>>>(out, part, (int)splits, head_dim);
+    }
     CUDA_LAUNCHED(cb, "attention");
 }
 

@@ -9,6 +9,7 @@
 
 extern "C" {
 #include "base/alloc.h"
+#include "base/log.h"
 }
 
 #define STAGE_MIN_BYTES ((size_t)4 << 20)
@@ -276,10 +277,14 @@ static void cuda_destroy(em_backend *be) {
     if (cb) {
         cudaSetDevice(cb->device);
         if (cb->stream) cudaStreamSynchronize(cb->stream);
+        if (cb->graphs.records)
+            EM_LOGD("%s: decode steps: %zu recorded, %zu replayed, %zu run without a graph", be->desc,
+                    cb->graphs.records, cb->graphs.replays, cb->graphs.misses);
         cuda_graphs_free(cb);
         stage_free(&cb->stage);
         if (cb->xconv) cudaFree(cb->xconv);
         if (cb->wide) cudaFree(cb->wide);
+        if (cb->att_part) cudaFree(cb->att_part);
         if (cb->blas) cb->fn.destroy(cb->blas);
         cuda_blas_close(&cb->fn);
         if (cb->stream) cudaStreamDestroy(cb->stream);

@@ -15,6 +15,10 @@
  * caller runs the step again without a graph. */
 #include "backend/cuda/cuda_internal.cuh"
 
+extern "C" {
+#include "base/log.h"
+}
+
 static void graph_drop(cuda_graphs *g, int i) {
     if (g->e[i].exec) cudaGraphExecDestroy(g->e[i].exec);
     g->e[i] = g->e[--g->n];
@@ -96,6 +100,7 @@ em_status cuda_graph_end(em_backend *be, bool *ran) {
         exec = record_end(cb);
         if (!exec) {
             g->misses++;
+            if (g->misses <= 3) EM_LOGD("%s: recording a decode step failed; it runs without a graph", be->desc);
             cuda_stage_reset(cb);
             return EM_OK;
         }
@@ -108,6 +113,9 @@ em_status cuda_graph_end(em_backend *be, bool *ran) {
              * padding): forget the recording; the next step records anew */
             graph_drop(g, g->slot);
             g->misses++;
+            if (g->misses <= 3)
+                EM_LOGD("%s: a decode step differs from its recording (%s); recording again", be->desc,
+                        g->broken ? "staging arena full" : "arguments changed");
             cuda_stage_reset(cb);
             return EM_OK;
         }

@@ -87,6 +87,8 @@ typedef struct cuda_backend {
     size_t xconv_bytes;
     float *wide;
     size_t wide_bytes;
+    float *att_part; /* attention splits' partial results */
+    size_t att_part_bytes;
     int n_sm;
     cuda_graphs graphs;
     /* first failure of a queued operation; reported by download */

@@ -32,9 +32,8 @@ template <> __device__ __forceinline__ float wload<EM_F16>(const void *w, size_t
  * same chain of fmaf in the same order — lane partials over ascending k,
  * then a fixed butterfly across lanes — whatever M and R are, so a
  * sequence's logits do not depend on which other sequences share its batch.
- * Loads are issued GEMV_UNROLL steps ahead of their use to keep enough
- * bytes in flight to saturate memory. */
-#define GEMV_UNROLL 4
+ * Loads are issued several steps ahead of their use to keep enough bytes
+ * in flight to saturate memory. */
 
 template <int DT> __device__ __forceinline__ uint4 wfetch(const void *w, size_t i) {
     /* streamed once: keep it out of L1, where the activations live */
@@ -59,11 +58,11 @@ template <int DT> __device__ __forceinline__ void wunpack(const void *w, size_t 
     }
 }
 
-template <int R>
-__device__ __forceinline__ void gemv_step(float (*acc)[GEMV_ROWS], const float (*wv)[8], const float *x, int K, int mr,
+template <int R, int MR>
+__device__ __forceinline__ void gemv_step(float (*acc)[MR], const float (*wv)[8], const float *x, int K, int mr,
                                           size_t k) {
 #pragma unroll
-    for (int m = 0; m < GEMV_ROWS; m++) {
+    for (int m = 0; m < MR; m++) {
         if (m < mr) {
             const float4 *xp = (const float4 *)(x + (size_t)m * K + k);
             float4 a = __ldg(xp), b = __ldg(xp + 1);
@@ -79,49 +78,53 @@ __device__ __forceinline__ void gemv_step(float (*acc)[GEMV_ROWS], const float (
     }
 }
 
-/* Vector path: K % 8 == 0 and 16-byte aligned rows. */
-template <int DT, int R>
-__global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_kernel(float *y, const float *x, const void *w,
-                                                               const float *bias, int M, int N, int K) {
+/* Vector path: K % 8 == 0 and 16-byte aligned rows. MR activation rows
+ * per pass (1 for single-sequence decode, which then needs few registers
+ * and runs at full occupancy). */
+template <int DT, int R, int MR>
+__global__ void __launch_bounds__(GEMV_WARPS * 32, MR == 1 ? 8 : 1) gemv_kernel(float *y, const float *x, const void *w,
+                                                                              const float *bias, int M, int N, int K) {
     int lane = threadIdx.x % 32, warp = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int n0 = warp * R;
     if (n0 >= N) return;
     size_t wrow[R];
 #pragma unroll
     for (int r = 0; r < R; r++) wrow[r] = (size_t)(n0 + r < N ? n0 + r : n0) * K;
-    for (int m0 = 0; m0 < M; m0 += GEMV_ROWS) {
-        int mr = M - m0 < GEMV_ROWS ? M - m0 : GEMV_ROWS;
+    for (int m0 = 0; m0 < M; m0 += MR) {
+        int mr = M - m0 < MR ? M - m0 : MR;
         const float *xm = x + (size_t)m0 * K;
-        float acc[R][GEMV_ROWS];
+        float acc[R][MR];
 #pragma unroll
         for (int r = 0; r < R; r++)
 #pragma unroll
-            for (int m = 0; m < GEMV_ROWS; m++) acc[r][m] = 0.0f;
+            for (int m = 0; m < MR; m++) acc[r][m] = 0.0f;
+        /* many loads in flight where registers allow (one activation row) */
+        constexpr int U = MR == 1 ? 8 : 2;
         int k = lane * 8;
-        for (; k + (GEMV_UNROLL - 1) * 256 < K; k += GEMV_UNROLL * 256) {
-            uint4 u[GEMV_UNROLL][R];
+        for (; k + (U - 1) * 256 < K; k += U * 256) {
+            uint4 u[U][R];
 #pragma unroll
-            for (int i = 0; i < GEMV_UNROLL; i++)
+            for (int i = 0; i < U; i++)
 #pragma unroll
                 for (int r = 0; r < R; r++) u[i][r] = wfetch<DT>(w, wrow[r] + k + i * 256);
 #pragma unroll
-            for (int i = 0; i < GEMV_UNROLL; i++) {
+            for (int i = 0; i < U; i++) {
                 float wv[R][8];
 #pragma unroll
                 for (int r = 0; r < R; r++) wunpack<DT>(w, wrow[r] + k + i * 256, u[i][r], wv[r]);
-                gemv_step<R>(acc, wv, xm, K, mr, (size_t)k + i * 256);
+                gemv_step<R, MR>(acc, wv, xm, K, mr, (size_t)k + i * 256);
             }
         }
         for (; k < K; k += 256) {
             float wv[R][8];
 #pragma unroll
             for (int r = 0; r < R; r++) wunpack<DT>(w, wrow[r] + k, wfetch<DT>(w, wrow[r] + k), wv[r]);
-            gemv_step<R>(acc, wv, xm, K, mr, (size_t)k);
+            gemv_step<R, MR>(acc, wv, xm, K, mr, (size_t)k);
         }
 #pragma unroll
         for (int r = 0; r < R; r++)
 #pragma unroll
-            for (int m = 0; m < GEMV_ROWS; m++) {
+            for (int m = 0; m < MR; m++) {
                 float v = acc[r][m];
                 for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
                 acc[r][m] = v;
@@ -130,8 +133,8 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_kernel(float *y, const f
 #pragma unroll
         for (int r = 0; r < R; r++)
 #pragma unroll
-            for (int m = 0; m < GEMV_ROWS; m++)
-                if (lane == (r * GEMV_ROWS + m) % 32 && m < mr && n0 + r < N)
+            for (int m = 0; m < MR; m++)
+                if (lane == (r * MR + m) % 32 && m < mr && n0 + r < N)
                     y[(size_t)(m0 + m) * N + n0 + r] = acc[r][m] + (bias ? bias[n0 + r] : 0.0f);
     }
 }
@@ -178,10 +181,11 @@ static void gemv_launch(cuda_backend *cb, float *y, const float *x, int M, const
      * k/v projections spread over every multiprocessor. */
     if (M > GEMV_ROWS) {
         unsigned grid = (unsigned)((N + 4 * GEMV_WARPS - 1) / (4 * GEMV_WARPS));
-        gemv_kernel<DT, 4><<<grid, GEMV_WARPS * 32, 0, cb->stream>>>(y, x, w->data, bias, M, N, K);
+        gemv_kernel<DT, 4, GEMV_ROWS><<<grid, GEMV_WARPS * 32, 0, cb->stream>>>(y, x, w->data, bias, M, N, K);
     } else {
         unsigned grid = (unsigned)((N + GEMV_WARPS - 1) / GEMV_WARPS);
-        gemv_kernel<DT, 1><<<grid, GEMV_WARPS * 32, 0, cb->stream>>>(y, x, w->data, bias, M, N, K);
+        if (M == 1) gemv_kernel<DT, 1, 1><<<grid, GEMV_WARPS * 32, 0, cb->stream>>>(y, x, w->data, bias, M, N, K);
+        else gemv_kernel<DT, 1, GEMV_ROWS><<<grid, GEMV_WARPS * 32, 0, cb->stream>>>(y, x, w->data, bias, M, N, K);
     }
 }
 

@@ -28,9 +28,11 @@ __global__ void rmsnorm_kernel(float *y, const float *x, const float *gain, int 
     const float *xr = x + (size_t)blockIdx.x * n;
     float *yr = y + (size_t)blockIdx.x * n;
     double ss = 0;
+#pragma unroll 4
     for (int i = threadIdx.x; i < n; i += blockDim.x) ss += (double)xr[i] * xr[i];
     ss = block_sum_d(ss, red); /* every read of x precedes this barrier, so y may alias x */
     float inv = (float)(1.0 / sqrt(ss / n + (double)eps));
+#pragma unroll 4
     for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * inv * (gain[i] + offset);
 }
 
@@ -39,7 +41,9 @@ void cuda_rmsnorm(em_backend *be, float *y, const float *x, const float *gain, i
     cuda_backend *cb = cuda_enter(be);
     if (rows <= 0 || n <= 0) return;
     if (cuda_graph_skip(cb, y, x, gain, rows, n, eps, gain_offset)) return;
-    rmsnorm_kernel<<<rows, ROW_THREADS, 0, cb->stream>>>(y, x, gain, n, eps, gain_offset);
+    /* few rows (decode): wide blocks, so each thread's loads are few */
+    int threads = rows >= 64 || n <= ROW_THREADS ? ROW_THREADS : 1024;
+    rmsnorm_kernel<<<rows, threads, 0, cb->stream>>>(y, x, gain, n, eps, gain_offset);
     CUDA_LAUNCHED(cb, "rmsnorm");
 }
 
