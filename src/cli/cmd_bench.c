@@ -21,6 +21,8 @@ static void bench_help(void) {
            "  --spec mtp            decode with MTP speculation (greedy, through em_generate); reports\n"
            "                        the acceptance rate and tokens per trunk step\n"
            "  --draft-tokens K      tokens drafted per trunk step with --spec (default 2)\n"
+           "  --batch B             decode B sequences together, one token each per step; decode\n"
+           "                        tokens/s is then the aggregate of all B (default 1)\n"
            "  --json                machine-readable output\n", cli_model_opts_help());
 }
 
@@ -61,10 +63,16 @@ static em_status run_spec(em_model *m, const int32_t *ids, int n_prompt, int n_g
     return EM_OK;
 }
 
-static em_status run_once(em_model *m, int n_prompt, int n_gen, int spec_k, bench_result *r) {
+/* Prefills `batch` sequences with the same prompt, then decodes n_gen steps
+ * of one token per sequence in one forward each (the serving engine's
+ * decode step without its scheduling). Decode tokens/s count every
+ * sequence's tokens. */
+static em_status run_once(em_model *m, int n_prompt, int n_gen, int spec_k, int batch, bench_result *r) {
     int32_t *ids = em_mallocn((size_t)n_prompt + (size_t)n_gen, sizeof *ids);
-    float *logits = em_mallocn((size_t)m->cfg.vocab, sizeof *logits);
-    em_status s = ids && logits ? EM_OK : em_fail(EM_ERR_NOMEM, "out of memory");
+    float *logits = em_mallocn((size_t)m->cfg.vocab * (size_t)batch, sizeof *logits);
+    int *seqs = em_mallocn((size_t)batch, sizeof *seqs);
+    em_span *spans = em_mallocn((size_t)batch, sizeof *spans);
+    em_status s = ids && logits && seqs && spans ? EM_OK : em_fail(EM_ERR_NOMEM, "out of memory");
     uint64_t x = 88172645463325252ULL;
     for (int i = 0; s == EM_OK && i < n_prompt + n_gen; i++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
@@ -72,33 +80,37 @@ static em_status run_once(em_model *m, int n_prompt, int n_gen, int spec_k, benc
     }
     if (s == EM_OK && spec_k > 0) {
         s = run_spec(m, ids, n_prompt, n_gen, spec_k, r);
-        free(ids);
-        free(logits);
-        return s;
+        goto out;
     }
-    int seq = -1;
-    if (s == EM_OK) s = kv_seq_alloc(m->kv, &seq);
+    int n_seqs = 0;
+    for (; s == EM_OK && n_seqs < batch; n_seqs++) s = kv_seq_alloc(m->kv, &seqs[n_seqs]);
+    if (s != EM_OK) n_seqs--;
     double t0 = em_now();
-    for (int done = 0; s == EM_OK && done < n_prompt;) {
-        int n = n_prompt - done < 512 ? n_prompt - done : 512;
-        em_span sp = {seq, ids + done, n, done + n == n_prompt ? LOGITS_LAST : LOGITS_NONE};
-        em_batch b = {&sp, 1};
-        s = model_forward(m, &b, logits);
-        done += n;
+    for (int q = 0; s == EM_OK && q < batch; q++) {
+        for (int done = 0; s == EM_OK && done < n_prompt;) {
+            int n = n_prompt - done < 512 ? n_prompt - done : 512;
+            em_span sp = {seqs[q], ids + done, n, done + n == n_prompt ? LOGITS_LAST : LOGITS_NONE};
+            em_batch b = {&sp, 1};
+            s = model_forward(m, &b, logits);
+            done += n;
+        }
+        if (q == 0) r->ttft = em_now() - t0;
     }
     double t1 = em_now();
     for (int i = 0; s == EM_OK && i < n_gen; i++) {
-        em_span sp = {seq, ids + n_prompt + i, 1, LOGITS_LAST};
-        em_batch b = {&sp, 1};
+        for (int q = 0; q < batch; q++) spans[q] = (em_span){seqs[q], ids + n_prompt + i, 1, LOGITS_LAST};
+        em_batch b = {spans, batch};
         s = model_forward(m, &b, logits);
-        if (i == 0) r->ttft = (em_now() - t0);
     }
     double t2 = em_now();
-    if (seq >= 0) kv_seq_release(m->kv, seq);
-    r->prefill_tps = n_prompt / (t1 - t0);
-    r->decode_tps = n_gen / (t2 - t1);
+    for (int q = 0; q < n_seqs; q++) kv_seq_release(m->kv, seqs[q]);
+    r->prefill_tps = (double)n_prompt * batch / (t1 - t0);
+    r->decode_tps = (double)n_gen * batch / (t2 - t1);
+out:
     free(ids);
     free(logits);
+    free(seqs);
+    free(spans);
     return s;
 }
 
@@ -110,7 +122,7 @@ static int cmd_bench(int argc, char **argv) {
     cli_model_opts mo;
     cli_model_opts_init(&mo, EM_PRECISION_FAST);
     const char *model = NULL;
-    long n_prompt = 512, n_gen = 128, repeat = 1, draft_tokens = 2;
+    long n_prompt = 512, n_gen = 128, repeat = 1, draft_tokens = 2, batch = 1;
     bool json = false, spec = false;
     for (int i = 1; i < argc; i++) {
         int r = cli_model_opt(&mo, argc, argv, &i, "bench");
@@ -119,6 +131,7 @@ static int cmd_bench(int argc, char **argv) {
         long *target = cli_arg_is(argv[i], "--prompt-tokens") ? &n_prompt
                      : cli_arg_is(argv[i], "--gen-tokens")    ? &n_gen
                      : cli_arg_is(argv[i], "--repeat")        ? &repeat
+                     : cli_arg_is(argv[i], "--batch")         ? &batch
                                                               : NULL;
         if (target) {
             const char *v = cli_take_value(argc, argv, &i, "bench");
@@ -136,7 +149,9 @@ static int cmd_bench(int argc, char **argv) {
         else { cli_error("bench", "unexpected argument %s", argv[i]); return CLI_USAGE; }
     }
     if (!model) { cli_error("bench", "MODEL is required (see --help)"); return CLI_USAGE; }
-    mo.open.max_sequences = 1;
+    if (spec && batch > 1) { cli_error("bench", "--spec measures one sequence: leave out --batch"); return CLI_USAGE; }
+    if (batch > 4096) { cli_error("bench", "--batch is at most 4096"); return CLI_USAGE; }
+    mo.open.max_sequences = (int)batch;
     if (!mo.open.max_context) mo.open.max_context = (int)(n_prompt + n_gen + 1);
     em_model *m;
     char *model_dir;
@@ -165,7 +180,7 @@ static int cmd_bench(int argc, char **argv) {
     bench_result best = {0}, r = {0};
     em_status s = EM_OK;
     for (long k = 0; k < repeat && s == EM_OK; k++) {
-        s = run_once(m, (int)n_prompt, (int)n_gen, spec ? (int)draft_tokens : 0, &r);
+        s = run_once(m, (int)n_prompt, (int)n_gen, spec ? (int)draft_tokens : 0, (int)batch, &r);
         if (r.decode_tps > best.decode_tps) {
             best.decode_tps = r.decode_tps;
             best.spec_steps = r.spec_steps, best.spec_drafted = r.spec_drafted;
@@ -178,22 +193,24 @@ static int cmd_bench(int argc, char **argv) {
         cli_error("bench", "%s", em_last_error());
         rc = CLI_FAIL;
     } else {
-        double bpt = decode_bytes(m), roof = bw > 0 ? bw / bpt : 0;
+        /* a step reads the weights once whatever the batch: the roofline
+         * bounds steps per second */
+        double bpt = decode_bytes(m), roof = bw > 0 ? bw / bpt : 0, steps = best.decode_tps / (double)batch;
         const char *prec = m->prefill_math == EM_MATH_FAST ? "fast" : "exact";
         if (json)
-            printf("{\"model\":\"%s\",\"device\":\"%s\",\"threads\":%d,\"precision\":\"%s\",\"prompt_tokens\":%ld,\"gen_tokens\":%ld,"
+            printf("{\"model\":\"%s\",\"device\":\"%s\",\"threads\":%d,\"precision\":\"%s\",\"batch\":%ld,\"prompt_tokens\":%ld,\"gen_tokens\":%ld,"
                    "\"prefill_tps\":%.2f,\"decode_tps\":%.3f,\"ttft_s\":%.4f,\"bandwidth_gbs\":%.2f,"
                    "\"bytes_per_token\":%.0f,\"roofline_tps\":%.3f,\"roofline_fraction\":%.4f}\n",
-                   m->name, m->be->ops->name, m->be->n_threads, prec, n_prompt, n_gen, best.prefill_tps, best.decode_tps, best.ttft,
-                   bw / 1e9, bpt, roof, roof > 0 ? best.decode_tps / roof : 0);
+                   m->name, m->be->ops->name, m->be->n_threads, prec, batch, n_prompt, n_gen, best.prefill_tps, best.decode_tps, best.ttft,
+                   bw / 1e9, bpt, roof, roof > 0 ? steps / roof : 0);
         else
             printf("model %s (%s) on %s, precision %s\n"
                    "prefill: %ld tokens at %.1f tokens/s (time to first token %.3f s)\n"
-                   "decode:  %ld tokens at %.2f tokens/s\n"
+                   "decode:  %ld tokens x %ld sequences at %.2f tokens/s\n"
                    "memory:  %.1f GB/s read bandwidth, %.2f GB read per token, roofline %.2f tokens/s\n"
-                   "decode reaches %.1f%% of the memory roofline\n",
-                   m->name, m->cfg.model_type, m->be->desc, prec, n_prompt, best.prefill_tps, best.ttft, n_gen,
-                   best.decode_tps, bw / 1e9, bpt / 1e9, roof, roof > 0 ? 100 * best.decode_tps / roof : 0);
+                   "decode steps reach %.1f%% of the memory roofline\n",
+                   m->name, m->cfg.model_type, m->be->desc, prec, n_prompt, best.prefill_tps, best.ttft, n_gen, batch,
+                   best.decode_tps, bw / 1e9, bpt / 1e9, roof, roof > 0 ? 100 * steps / roof : 0);
         if (spec && best.spec_steps) {
             double rate = best.spec_drafted ? (double)best.spec_accepted / (double)best.spec_drafted : 0;
             double per_step = (double)best.spec_tokens / (double)best.spec_steps;

@@ -205,6 +205,7 @@ static void step(em_scheduler *s) {
     em_status st = ensure_logits(s, rows);
     em_batch b = {s->spans, n};
     if (st == EM_OK) st = model_forward(s->m, &b, s->logits);
+    double t1 = em_now();
     if (st != EM_OK) {
         EM_LOGE("scheduler: forward failed: %s", em_last_error());
         fail_all(s, st);
@@ -226,7 +227,10 @@ static void step(em_scheduler *s) {
     s->stats.batched_tokens += (unsigned long long)tokens;
     s->stats.prefill_tokens += (unsigned long long)prefill;
     s->stats.decode_tokens += (unsigned long long)(tokens - prefill);
-    s->stats.busy_seconds += em_now() - t0;
+    double t2 = em_now();
+    s->stats.busy_seconds += t2 - t0;
+    s->stats.forward_seconds += t1 - t0;
+    s->stats.sample_seconds += t2 - t1;
     pthread_mutex_unlock(&s->mu);
 }
 

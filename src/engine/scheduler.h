@@ -32,6 +32,9 @@ typedef struct sched_stats {
     unsigned long long steps, batched_tokens, prefill_tokens, decode_tokens, preemptions;
     int active, waiting;
     double busy_seconds;
+    /* where a step's time goes: the forward (with the logits' download),
+     * then sampling and streaming the new tokens */
+    double forward_seconds, sample_seconds;
     unsigned long long prefix_lookup_tokens, prefix_hit_tokens, prefix_evictions;
     size_t prefix_cached_bytes;
     int kv_blocks_total, kv_blocks_free;

@@ -35,12 +35,13 @@ static json_t *engine_stats_json(struct em_scheduler *sc) {
     sched_stats st;
     sched_get_stats(sc, &st);
     double hit_rate = st.prefix_lookup_tokens ? (double)st.prefix_hit_tokens / (double)st.prefix_lookup_tokens : 0.0;
-    return json_pack("{s:{s:I, s:I, s:I, s:I, s:f, s:I, s:i, s:i}, s:{s:I, s:I, s:f, s:I, s:I}, s:{s:i, s:i}}",
+    return json_pack("{s:{s:I, s:I, s:I, s:I, s:f, s:I, s:i, s:i, s:f, s:f, s:f}, s:{s:I, s:I, s:f, s:I, s:I}, s:{s:i, s:i}}",
                      "batching", "steps", (json_int_t)st.steps, "batched_tokens", (json_int_t)st.batched_tokens,
                      "prefill_tokens", (json_int_t)st.prefill_tokens, "decode_tokens", (json_int_t)st.decode_tokens,
                      "mean_tokens_per_step", st.steps ? (double)st.batched_tokens / (double)st.steps : 0.0,
                      "preemptions", (json_int_t)st.preemptions, "active", st.active, "waiting", st.waiting,
-                     "prefix_cache", "lookup_tokens", (json_int_t)st.prefix_lookup_tokens, "hit_tokens",
+                     "busy_seconds", st.busy_seconds, "forward_seconds", st.forward_seconds, "sample_seconds",
+                     st.sample_seconds, "prefix_cache", "lookup_tokens", (json_int_t)st.prefix_lookup_tokens, "hit_tokens",
                      (json_int_t)st.prefix_hit_tokens, "hit_rate", hit_rate, "evictions",
                      (json_int_t)st.prefix_evictions, "cached_bytes", (json_int_t)st.prefix_cached_bytes,
                      "kv_cache", "blocks_total", st.kv_blocks_total, "blocks_free", st.kv_blocks_free);
