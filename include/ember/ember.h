@@ -146,6 +146,8 @@ typedef struct em_generate_params {
     int max_tokens;
     em_sampling sampling;
     int top_logprobs;           /* 0..EM_MAX_TOP_LOGPROBS alternatives per token */
+    int no_logprob;             /* leave em_token_info.logprob 0 unless top_logprobs > 0:
+                                   saves a pass over the vocabulary per token */
     const int32_t *bias_ids;    /* logit_bias: added to the logits of these ids */
     const float *bias_values;
     size_t n_bias;

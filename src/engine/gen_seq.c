@@ -127,6 +127,6 @@ em_status gen_seq_sample(gen_seq *g, float *logits) {
     }
     gen_seq_process(g, logits);
     em_token_info info = {0};
-    int32_t tok = sampler_pick(&g->smp, logits, g->p->top_logprobs, &info);
+    int32_t tok = sampler_pick(&g->smp, logits, g->p->top_logprobs, !g->p->no_logprob, &info);
     return gen_seq_emit(g, tok, &info);
 }

@@ -227,11 +227,14 @@ void sampler_describe(sampler *s, const float *logits, int32_t tok, int top_n, e
     info->logprob = (float)((double)(logits[tok] - mx) - lse);
 }
 
-int32_t sampler_pick(sampler *s, const float *logits, int top_n, em_token_info *info) {
+int32_t sampler_pick(sampler *s, const float *logits, int top_n, bool logprob, em_token_info *info) {
     int n = s->n_vocab;
-    float mx;
-    double lse;
-    log_softmax_stats(logits, n, &mx, &lse);
+    float mx = -INFINITY;
+    double lse = 0;
+    /* the log-softmax costs an exp per vocabulary entry: only when asked */
+    if (logprob || top_n > 0) log_softmax_stats(logits, n, &mx, &lse);
+    else
+        for (int i = 0; i < n; i++) mx = logits[i] > mx ? logits[i] : mx;
     if (top_n > 0) fill_top(logits, n, top_n, mx, lse, info);
     else info->n_top = 0;
     int32_t tok;
@@ -251,6 +254,6 @@ int32_t sampler_pick(sampler *s, const float *logits, int top_n, em_token_info *
         }
     }
     info->token = tok;
-    info->logprob = (float)((double)(logits[tok] - mx) - lse);
+    info->logprob = logprob || top_n > 0 ? (float)((double)(logits[tok] - mx) - lse) : 0.0f;
     return tok;
 }

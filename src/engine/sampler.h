@@ -7,6 +7,7 @@
 
 #include "ember/ember.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef struct sampler {
@@ -26,9 +27,10 @@ void sampler_free(sampler *s);
  * prompt included). */
 void sampler_process(sampler *s, float *logits, const int32_t *history, size_t n_history,
                      const int32_t *bias_ids, const float *bias_values, size_t n_bias);
-/* Picks the next token from processed logits. Fills info->logprob and, when
- * top_n > 0, the top_n alternatives (log-softmax of the processed logits). */
-int32_t sampler_pick(sampler *s, const float *logits, int top_n, em_token_info *info);
+/* Picks the next token from processed logits. Fills info->logprob when
+ * `logprob` (else 0) and, when top_n > 0, the top_n alternatives
+ * (log-softmax of the processed logits). */
+int32_t sampler_pick(sampler *s, const float *logits, int top_n, bool logprob, em_token_info *info);
 
 /* Uniform double in [0, 1) from the sampler's generator. */
 double sampler_uniform(sampler *s);

@@ -226,7 +226,7 @@ static em_status round_once(gen_seq *g, spec_state *s, int32_t x, int32_t *next,
         float *L = s->vlogits + (size_t)k * s->V;
         gen_seq_process(g, L);
         memset(&info, 0, sizeof info);
-        t = sampler_pick(&g->smp, L, p->top_logprobs, &info);
+        t = sampler_pick(&g->smp, L, p->top_logprobs, !p->no_logprob, &info);
     }
     /* keep x_N and the accepted drafts; their rows stay pending for the head */
     EM_TRY(model_seq_truncate(m, g->seq, N + a + 1));
@@ -241,7 +241,7 @@ em_status spec_decode(gen_seq *g, void *v) {
     if (gen_seq_should_stop(g)) return EM_OK;
     gen_seq_process(g, g->logits);
     em_token_info info = {0};
-    int32_t x = sampler_pick(&g->smp, g->logits, p->top_logprobs, &info);
+    int32_t x = sampler_pick(&g->smp, g->logits, p->top_logprobs, !p->no_logprob, &info);
     bool done = false;
     EM_TRY(emit(g, x, &info, &done));
     while (!done && !gen_seq_should_stop(g)) EM_TRY(round_once(g, s, x, &x, &done));

@@ -47,7 +47,7 @@ static void check_distribution(em_sampling p, const char *what) {
         float l[V];
         memcpy(l, base_logits, sizeof l);
         em_token_info info;
-        counts[sampler_pick(&s, l, 0, &info)]++;
+        counts[sampler_pick(&s, l, 0, false, &info)]++;
     }
     double q[V], worst = 0;
     expected(&p, q);
@@ -87,7 +87,7 @@ int main(void) {
         memcpy(l1, base_logits, sizeof l1);
         memcpy(l2, base_logits, sizeof l2);
         em_token_info i1, i2;
-        same &= sampler_pick(&a, l1, 3, &i1) == sampler_pick(&b, l2, 3, &i2);
+        same &= sampler_pick(&a, l1, 3, true, &i1) == sampler_pick(&b, l2, 3, true, &i2);
         same &= i1.n_top == 3 && i1.top_ids[0] == 0 && i1.top_ids[1] == 1 && i1.top_ids[2] == 2;
     }
     CHECK(same);
@@ -101,7 +101,7 @@ int main(void) {
     float l[V];
     memcpy(l, base_logits, sizeof l);
     em_token_info info;
-    CHECK(sampler_pick(&gs, l, 0, &info) == 0);
+    CHECK(sampler_pick(&gs, l, 0, true, &info) == 0);
     double lse = 0;
     for (int i = 0; i < V; i++) lse += exp(base_logits[i] - 2.0);
     CHECK_NEAR(info.logprob, -log(lse), 1e-5);
