@@ -58,14 +58,14 @@ template <int DT> __device__ __forceinline__ void wunpack(const void *w, size_t 
     }
 }
 
-template <int R, int MR>
+template <int R, int MR, bool SMEM = false>
 __device__ __forceinline__ void gemv_step(float (*acc)[MR], const float (*wv)[8], const float *x, int K, int mr,
                                           size_t k) {
 #pragma unroll
     for (int m = 0; m < MR; m++) {
         if (m < mr) {
             const float4 *xp = (const float4 *)(x + (size_t)m * K + k);
-            float4 a = __ldg(xp), b = __ldg(xp + 1);
+            float4 a = SMEM ? xp[0] : __ldg(xp), b = SMEM ? xp[1] : __ldg(xp + 1);
 #pragma unroll
             for (int r = 0; r < R; r++) {
                 float s = acc[r][m];
@@ -139,6 +139,68 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32, MR == 1 ? 8 : 1) gemv_kernel(
     }
 }
 
+/* Batches of more than 8 rows: the same per-row arithmetic as gemv_kernel
+ * (so a sequence's logits still do not depend on its batch), with the
+ * activations staged in shared memory, where the block's warps share
+ * them, and each weight load serving 16 rows. */
+#define GEMVB_R 4
+#define GEMVB_MR 16
+#define GEMVB_KC 512 /* a multiple of 256: each lane keeps its k positions */
+
+template <int DT>
+__global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_batch_kernel(float *y, const float *x, const void *w,
+                                                                     const float *bias, int M, int N, int K) {
+    constexpr int R = GEMVB_R, MR = GEMVB_MR, KC = GEMVB_KC;
+    __shared__ __align__(16) float xs[MR * KC];
+    int lane = threadIdx.x % 32, n0 = (blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * R;
+    bool active = n0 < N; /* inactive warps still stage and synchronise */
+    size_t wrow[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) wrow[r] = (size_t)(n0 + r < N ? n0 + r : (active ? n0 : 0)) * K;
+    for (int m0 = 0; m0 < M; m0 += MR) {
+        int mr = M - m0 < MR ? M - m0 : MR;
+        float acc[R][MR];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int m = 0; m < MR; m++) acc[r][m] = 0.0f;
+        for (int k0 = 0; k0 < K; k0 += KC) {
+            int kc = K - k0 < KC ? K - k0 : KC, q = kc / 4;
+            __syncthreads(); /* the previous chunk has been consumed */
+            for (int i = threadIdx.x; i < mr * q; i += blockDim.x) {
+                int m = i / q, c = i % q;
+                ((float4 *)xs)[m * (KC / 4) + c] = __ldg((const float4 *)(x + (size_t)(m0 + m) * K + k0) + c);
+            }
+            __syncthreads();
+            if (!active) continue;
+            for (int k = lane * 8; k < kc; k += 256) {
+                uint4 u[R];
+#pragma unroll
+                for (int r = 0; r < R; r++) u[r] = wfetch<DT>(w, wrow[r] + k0 + k);
+                float wv[R][8];
+#pragma unroll
+                for (int r = 0; r < R; r++) wunpack<DT>(w, wrow[r] + k0 + k, u[r], wv[r]);
+                gemv_step<R, MR, true>(acc, wv, xs, KC, mr, (size_t)k);
+            }
+        }
+        if (!active) continue;
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int m = 0; m < MR; m++) {
+                float v = acc[r][m];
+                for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+                acc[r][m] = v;
+            }
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int m = 0; m < MR; m++)
+                if (lane == (r * MR + m) % 32 && m < mr && n0 + r < N)
+                    y[(size_t)(m0 + m) * N + n0 + r] = acc[r][m] + (bias ? bias[n0 + r] : 0.0f);
+    }
+}
+
 /* Scalar path for odd K or unaligned data: one warp per row, lane-strided. */
 template <int DT>
 __global__ void gemv_scalar_kernel(float *y, const float *x, const void *w, const float *bias, int M, int N, int K) {
@@ -176,12 +238,12 @@ static void gemv_launch(cuda_backend *cb, float *y, const float *x, int M, const
             y, x, w->data, bias, M, N, K);
         return;
     }
-    /* Batches of more than one pass share each weight load across 4 rows
-     * per warp; small ones keep one row per warp so that even the narrow
-     * k/v projections spread over every multiprocessor. */
+    /* Batches of more than one pass stage their activations in shared
+     * memory; small ones keep one weight row per warp so that even the
+     * narrow k/v projections spread over every multiprocessor. */
     if (M > GEMV_ROWS) {
-        unsigned grid = (unsigned)((N + 4 * GEMV_WARPS - 1) / (4 * GEMV_WARPS));
-        gemv_kernel<DT, 4, GEMV_ROWS><<<grid, GEMV_WARPS * 32, 0, cb->stream>>>(y, x, w->data, bias, M, N, K);
+        unsigned grid = (unsigned)((N + GEMVB_R * GEMV_WARPS - 1) / (GEMVB_R * GEMV_WARPS));
+        gemv_batch_kernel<DT><<<grid, GEMV_WARPS * 32, 0, cb->stream>>>(y, x, w->data, bias, M, N, K);
     } else {
         unsigned grid = (unsigned)((N + GEMV_WARPS - 1) / GEMV_WARPS);
         if (M == 1) gemv_kernel<DT, 1, 1><<<grid, GEMV_WARPS * 32, 0, cb->stream>>>(y, x, w->data, bias, M, N, K);
