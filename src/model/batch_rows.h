@@ -1,10 +1,13 @@
 /* batch_rows.h — per-row arithmetic of a batch, shared by the families.
  *
- * A batch's rows are grouped into runs of equal arithmetic: rows of a span
- * long enough to be a prefill chunk may use FAST math (bf16 dot products);
- * all other rows (decode steps, speculative verification) are EXACT. So a
- * sequence's numbers never depend on what else shares its batch, and a
- * verified draft span computes what single steps would. */
+ * A batch's rows are grouped into runs of equal arithmetic. With EXACT as
+ * the model's math every row is EXACT, so a sequence's numbers never depend
+ * on what else shares its batch. With FAST, rows of a span long enough to
+ * be a prefill chunk use bf16 dot products, and so do short spans (decode
+ * steps) when together they make a GEMM of at least FAST_MIN_SPAN rows —
+ * a busy server's decode batch; fewer decode rows stay EXACT. Spans marked
+ * exact_only (speculative verification) are always EXACT, so a verified
+ * draft span computes what single steps would. */
 #ifndef EMBER_MODEL_BATCH_ROWS_H
 #define EMBER_MODEL_BATCH_ROWS_H
 

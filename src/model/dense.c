@@ -240,6 +240,16 @@ static void mlp_block(em_model *m, dense_impl *d, dense_layer *L, int T) {
     op->add(be, d->x, d->h, (size_t)T * c->hidden);
 }
 
+/* The head runs EXACT for single positions and for LOGITS_ALL (reference
+ * comparisons); a large batch of last positions under FAST math is a GEMM
+ * like the decode batch's other matmuls (batch_rows.h). */
+static em_math head_math(const em_model *m, const em_batch *b, int rows) {
+    if (m->prefill_math != EM_MATH_FAST || rows < FAST_MIN_SPAN) return EM_MATH_EXACT;
+    for (int s = 0; s < b->n_spans; s++)
+        if (b->spans[s].logits == LOGITS_ALL) return EM_MATH_EXACT;
+    return EM_MATH_FAST;
+}
+
 /* The operations of one forward over the batch, from the embedding to the
  * head's logits in backend memory (or in `logits` on a host-memory
  * backend). Issued again unchanged when a recorded step must rerun. */
@@ -253,17 +263,17 @@ static void forward_ops(em_model *m, dense_impl *d, const em_batch *b, int T, fl
     }
     int rows = batch_gather_logit_rows(m->be, b, d->x, d->h, c->hidden);
     if (!rows) return;
-    /* the head runs EXACT: its rows are single positions (or, for
-     * LOGITS_ALL, reference comparisons) */
     be->ops->rmsnorm(be, d->h, d->h, d->final_norm, rows, c->hidden, (float)c->rms_eps, 0.0f);
-    be->ops->matmul(be, be->ops->host_memory ? logits : d->logits, d->h, rows, &d->head, NULL, EM_MATH_EXACT);
+    be->ops->matmul(be, be->ops->host_memory ? logits : d->logits, d->h, rows, &d->head, NULL, head_math(m, b, rows));
 }
 
 /* A decode step the backend may record: one token and its logits per
- * sequence, few enough rows for the GEMV path (no library GEMMs, whose
- * workspaces do not suit recording). */
+ * sequence, all rows EXACT and few enough for the GEMV path (no library
+ * GEMMs, whose workspaces do not suit recording). */
 static bool recordable(const em_model *m, const dense_impl *d, const em_batch *b, int T) {
-    if (!d->graphs || !m->be->ops->graph_begin || T > 64) return false;
+    if (!d->graphs || !m->be->ops->graph_begin || T > 64 || head_math(m, b, T) != EM_MATH_EXACT) return false;
+    for (int i = 0; i < d->runs.n; i++)
+        if (d->runs.math[i] != EM_MATH_EXACT) return false;
     for (int s = 0; s < b->n_spans; s++)
         if (b->spans[s].n != 1 || b->spans[s].logits != LOGITS_LAST) return false;
     return true;
