@@ -85,11 +85,32 @@ static int cmp_prob_desc(const void *a, const void *b, void *ctx) {
     return *(const int32_t *)a - *(const int32_t *)b; /* ties: lower id first, deterministic */
 }
 
+/* The largest logit, in 8 independent running maxima so the compiler can
+ * keep them in one vector register (a scan of a 150k vocabulary is then
+ * bound by memory, not by a chain of compares). NaN never wins. */
+static float max_logit(const float *l, int n) {
+    float m[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) m[j] = l[i + j] > m[j] ? l[i + j] : m[j];
+    float best = -INFINITY;
+    for (int j = 0; j < 8; j++) best = m[j] > best ? m[j] : best;
+    for (; i < n; i++) best = l[i] > best ? l[i] : best;
+    return best;
+}
+
+/* The lowest id holding the largest logit (0 when every logit is NaN). */
+static int32_t argmax_of(const float *l, int n, float mx) {
+    for (int i = 0; i < n; i++)
+        if (l[i] == mx) return i;
+    return 0;
+}
+
+static int32_t argmax(const float *l, int n) { return argmax_of(l, n, max_logit(l, n)); }
+
 /* Log-softmax statistics of the processed logits: max and log-sum-exp. */
 static void log_softmax_stats(const float *l, int n, float *mx, double *lse) {
-    float m = -INFINITY;
-    for (int i = 0; i < n; i++)
-        if (l[i] > m) m = l[i];
+    float m = max_logit(l, n);
     double sum = 0;
     for (int i = 0; i < n; i++) sum += exp((double)(l[i] - m));
     *mx = m;
@@ -113,12 +134,6 @@ static void fill_top(const float *l, int n, int top_n, float mx, double lse, em_
     for (int k = 0; k < info->n_top; k++) info->top_logprobs[k] = (float)((double)(l[info->top_ids[k]] - mx) - lse);
 }
 
-static int32_t argmax(const float *l, int n) {
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (l[i] > l[best]) best = i;
-    return best;
-}
 
 /* Candidates of tempered sampling in s->cand[0..*nc) with unnormalised
  * probabilities in s->probs (temperature, top-k, top-p, min-p in the
@@ -193,9 +208,7 @@ void sampler_distribution(sampler *s, const float *logits, float *probs) {
         probs[argmax(logits, n)] = 1.0f;
         return;
     }
-    float mx = -INFINITY;
-    for (int i = 0; i < n; i++)
-        if (logits[i] > mx) mx = logits[i];
+    float mx = max_logit(logits, n);
     int nc;
     double sum = candidates(s, logits, mx, &nc);
     for (int i = 0; i < nc; i++) probs[s->cand[i]] = (float)(s->probs[s->cand[i]] / sum);
@@ -233,13 +246,12 @@ int32_t sampler_pick(sampler *s, const float *logits, int top_n, bool logprob, e
     double lse = 0;
     /* the log-softmax costs an exp per vocabulary entry: only when asked */
     if (logprob || top_n > 0) log_softmax_stats(logits, n, &mx, &lse);
-    else
-        for (int i = 0; i < n; i++) mx = logits[i] > mx ? logits[i] : mx;
+    else mx = max_logit(logits, n);
     if (top_n > 0) fill_top(logits, n, top_n, mx, lse, info);
     else info->n_top = 0;
     int32_t tok;
     if (is_greedy(&s->p)) {
-        tok = argmax(logits, n);
+        tok = argmax_of(logits, n, mx);
     } else {
         int nc;
         double sum = candidates(s, logits, mx, &nc);
