@@ -80,6 +80,10 @@ typedef struct em_backend_ops {
     em_status (*download)(em_backend *be, void *dst, const void *src, size_t bytes);
     /* Copy within backend memory (regions may overlap). */
     void (*copy)(em_backend *be, void *dst, const void *src, size_t bytes);
+    /* Host memory the backend's transfers are fastest from and to (pinned
+     * for a GPU); optional (NULL: callers use malloc). */
+    void *(*host_alloc)(em_backend *be, size_t bytes);
+    void (*host_free)(em_backend *be, void *p);
     /* Bytes of backend memory still free, or 0 when not bounded apart from
      * the host's (CPU). Optional (NULL: 0). */
     size_t (*mem_free)(em_backend *be);

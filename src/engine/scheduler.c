@@ -180,10 +180,24 @@ static int build_batch(em_scheduler *s, int *n_rows) {
     return n;
 }
 
+/* Host logits of a step, in the backend's transfer memory where it has one
+ * (pinned: a large batch's download runs at full speed). */
+static void free_logits(em_scheduler *s) {
+    em_backend *be = s->m->be;
+    if (s->logits && be->ops->host_free) be->ops->host_free(be, s->logits);
+    else free(s->logits);
+    s->logits = NULL;
+    s->logits_rows = 0;
+}
+
 static em_status ensure_logits(em_scheduler *s, int rows) {
     if ((size_t)rows <= s->logits_rows) return EM_OK;
-    free(s->logits);
-    s->logits = em_mallocn((size_t)rows * (size_t)s->m->cfg.vocab, sizeof(float));
+    free_logits(s);
+    em_backend *be = s->m->be;
+    size_t bytes;
+    if (!em_mul((size_t)rows * sizeof(float), (size_t)s->m->cfg.vocab, &bytes))
+        return em_fail(EM_ERR_NOMEM, "%d logits rows overflow", rows);
+    s->logits = be->ops->host_alloc ? be->ops->host_alloc(be, bytes) : em_mallocn(bytes, 1);
     s->logits_rows = s->logits ? (size_t)rows : 0;
     return s->logits ? EM_OK : em_fail(EM_ERR_NOMEM, "out of memory for %d logits rows", rows);
 }
@@ -340,6 +354,6 @@ void sched_stop(em_model *m) {
     free(s->active);
     free(s->spans);
     free(s->span_req);
-    free(s->logits);
+    free_logits(s);
     free(s);
 }

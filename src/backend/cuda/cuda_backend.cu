@@ -180,6 +180,21 @@ static void *cuda_reserve(em_backend *be, size_t bytes) {
     return p;
 }
 
+static void *cuda_host_alloc(em_backend *be, size_t bytes) {
+    cuda_enter(be);
+    void *p = NULL;
+    if (cudaMallocHost(&p, bytes ? bytes : 1) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_host_free(em_backend *be, void *p) {
+    cuda_enter(be);
+    if (p) cudaFreeHost(p);
+}
+
 static void cuda_release(em_backend *be, void *p, size_t bytes) {
     (void)bytes;
     cuda_free(be, p);
@@ -303,6 +318,8 @@ static em_backend_ops make_ops(void) {
     o.free = cuda_free;
     o.reserve = cuda_reserve;
     o.release = cuda_release;
+    o.host_alloc = cuda_host_alloc;
+    o.host_free = cuda_host_free;
     o.upload = cuda_upload;
     o.download = cuda_download;
     o.copy = cuda_copy;
