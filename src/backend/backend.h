@@ -95,6 +95,10 @@ typedef struct em_backend_ops {
     /* y = x / rms(x) * (gain + gain_offset) over rows of n. y may equal x. */
     void (*rmsnorm)(em_backend *be, float *y, const float *x, const float *gain, int rows, int n, float eps,
                     float gain_offset);
+    /* x += h, then y = x / rms(x) * (gain + gain_offset), over rows of n;
+     * y may equal h. Optional (NULL: add, then rmsnorm). */
+    void (*add_rmsnorm)(em_backend *be, float *x, const float *h, float *y, const float *gain, int rows, int n,
+                        float eps, float gain_offset);
     /* Rotates the first rot_dim dims of each head in place (rotate-half
      * convention), for rows of n_heads*head_dim; cos/sin from inv_freq at
      * pos[row], multiplied by attn_factor. */

@@ -190,12 +190,29 @@ static void mm(em_model *m, dense_impl *d, float *out, const float *in, const em
     row_runs_matmul(m->be, &d->runs, out, in, w, bias);
 }
 
-static void attention_block(em_model *m, dense_impl *d, dense_layer *L, int layer, const em_batch *b, int T) {
+/* h = rmsnorm(x) · gain, after adding the previous block's output (in h)
+ * to the residual stream when `pending` — one fused operation where the
+ * backend has it. */
+static void residual_norm(em_model *m, dense_impl *d, const float *gain, int T, bool pending) {
+    const model_config *c = &m->cfg;
+    em_backend *be = m->be;
+    const em_backend_ops *op = be->ops;
+    if (pending && op->add_rmsnorm) {
+        op->add_rmsnorm(be, d->x, d->h, d->h, gain, T, c->hidden, (float)c->rms_eps, 0.0f);
+        return;
+    }
+    if (pending) op->add(be, d->x, d->h, (size_t)T * c->hidden);
+    op->rmsnorm(be, d->h, d->x, gain, T, c->hidden, (float)c->rms_eps, 0.0f);
+}
+
+/* Leaves the attention output projection in h, to be added to x. */
+static void attention_block(em_model *m, dense_impl *d, dense_layer *L, int layer, const em_batch *b, int T,
+                            bool pending) {
     const model_config *c = &m->cfg;
     em_backend *be = m->be;
     const em_backend_ops *op = be->ops;
     int qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
-    op->rmsnorm(be, d->h, d->x, L->attn_norm, T, c->hidden, (float)c->rms_eps, 0.0f);
+    residual_norm(m, d, L->attn_norm, T, pending);
     mm(m, d, d->q, d->h, &L->wq, L->bq);
     mm(m, d, d->k, d->h, &L->wk, L->bk);
     mm(m, d, d->v, d->h, &L->wv, L->bv);
@@ -225,19 +242,18 @@ static void attention_block(em_model *m, dense_impl *d, dense_layer *L, int laye
         }
     }
     mm(m, d, d->h, d->att, &L->wo, L->bo);
-    op->add(be, d->x, d->h, (size_t)T * c->hidden);
 }
 
+/* Leaves the MLP output in h, to be added to x. */
 static void mlp_block(em_model *m, dense_impl *d, dense_layer *L, int T) {
     const model_config *c = &m->cfg;
     em_backend *be = m->be;
     const em_backend_ops *op = be->ops;
-    op->rmsnorm(be, d->h, d->x, L->mlp_norm, T, c->hidden, (float)c->rms_eps, 0.0f);
+    residual_norm(m, d, L->mlp_norm, T, true);
     mm(m, d, d->gate, d->h, &L->wg, L->bg);
     mm(m, d, d->up, d->h, &L->wu, L->bu);
     op->swiglu(be, d->act, d->gate, d->up, T, c->intermediate, c->intermediate);
     mm(m, d, d->h, d->act, &L->wd, L->bd);
-    op->add(be, d->x, d->h, (size_t)T * c->hidden);
 }
 
 /* The head runs EXACT for single positions and for LOGITS_ALL (reference
@@ -258,9 +274,10 @@ static void forward_ops(em_model *m, dense_impl *d, const em_batch *b, int T, fl
     em_backend *be = m->be;
     be->ops->embed(be, d->x, &d->embed, d->ids, T);
     for (int l = 0; l < c->n_layers; l++) {
-        attention_block(m, d, &d->layers[l], l, b, T);
+        attention_block(m, d, &d->layers[l], l, b, T, l > 0);
         mlp_block(m, d, &d->layers[l], T);
     }
+    be->ops->add(be, d->x, d->h, (size_t)T * c->hidden);
     int rows = batch_gather_logit_rows(m->be, b, d->x, d->h, c->hidden);
     if (!rows) return;
     be->ops->rmsnorm(be, d->h, d->h, d->final_norm, rows, c->hidden, (float)c->rms_eps, 0.0f);

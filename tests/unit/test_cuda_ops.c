@@ -148,6 +148,26 @@ static void test_rmsnorm(void) {
     }
 }
 
+/* add_rmsnorm equals add then rmsnorm; its output may be the h it adds. */
+static void test_add_rmsnorm(void) {
+    int cases[][2] = {{1, 2048}, {5, 37}, {70, 128}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int rows = cases[c][0], n = cases[c][1];
+        size_t N = (size_t)rows * n;
+        float *x = rand_f32(N, 3.0f), *h = rand_f32(N, 3.0f), *g = rand_f32((size_t)n, 1.0f), *yc = malloc(N * 4);
+        float *xd = up(x, N * 4), *hd = up(h, N * 4), *gd = up(g, (size_t)n * 4);
+        cpu->ops->add(cpu, x, h, N);
+        cpu->ops->rmsnorm(cpu, yc, x, g, rows, n, 1e-5f, 0.0f);
+        gpu->ops->add_rmsnorm(gpu, xd, hd, hd, gd, rows, n, 1e-5f, 0.0f);
+        float *xg = down(xd, N), *yg = down(hd, N);
+        CHECKF(rel_err(xg, x, N) <= 1e-7, "add_rmsnorm rows=%d n=%d: residual differs", rows, n);
+        double e = rel_err(yg, yc, N);
+        CHECKF(e <= 1e-6, "add_rmsnorm rows=%d n=%d: rel err %.3g", rows, n, e);
+        gpu->ops->free(gpu, xd), gpu->ops->free(gpu, hd), gpu->ops->free(gpu, gd);
+        free(x), free(h), free(g), free(yc), free(xg), free(yg);
+    }
+}
+
 static void test_rope(void) {
     int cases[][4] = {{4, 8, 64, 64}, {3, 2, 48, 24}, {1, 32, 128, 128}, {7, 3, 80, 64}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -281,6 +301,7 @@ int main(void) {
     fprintf(stderr, "comparing %s against %s\n", gpu->desc, cpu->desc);
     test_matmul();
     test_matmul_batch_invariance();
+    test_add_rmsnorm();
     test_rmsnorm();
     test_rope();
     test_elementwise();

@@ -327,6 +327,7 @@ static em_backend_ops make_ops(void) {
     o.bandwidth = cuda_bandwidth;
     o.matmul = cuda_matmul;
     o.rmsnorm = cuda_rmsnorm;
+    o.add_rmsnorm = cuda_add_rmsnorm;
     o.rope = cuda_rope;
     o.swiglu = cuda_swiglu;
     o.add = cuda_add;

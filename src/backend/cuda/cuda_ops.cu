@@ -47,6 +47,37 @@ void cuda_rmsnorm(em_backend *be, float *y, const float *x, const float *gain, i
     CUDA_LAUNCHED(cb, "rmsnorm");
 }
 
+/* The residual add fused with the next norm: x += h, y = rmsnorm(x). Each
+ * thread reads its own elements of h before the barrier, so y may be h. */
+__global__ void add_rmsnorm_kernel(float *x, const float *h, float *y, const float *gain, int n, float eps,
+                                   float offset) {
+    __shared__ double red[32];
+    float *xr = x + (size_t)blockIdx.x * n;
+    const float *hr = h + (size_t)blockIdx.x * n;
+    float *yr = y + (size_t)blockIdx.x * n;
+    double ss = 0;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = xr[i] + hr[i];
+        xr[i] = v;
+        ss += (double)v * v;
+    }
+    ss = block_sum_d(ss, red);
+    float inv = (float)(1.0 / sqrt(ss / n + (double)eps));
+#pragma unroll 4
+    for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * inv * (gain[i] + offset);
+}
+
+void cuda_add_rmsnorm(em_backend *be, float *x, const float *h, float *y, const float *gain, int rows, int n, float eps,
+                      float gain_offset) {
+    cuda_backend *cb = cuda_enter(be);
+    if (rows <= 0 || n <= 0) return;
+    if (cuda_graph_skip(cb, x, h, y, gain, rows, n, eps, gain_offset)) return;
+    int threads = rows >= 64 || n <= ROW_THREADS ? ROW_THREADS : 1024;
+    add_rmsnorm_kernel<<<rows, threads, 0, cb->stream>>>(x, h, y, gain, n, eps, gain_offset);
+    CUDA_LAUNCHED(cb, "add_rmsnorm");
+}
+
 /* One thread per (row, head, i < rot_dim/2): rotate-half on the pair (i, i + half). */
 __global__ void rope_kernel(float *x, int rows, int n_heads, int head_dim, int half, const int32_t *pos,
                             const float *inv_freq, float attn_factor) {
