@@ -65,6 +65,16 @@ def apply_partial_rope(x, cos, sin):
     return torch.cat([xr * c + rotated * s, xp], dim=-1)
 
 
+def causal_attention(q, k, v, scale):
+    """softmax(q k^T * scale + causal mask) v over [B, heads, T, hd]."""
+    if hasattr(F, "scaled_dot_product_attention"):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+    T = q.shape[-2]  # torch < 2.0
+    s = (q @ k.transpose(-1, -2)).float() * scale
+    s = s.masked_fill(torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    return (s.softmax(-1).to(v.dtype)) @ v
+
+
 class GatedAttention(nn.Module):
     def __init__(self, H, n_heads, n_kv, hd, eps, bias=False):
         super().__init__()
@@ -88,7 +98,7 @@ class GatedAttention(nn.Module):
         if self.nkv != self.nh:
             rep = self.nh // self.nkv
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        att = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.hd ** -0.5)
+        att = causal_attention(q, k, v, self.hd ** -0.5)
         att = att.transpose(1, 2).reshape(B, T, self.nh * self.hd)
         return self.o_proj(att * torch.sigmoid(gate))
 

@@ -171,11 +171,13 @@ def text_config(args, vocab, eos, pad):
 
 def build(args, vocab, eos, pad, dev):
     import torch
-    from transformers import Qwen3_5ForCausalLM
+    from transformers import AutoModelForCausalLM
     from mtp_head import MTPHead
     cfg = text_config(args, vocab, eos, pad)
     torch.manual_seed(args.seed)
-    model = Qwen3_5ForCausalLM(cfg)
+    model = AutoModelForCausalLM.from_config(cfg)  # Qwen3_5ForCausalLM
+    if not hasattr(model, "model") or not hasattr(model.model, "embed_tokens"):
+        raise RuntimeError("unexpected model class %s" % type(model).__name__)
     head = MTPHead(cfg)
     head.init_weights(getattr(cfg, "initializer_range", 0.02))
     return model.to(dev), head.to(dev)
