@@ -30,7 +30,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 [ $# -ge 2 ] || usage
 ember=$1 work=$2; shift 2
-with8b=0 gen=32 torch=1 compile=1 peak=989 device=cuda shapes_arg=""
+with8b=0 gen=64 torch=1 compile=1 peak=989 device=cuda shapes_arg=""
 while [ $# -gt 0 ]; do
   case $1 in
     --with-8b) with8b=1 ;;

@@ -83,17 +83,20 @@ def hw(args):
 
 # ---------------------------------------------------------------- models
 
-class StepClock:
+def step_clock():
     """A logits processor that records when each decode step's logits are ready."""
+    import torch
+    from transformers import LogitsProcessor
 
-    def __init__(self):
-        self.times = []
+    class StepClock(LogitsProcessor):
+        def __init__(self):
+            self.times = []
 
-    def __call__(self, input_ids, scores):
-        import torch
-        torch.cuda.synchronize()
-        self.times.append(time.perf_counter())
-        return scores
+        def __call__(self, input_ids, scores):
+            torch.cuda.synchronize()
+            self.times.append(time.perf_counter())
+            return scores
+    return StepClock()
 
 
 def load_model(model_dir):
@@ -134,9 +137,16 @@ def decode(model, vocab, n_prompt, n_gen, mode):
         kw["disable_compile"] = True
     times = None
     for _ in range(2):  # the first run compiles / warms up
-        clock = StepClock()
+        clock = step_clock()
         with torch.no_grad():
-            out = model.generate(ids, logits_processor=LogitsProcessorList([clock]), **kw)
+            try:
+                out = model.generate(ids, logits_processor=LogitsProcessorList([clock]), **kw)
+            except (TypeError, ValueError) as e:
+                if "disable_compile" not in str(e):
+                    raise
+                kw.pop("disable_compile")  # a version without the switch: it compiles nothing itself
+                clock = step_clock()
+                out = model.generate(ids, logits_processor=LogitsProcessorList([clock]), **kw)
         if out.shape[1] != n_prompt + n_gen:
             raise RuntimeError("generated %d tokens, wanted %d" % (out.shape[1] - n_prompt, n_gen))
         times = clock.times
