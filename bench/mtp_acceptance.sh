@@ -11,7 +11,7 @@
 # when present (train_qwen3_5_mtp.py writes them), and any PROMPT_FILE given.
 # Environment: EMBER_BIN (default: build/ember of this checkout, else `ember`),
 # DEVICE (cpu), PROMPT_TOKENS (64), GEN_TOKENS (128), DRAFTS ("1 2 3"),
-# REPEAT (1; the best run of each counts), THREADS (ember's default if unset).
+# REPEAT (3; the best run of each counts), THREADS (ember's default if unset).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 [ $# -ge 1 ] || { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
@@ -22,7 +22,7 @@ if [ -z "$ember" ]; then
   if [ -x "$here/build/ember" ]; then ember="$here/build/ember"; else ember=$(command -v ember || true); fi
 fi
 [ -n "$ember" ] && [ -x "$ember" ] || { echo "mtp_acceptance: no ember binary (set EMBER_BIN)" >&2; exit 2; }
-device=${DEVICE:-cpu} np=${PROMPT_TOKENS:-64} ng=${GEN_TOKENS:-128} drafts=${DRAFTS:-1 2 3} repeat=${REPEAT:-1}
+device=${DEVICE:-cpu} np=${PROMPT_TOKENS:-64} ng=${GEN_TOKENS:-128} drafts=${DRAFTS:-1 2 3} repeat=${REPEAT:-3}
 common=(--device "$device" --prompt-tokens "$np" --gen-tokens "$ng" --repeat "$repeat" --json)
 [ -n "${THREADS:-}" ] && common+=(--threads "$THREADS")
 
