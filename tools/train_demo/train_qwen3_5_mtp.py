@@ -265,38 +265,56 @@ def train(args, model, head, data, dev):
     t_start = time.time()
     model.train()
     head.train()
-    while step < total:
-        for grp in opt.param_groups:
-            grp["lr"] = lr_at(step, args.lr, args.warmup, total)
-        ci = torch.randint(0, len(chat_x), (args.chat_batch,), device=dev, generator=gen)
-        ti = torch.randint(0, len(text_x), (args.text_batch,), device=dev, generator=gen)
-        x = torch.cat([chat_x[ci], text_x[ti]])
-        m = torch.cat([chat_m[ci], text_m[ti]])
-        l1, c1, l2, c2, _, _ = forward_losses(model, head, x, m, args.mtp_detach)
-        trunk_loss, mtp_loss = l1 / c1.clamp(min=1), l2 / c2.clamp(min=1)
-        loss = trunk_loss + args.mtp_weight * mtp_loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        step += 1
-        if step == 20 and not args.smoke:
-            torch.cuda.synchronize()
-            per = (time.time() - t_start) / 20
-            # evaluation costs about 3% at this cadence; leave it room
-            total = max(step + 1, min(args.max_steps, int(0.97 * budget / per)))
-            log("%.1f ms/step, training %d steps (%.1f min)" % (per * 1000, total, args.minutes))
-        if time.time() - t_start > budget * 1.05 and step < total:
-            log("over the time budget at step %d; stopping" % step)
-            total = step
-        if step % args.eval_every == 0 or step == total or step == 1:
-            ev = evaluate(model, head, val)
-            history.append({"step": step, "train_trunk": round(trunk_loss.item(), 4),
-                            "train_mtp": round(mtp_loss.item(), 4), "seconds": round(time.time() - t_start, 1),
-                            "val": ev})
-            log("step %d/%d loss trunk %.3f mtp %.3f | val %s"
-                % (step, total, trunk_loss.item(), mtp_loss.item(), fmt_eval(ev)))
+    t5 = None
+    try:
+        while step < total:
+            step, trunk_loss, mtp_loss = train_step(args, model, head, opt, params, step, total, gen,
+                                                    chat_x, chat_m, text_x, text_m)
+            if step == 5:
+                torch.cuda.synchronize()
+                t5 = time.time()
+            if step == 25 and not args.smoke:
+                torch.cuda.synchronize()
+                per = (time.time() - t5) / 20  # past the first steps' warm-up
+                left = budget - (time.time() - t_start)
+                # evaluation costs a few per cent at this cadence; leave it room
+                total = max(step + 1, min(args.max_steps, step + int(0.96 * left / per)))
+                log("%.1f ms/step, training %d steps (%.1f min)" % (per * 1000, total, args.minutes))
+            if time.time() - t_start > budget * 1.05 and step < total:
+                log("over the time budget at step %d; stopping" % step)
+                total = step
+            if step % args.eval_every == 0 or step == total or step == 1:
+                ev = evaluate(model, head, val)
+                history.append({"step": step, "train_trunk": round(trunk_loss, 4), "train_mtp": round(mtp_loss, 4),
+                                "seconds": round(time.time() - t_start, 1), "val": ev})
+                log("step %d/%d loss trunk %.3f mtp %.3f | val %s" % (step, total, trunk_loss, mtp_loss, fmt_eval(ev)))
+    except Exception as e:  # noqa: BLE001 - keep what was learned so far
+        import traceback
+        traceback.print_exc()
+        log("training stopped by an error at step %d: %r" % (step, e))
+        if step == 0:
+            raise
     return history, time.time() - t_start, step
+
+
+def train_step(args, model, head, opt, params, step, total, gen, chat_x, chat_m, text_x, text_m):
+    """One optimizer step on a batch of conversation rows and text rows."""
+    import torch
+    dev = chat_x.device
+    for grp in opt.param_groups:
+        grp["lr"] = lr_at(step, args.lr, args.warmup, total)
+    ci = torch.randint(0, len(chat_x), (args.chat_batch,), device=dev, generator=gen)
+    ti = torch.randint(0, len(text_x), (args.text_batch,), device=dev, generator=gen)
+    x = torch.cat([chat_x[ci], text_x[ti]])
+    m = torch.cat([chat_m[ci], text_m[ti]])
+    l1, c1, l2, c2, _, _ = forward_losses(model, head, x, m, args.mtp_detach)
+    trunk_loss, mtp_loss = l1 / c1.clamp(min=1), l2 / c2.clamp(min=1)
+    loss = trunk_loss + args.mtp_weight * mtp_loss
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    opt.step()
+    return step + 1, trunk_loss.item(), mtp_loss.item()
 
 
 # ---------------------------------------------------------------- outputs
