@@ -104,6 +104,12 @@ def parse_args(argv=None):
     for ok, what in checks:
         if not ok:
             ap.error("bad value of %s" % what)
+    for f in ("text.jsonl", "entries.jsonl", "sources.json"):
+        if not os.path.isfile(os.path.join(a.corpus, f)):
+            ap.error("%s has no %s: make the corpus with tools/train_demo/prepare_corpus.py DIR "
+                     "(on a machine that reaches the Debian archive) and copy it here" % (a.corpus, f))
+    if not os.path.isfile(os.path.join(a.tokenizer_dir, "tokenizer.json")):
+        ap.error("%s has no tokenizer.json" % a.tokenizer_dir)
     return a
 
 
@@ -514,6 +520,7 @@ def main():
                   f, indent=1, default=str)
     log("checks: %s" % checks)
     log("done: %s" % {f: os.path.getsize(os.path.join(args.out, f)) for f in sorted(os.listdir(args.out))})
+    log("next: bench/mtp_acceptance.sh %s   (ember bench --spec mtp on the CPU, K = 1, 2, 3)" % args.out)
 
 
 if __name__ == "__main__":
