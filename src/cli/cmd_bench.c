@@ -5,6 +5,7 @@
 
 #include "backend/cpu/membw.h"
 #include "base/alloc.h"
+#include "base/file.h"
 #include "base/threadpool.h"
 #include "base/timer.h"
 #include "model/model.h"
@@ -18,6 +19,9 @@ static void bench_help(void) {
            "Measures prefill tokens/s, decode tokens/s and time to first token on random\n"
            "token ids, the machine's memory read bandwidth, and decode as a fraction of the\n"
            "bandwidth roofline (bytes of weights read per token / bandwidth).\n\n%s"
+           "  --prompt-file FILE    the prompt is FILE's text through the model's tokenizer (its first\n"
+           "                        --prompt-tokens tokens, or all if fewer) instead of random ids;\n"
+           "                        speculation's acceptance is only meaningful on real text\n"
            "  --spec mtp            decode with MTP speculation (greedy, through em_generate); reports\n"
            "                        the acceptance rate and tokens per trunk step\n"
            "  --draft-tokens K      tokens drafted per trunk step with --spec (default 2)\n"
@@ -66,8 +70,10 @@ static em_status run_spec(em_model *m, const int32_t *ids, int n_prompt, int n_g
 /* Prefills `batch` sequences with the same prompt, then decodes n_gen steps
  * of one token per sequence in one forward each (the serving engine's
  * decode step without its scheduling). Decode tokens/s count every
- * sequence's tokens. */
-static em_status run_once(em_model *m, int n_prompt, int n_gen, int spec_k, int batch, bench_result *r) {
+ * sequence's tokens. prompt: n_prompt ids, or NULL for random ones; decoding
+ * feeds random ids either way (its speed does not depend on them). */
+static em_status run_once(em_model *m, const int32_t *prompt, int n_prompt, int n_gen, int spec_k, int batch,
+                          bench_result *r) {
     int32_t *ids = em_mallocn((size_t)n_prompt + (size_t)n_gen, sizeof *ids);
     float *logits = em_mallocn((size_t)m->cfg.vocab * (size_t)batch, sizeof *logits);
     int *seqs = em_mallocn((size_t)batch, sizeof *seqs);
@@ -78,6 +84,7 @@ static em_status run_once(em_model *m, int n_prompt, int n_gen, int spec_k, int 
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         ids[i] = (int32_t)(x % (uint64_t)m->cfg.vocab);
     }
+    if (s == EM_OK && prompt) memcpy(ids, prompt, (size_t)n_prompt * sizeof *ids);
     if (s == EM_OK && spec_k > 0) {
         s = run_spec(m, ids, n_prompt, n_gen, spec_k, r);
         goto out;
@@ -114,6 +121,30 @@ out:
     return s;
 }
 
+/* --prompt-file: the file's text through the model's tokenizer (as `ember
+ * generate` tokenizes a prompt), cut to *n_prompt tokens; *n_prompt becomes
+ * the count used. False after reporting the error. */
+static bool load_prompt(em_model *m, const char *path, int32_t **out, long *n_prompt) {
+    char *text = NULL;
+    size_t len = 0, n = 0;
+    int32_t *ids = NULL;
+    em_status s = em_read_file(path, (size_t)64 << 20, &text, &len);
+    if (s == EM_OK) s = em_tokenize(m, text, len, 1, &ids, &n);
+    free(text);
+    if (s != EM_OK) {
+        cli_error("bench", "--prompt-file %s: %s", path, em_last_error());
+        return false;
+    }
+    if (n == 0) {
+        cli_error("bench", "--prompt-file %s: the text encodes to no tokens", path);
+        free(ids);
+        return false;
+    }
+    if ((long)n < *n_prompt) *n_prompt = (long)n;
+    *out = ids;
+    return true;
+}
+
 static int cmd_bench(int argc, char **argv) {
     if (cli_wants_help(argc, argv)) {
         bench_help();
@@ -121,7 +152,7 @@ static int cmd_bench(int argc, char **argv) {
     }
     cli_model_opts mo;
     cli_model_opts_init(&mo, EM_PRECISION_FAST);
-    const char *model = NULL;
+    const char *model = NULL, *prompt_file = NULL;
     long n_prompt = 512, n_gen = 128, repeat = 1, draft_tokens = 2, batch = 1;
     bool json = false, spec = false;
     for (int i = 1; i < argc; i++) {
@@ -143,6 +174,8 @@ static int cmd_bench(int argc, char **argv) {
         } else if (cli_arg_is(argv[i], "--draft-tokens")) {
             const char *v = cli_take_value(argc, argv, &i, "bench");
             if (!v || !cli_parse_int(v, 1, 16, &draft_tokens)) { cli_error("bench", "--draft-tokens needs a number in 1..16"); return CLI_USAGE; }
+        } else if (cli_arg_is(argv[i], "--prompt-file")) {
+            if (!(prompt_file = cli_take_value(argc, argv, &i, "bench"))) return CLI_USAGE;
         } else if (!strcmp(argv[i], "--json")) json = true;
         else if (argv[i][0] == '-') { cli_error("bench", "unknown option %s", argv[i]); return CLI_USAGE; }
         else if (!model) model = argv[i];
@@ -169,6 +202,11 @@ static int cmd_bench(int argc, char **argv) {
         em_model_free(m);
         return CLI_USAGE;
     }
+    int32_t *prompt = NULL;
+    if (prompt_file && !load_prompt(m, prompt_file, &prompt, &n_prompt)) {
+        em_model_free(m);
+        return CLI_FAIL;
+    }
     double bw = 0;
     if (m->be->ops->bandwidth) {
         bw = m->be->ops->bandwidth(m->be); /* the device's memory, where the weights are */
@@ -180,7 +218,7 @@ static int cmd_bench(int argc, char **argv) {
     bench_result best = {0}, r = {0};
     em_status s = EM_OK;
     for (long k = 0; k < repeat && s == EM_OK; k++) {
-        s = run_once(m, (int)n_prompt, (int)n_gen, spec ? (int)draft_tokens : 0, (int)batch, &r);
+        s = run_once(m, prompt, (int)n_prompt, (int)n_gen, spec ? (int)draft_tokens : 0, (int)batch, &r);
         if (r.decode_tps > best.decode_tps) {
             best.decode_tps = r.decode_tps;
             best.spec_steps = r.spec_steps, best.spec_drafted = r.spec_drafted;
@@ -198,11 +236,11 @@ static int cmd_bench(int argc, char **argv) {
         double bpt = decode_bytes(m), roof = bw > 0 ? bw / bpt : 0, steps = best.decode_tps / (double)batch;
         const char *prec = m->prefill_math == EM_MATH_FAST ? "fast" : "exact";
         if (json)
-            printf("{\"model\":\"%s\",\"device\":\"%s\",\"threads\":%d,\"precision\":\"%s\",\"batch\":%ld,\"prompt_tokens\":%ld,\"gen_tokens\":%ld,"
+            printf("{\"model\":\"%s\",\"device\":\"%s\",\"threads\":%d,\"precision\":\"%s\",\"batch\":%ld,\"prompt\":\"%s\",\"prompt_tokens\":%ld,\"gen_tokens\":%ld,"
                    "\"prefill_tps\":%.2f,\"decode_tps\":%.3f,\"ttft_s\":%.4f,\"bandwidth_gbs\":%.2f,"
                    "\"bytes_per_token\":%.0f,\"roofline_tps\":%.3f,\"roofline_fraction\":%.4f}\n",
-                   m->name, m->be->ops->name, m->be->n_threads, prec, batch, n_prompt, n_gen, best.prefill_tps, best.decode_tps, best.ttft,
-                   bw / 1e9, bpt, roof, roof > 0 ? steps / roof : 0);
+                   m->name, m->be->ops->name, m->be->n_threads, prec, batch, prompt ? "file" : "random", n_prompt, n_gen,
+                   best.prefill_tps, best.decode_tps, best.ttft, bw / 1e9, bpt, roof, roof > 0 ? steps / roof : 0);
         else
             printf("model %s (%s) on %s, precision %s\n"
                    "prefill: %ld tokens at %.1f tokens/s (time to first token %.3f s)\n"
@@ -222,6 +260,7 @@ static int cmd_bench(int argc, char **argv) {
                        draft_tokens, 100 * rate, per_step, best.spec_steps);
         }
     }
+    free(prompt);
     em_model_free(m);
     return rc;
 }
