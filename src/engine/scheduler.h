@@ -10,7 +10,8 @@
  *
  * Prefix caching: a request's history is matched block by block against
  * the KV blocks other requests computed (prompt_cache.c); the longest
- * cached prefix is reused and only the rest is prefilled.
+ * cached prefix is reused and only the rest is prefilled. Hybrid families
+ * also restore a snapshot of their recurrent state there.
  *
  * Greedy outputs under batching equal those of each request served alone:
  * a row's arithmetic depends only on its own span (see dense.c). */
@@ -25,7 +26,8 @@ typedef struct sched_options {
     int max_batch;     /* active sequences per step; 0: the KV cache's slots */
     int prefill_chunk; /* prompt tokens per step; 0: 512 */
     bool no_prefix_cache;      /* disable prefix caching */
-    size_t prompt_cache_bytes; /* cap on cached blocks nobody uses; 0: no cap */
+    size_t prompt_cache_bytes; /* cap on cached blocks nobody uses + state snapshots; 0: no cap */
+    int snapshot_every;        /* hybrid families: blocks between periodic state snapshots; 0: 16 */
 } sched_options;
 
 typedef struct sched_stats {
@@ -33,7 +35,9 @@ typedef struct sched_stats {
     int active, waiting;
     double busy_seconds;
     unsigned long long prefix_lookup_tokens, prefix_hit_tokens, prefix_evictions;
-    size_t prefix_cached_bytes;
+    size_t prefix_cached_bytes;  /* unused cached KV blocks + state snapshots */
+    size_t prefix_state_bytes;   /* of which recurrent-state snapshots */
+    int prefix_state_snapshots;
     int kv_blocks_total, kv_blocks_free;
 } sched_stats;
 

@@ -35,7 +35,7 @@ static json_t *engine_stats_json(struct em_scheduler *sc) {
     sched_stats st;
     sched_get_stats(sc, &st);
     double hit_rate = st.prefix_lookup_tokens ? (double)st.prefix_hit_tokens / (double)st.prefix_lookup_tokens : 0.0;
-    return json_pack("{s:{s:I, s:I, s:I, s:I, s:f, s:I, s:i, s:i}, s:{s:I, s:I, s:f, s:I, s:I}, s:{s:i, s:i}}",
+    return json_pack("{s:{s:I, s:I, s:I, s:I, s:f, s:I, s:i, s:i}, s:{s:I, s:I, s:f, s:I, s:I, s:I, s:i}, s:{s:i, s:i}}",
                      "batching", "steps", (json_int_t)st.steps, "batched_tokens", (json_int_t)st.batched_tokens,
                      "prefill_tokens", (json_int_t)st.prefill_tokens, "decode_tokens", (json_int_t)st.decode_tokens,
                      "mean_tokens_per_step", st.steps ? (double)st.batched_tokens / (double)st.steps : 0.0,
@@ -43,6 +43,7 @@ static json_t *engine_stats_json(struct em_scheduler *sc) {
                      "prefix_cache", "lookup_tokens", (json_int_t)st.prefix_lookup_tokens, "hit_tokens",
                      (json_int_t)st.prefix_hit_tokens, "hit_rate", hit_rate, "evictions",
                      (json_int_t)st.prefix_evictions, "cached_bytes", (json_int_t)st.prefix_cached_bytes,
+                     "state_bytes", (json_int_t)st.prefix_state_bytes, "state_snapshots", st.prefix_state_snapshots,
                      "kv_cache", "blocks_total", st.kv_blocks_total, "blocks_free", st.kv_blocks_free);
 }
 
@@ -50,7 +51,7 @@ static json_t *engine_stats_json(struct em_scheduler *sc) {
 static char *engine_metrics(struct em_scheduler *sc, char *base) {
     sched_stats st;
     sched_get_stats(sc, &st);
-    char extra[2048];
+    char extra[4096];
     int n = snprintf(extra, sizeof extra,
                      "# HELP ember_engine_steps_total Batched forward steps.\n# TYPE ember_engine_steps_total counter\n"
                      "ember_engine_steps_total %llu\n"
@@ -62,12 +63,14 @@ static char *engine_metrics(struct em_scheduler *sc, char *base) {
                      "# TYPE ember_prefix_cache_lookup_tokens_total counter\nember_prefix_cache_lookup_tokens_total %llu\n"
                      "# HELP ember_prefix_cache_hit_tokens_total Prompt tokens reused from the prefix cache.\n"
                      "# TYPE ember_prefix_cache_hit_tokens_total counter\nember_prefix_cache_hit_tokens_total %llu\n"
-                     "# HELP ember_prefix_cache_bytes KV bytes held by cached, unused prefix blocks.\n"
+                     "# HELP ember_prefix_cache_bytes Bytes held by cached, unused prefix blocks and state snapshots.\n"
                      "# TYPE ember_prefix_cache_bytes gauge\nember_prefix_cache_bytes %zu\n"
+                     "# HELP ember_prefix_cache_state_bytes Bytes of recurrent-state snapshots (hybrid models).\n"
+                     "# TYPE ember_prefix_cache_state_bytes gauge\nember_prefix_cache_state_bytes %zu\n"
                      "# HELP ember_kv_cache_blocks_free KV-cache blocks free or reclaimable.\n"
                      "# TYPE ember_kv_cache_blocks_free gauge\nember_kv_cache_blocks_free %d\n",
                      st.steps, st.batched_tokens, st.preemptions, st.prefix_lookup_tokens, st.prefix_hit_tokens,
-                     st.prefix_cached_bytes, st.kv_blocks_free);
+                     st.prefix_cached_bytes, st.prefix_state_bytes, st.kv_blocks_free);
     size_t a = strlen(base);
     char *out = em_realloc(base, a + (size_t)n + 1);
     if (!out) return base;
