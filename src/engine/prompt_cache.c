@@ -39,7 +39,7 @@ static bool snapshot_boundary(const prompt_blocks *pb, int blocks) {
     return blocks > 0 && (blocks % every == 0 || blocks == pb->last_block);
 }
 
-int prompt_cache_attach(em_model *m, int seq, const int32_t *ids, size_t n_ids, prompt_blocks *pb) {
+int prompt_cache_attach(em_model *m, kv_store *store, int seq, const int32_t *ids, size_t n_ids, prompt_blocks *pb) {
     kv_cache *c = m->kv;
     if (n_ids < 2) return 0;
     int blocks = (int)((n_ids - 1) / (size_t)c->block_size);
@@ -59,35 +59,43 @@ int prompt_cache_attach(em_model *m, int seq, const int32_t *ids, size_t n_ids, 
     } else {
         got = kv_prefix_attach(c, seq, pb->hash, ids, blocks);
     }
+    if (store) got = kv_store_extend(store, seq, pb->hash, ids, got, blocks);
     pb->n_registered = got; /* attached blocks are registered already */
     return got * c->block_size;
 }
 
 /* Saves the sequence's recurrent state as the snapshot of its block
- * `blocks - 1` when that block is registered without one. */
-static void snapshot(em_model *m, int seq, const int32_t *ids, int blocks, prompt_blocks *pb) {
+ * `blocks - 1` when that block is registered without one, and with the
+ * block's file when it is a prompt block and a store is given. */
+static void snapshot(em_model *m, kv_store *store, int seq, const int32_t *ids, int blocks, prompt_blocks *pb) {
     kv_cache *c = m->kv;
-    const int32_t *tok = ids + (size_t)(blocks - 1) * c->block_size;
-    if (!kv_prefix_wants_state(c, pb->hash[blocks - 1], tok)) return;
+    int b = blocks - 1;
+    const int32_t *tok = ids + (size_t)b * c->block_size;
+    bool to_memory = kv_prefix_wants_state(c, pb->hash[b], tok), to_disk = store && b < pb->last_block;
+    if (!to_memory && !to_disk) return;
     void *buf = malloc(c->snap_bytes);
     if (!buf) return; /* a snapshot is an optimisation: skip it */
     if (m->family->state_save(m, seq, buf) != EM_OK) {
         free(buf);
         return;
     }
-    kv_prefix_put_state(c, pb->hash[blocks - 1], tok, buf);
+    if (to_disk) kv_store_save(store, seq, b, pb->hash[b], tok, buf);
+    if (to_memory) kv_prefix_put_state(c, pb->hash[b], tok, buf);
+    else free(buf);
 }
 
-void prompt_cache_register(em_model *m, int seq, const int32_t *ids, size_t fed, prompt_blocks *pb) {
+void prompt_cache_register(em_model *m, kv_store *store, int seq, const int32_t *ids, size_t fed, prompt_blocks *pb) {
     kv_cache *c = m->kv;
-    int full = (int)(fed / (size_t)c->block_size);
-    if (full > pb->n_registered && hash_blocks(c, ids, full, pb)) {
-        for (int b = pb->n_registered; b < full; b++)
-            kv_prefix_register(c, seq, b, pb->hash[b], ids + (size_t)b * c->block_size);
+    int full = (int)(fed / (size_t)c->block_size), old = pb->n_registered;
+    bool at_snapshot = c->snap_bytes && fed % (size_t)c->block_size == 0 && snapshot_boundary(pb, full);
+    if (full > old && hash_blocks(c, ids, full, pb)) {
+        for (int b = old; b < full; b++) kv_prefix_register(c, seq, b, pb->hash[b], ids + (size_t)b * c->block_size);
         pb->n_registered = full;
+        /* the prompt's blocks go to disk; a snapshot block goes with its state */
+        for (int b = old; store && b < full && b < pb->last_block; b++)
+            if (!(at_snapshot && b == full - 1)) kv_store_save(store, seq, b, pb->hash[b], ids + (size_t)b * c->block_size, NULL);
     }
-    if (c->snap_bytes && fed % (size_t)c->block_size == 0 && full <= pb->n_hashed && snapshot_boundary(pb, full))
-        snapshot(m, seq, ids, full, pb);
+    if (at_snapshot && full <= pb->n_hashed) snapshot(m, store, seq, ids, full, pb);
 }
 
 int prompt_cache_span(const em_model *m, const prompt_blocks *pb, size_t fed, int take) {

@@ -16,6 +16,7 @@
 #ifndef EMBER_ENGINE_PROMPT_CACHE_H
 #define EMBER_ENGINE_PROMPT_CACHE_H
 
+#include "engine/kv_store.h"
 #include "model/model.h"
 
 #include <stddef.h>
@@ -40,12 +41,14 @@ void prompt_blocks_free(prompt_blocks *pb);
 /* Attaches the longest cached prefix of ids to the (empty) sequence,
  * leaving at least one id to compute so the next token has logits; for a
  * hybrid family the prefix ends at a snapshot, which is restored into the
- * sequence's recurrent state. Returns the number of positions reused (a
- * multiple of the block size). */
-int prompt_cache_attach(em_model *m, int seq, const int32_t *ids, size_t n_ids, prompt_blocks *pb);
+ * sequence's recurrent state. With a store (NULL: none), blocks past what
+ * memory holds are read from disk. Returns the number of positions reused
+ * (a multiple of the block size). */
+int prompt_cache_attach(em_model *m, kv_store *store, int seq, const int32_t *ids, size_t n_ids, prompt_blocks *pb);
 /* Registers the sequence's blocks that are now full (positions < fed) and,
- * when fed is a snapshot boundary, the recurrent state there. */
-void prompt_cache_register(em_model *m, int seq, const int32_t *ids, size_t fed, prompt_blocks *pb);
+ * when fed is a snapshot boundary, the recurrent state there; with a store,
+ * the prompt's blocks (and their snapshots) are written to disk. */
+void prompt_cache_register(em_model *m, kv_store *store, int seq, const int32_t *ids, size_t fed, prompt_blocks *pb);
 /* How many of `take` ids from position fed a forward may run so that it
  * stops at the next snapshot boundary instead of crossing it. */
 int prompt_cache_span(const em_model *m, const prompt_blocks *pb, size_t fed, int take);

@@ -31,6 +31,7 @@ struct em_scheduler {
     int n_active, max_batch, prefill_chunk;
     bool prefix_cache;
     int snapshot_every;
+    kv_store *store; /* NULL: none */
     bool stop;
     unsigned long long next_order;
     sched_stats stats; /* guarded by mu */
@@ -82,7 +83,7 @@ static void admit(em_scheduler *s) {
         r->g->fed = 0;
         if (s->prefix_cache) {
             r->blocks.snap_every = s->snapshot_every;
-            int reused = prompt_cache_attach(s->m, r->g->seq, r->g->history, r->g->n_history, &r->blocks);
+            int reused = prompt_cache_attach(s->m, s->store, r->g->seq, r->g->history, r->g->n_history, &r->blocks);
             r->g->fed = (size_t)reused;
             if (!r->g->r->n_generated) r->g->r->n_cached = (size_t)reused;
         }
@@ -217,7 +218,7 @@ static void step(em_scheduler *s) {
     for (int i = 0; i < n; i++) {
         gen_seq *g = s->span_req[i]->g;
         g->fed += (size_t)s->spans[i].n;
-        if (s->prefix_cache) prompt_cache_register(s->m, g->seq, g->history, g->fed, &s->span_req[i]->blocks);
+        if (s->prefix_cache) prompt_cache_register(s->m, s->store, g->seq, g->history, g->fed, &s->span_req[i]->blocks);
         tokens += s->spans[i].n;
         if (s->spans[i].n > 1) prefill += s->spans[i].n;
         if (s->spans[i].logits != LOGITS_LAST) continue;
@@ -291,6 +292,8 @@ void sched_get_stats(em_scheduler *s, sched_stats *out) {
     out->kv_blocks_total = c->max_blocks;
     out->kv_blocks_free = c->n_free + c->n_lru;
     pthread_mutex_unlock(&c->mu);
+    out->kv_store = s->store != NULL;
+    if (s->store) kv_store_get_stats(s->store, &out->store);
 }
 
 em_status sched_start(em_model *m, const sched_options *o) {
@@ -304,6 +307,13 @@ em_status sched_start(em_model *m, const sched_options *o) {
     s->prefix_cache = !(o && o->no_prefix_cache);
     s->snapshot_every = o ? o->snapshot_every : 0;
     prompt_cache_configure(m, o ? o->prompt_cache_bytes : 0);
+    if (s->prefix_cache && o && o->kv_store_dir) {
+        em_status st = kv_store_open(m, o->kv_store_dir, o->kv_store_bytes, &s->store);
+        if (st != EM_OK) {
+            free(s);
+            return st;
+        }
+    }
     s->active = em_calloc((size_t)s->max_batch, sizeof *s->active);
     s->spans = em_calloc((size_t)s->max_batch, sizeof *s->spans);
     s->span_req = em_calloc((size_t)s->max_batch, sizeof *s->span_req);
@@ -314,6 +324,7 @@ em_status sched_start(em_model *m, const sched_options *o) {
         free(s->active);
         free(s->spans);
         free(s->span_req);
+        kv_store_close(s->store);
         free(s);
         return em_fail(EM_ERR_NOMEM, "cannot start the scheduler");
     }
@@ -337,5 +348,6 @@ void sched_stop(em_model *m) {
     free(s->spans);
     free(s->span_req);
     free(s->logits);
+    kv_store_close(s->store);
     free(s);
 }

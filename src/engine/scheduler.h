@@ -19,6 +19,7 @@
 #define EMBER_ENGINE_SCHEDULER_H
 
 #include "engine/gen_seq.h"
+#include "engine/kv_store.h"
 
 typedef struct em_scheduler em_scheduler;
 
@@ -28,6 +29,8 @@ typedef struct sched_options {
     bool no_prefix_cache;      /* disable prefix caching */
     size_t prompt_cache_bytes; /* cap on cached blocks nobody uses + state snapshots; 0: no cap */
     int snapshot_every;        /* hybrid families: blocks between periodic state snapshots; 0: 16 */
+    const char *kv_store_dir;  /* persist prompt blocks here (kv_store.h); NULL: none */
+    size_t kv_store_bytes;     /* bound on the store's folder; 0: 4 GiB */
 } sched_options;
 
 typedef struct sched_stats {
@@ -39,6 +42,8 @@ typedef struct sched_stats {
     size_t prefix_state_bytes;   /* of which recurrent-state snapshots */
     int prefix_state_snapshots;
     int kv_blocks_total, kv_blocks_free;
+    bool kv_store;             /* a store is open: the figures below */
+    kv_store_stats store;
 } sched_stats;
 
 /* Starts the scheduler thread on m and attaches it (m->sched): from then on
