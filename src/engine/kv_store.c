@@ -37,14 +37,17 @@ typedef struct kvs_header {
     char key[KVS_KEY]; /* the model's identity, NUL-padded */
     uint64_t hash;     /* chained content hash of the prefix up to the block's end */
     uint32_t block_size, n_layers, n_kv, head_dim;
-    uint64_t kv_bytes, state_bytes, checksum, reserved;
+    uint64_t kv_bytes, state_bytes, checksum;
+    uint32_t index; /* the block's place in its prefix (eviction order) */
+    uint32_t reserved;
 } kvs_header;
 _Static_assert(sizeof(kvs_header) == 136, "kvs_header has no padding");
 
 typedef struct kvs_file {
     char name[KVS_NAME];
     size_t bytes;
-    time_t used;
+    time_t used;   /* seconds: blocks of one prompt tie... */
+    uint32_t index; /* ...and then the deepest goes first (useless without its head) */
 } kvs_file;
 
 struct kv_store {
@@ -131,7 +134,7 @@ static void index_remove(kv_store *s, int i) {
     s->files[i] = s->files[--s->n_files];
 }
 
-static void index_put(kv_store *s, const char *name, size_t bytes, time_t used) {
+static void index_put(kv_store *s, const char *name, size_t bytes, time_t used, uint32_t index) {
     int i = index_find(s, name);
     if (i >= 0) index_remove(s, i);
     if (s->n_files == s->cap_files) {
@@ -145,6 +148,7 @@ static void index_put(kv_store *s, const char *name, size_t bytes, time_t used) 
     snprintf(f->name, sizeof f->name, "%s", name);
     f->bytes = bytes;
     f->used = used;
+    f->index = index;
     pthread_mutex_lock(&s->mu);
     s->st.bytes += bytes;
     s->st.files++;
@@ -161,16 +165,42 @@ static void delete_file(kv_store *s, int i) {
     pthread_mutex_unlock(&s->mu);
 }
 
-/* Deletes least recently used files until the folder fits, sparing `keep`. */
-static void enforce_bound(kv_store *s, const char *keep) {
+static bool older(const kvs_file *a, const kvs_file *b) {
+    return a->used < b->used || (a->used == b->used && a->index > b->index);
+}
+
+/* Deletes least recently used files until the folder fits. */
+static void enforce_bound(kv_store *s) {
     while (s->st.bytes > s->max_bytes) {
         int oldest = -1;
         for (int i = 0; i < s->n_files; i++)
-            if ((!keep || strcmp(s->files[i].name, keep)) && (oldest < 0 || s->files[i].used < s->files[oldest].used))
-                oldest = i;
+            if (oldest < 0 || older(&s->files[i], &s->files[oldest])) oldest = i;
         if (oldest < 0) return;
         delete_file(s, oldest);
     }
+}
+
+/* The block index a file's header announces (0 when unreadable: such a
+ * file is rejected when looked up). */
+static uint32_t header_index(const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return 0;
+    kvs_header h;
+    uint32_t index = pread(fd, &h, sizeof h, 0) == (ssize_t)sizeof h ? h.index : 0;
+    close(fd);
+    return index;
+}
+
+/* False when a new file of `bytes` for block `index` would be the first
+ * to go under the bound (a deeper block of a prefix whose head fills it). */
+static bool worth_writing(const kv_store *s, size_t bytes, uint32_t index) {
+    if (bytes > s->max_bytes) return false;
+    if (s->st.bytes + bytes <= s->max_bytes) return true;
+    kvs_file mine = {.used = time(NULL), .index = index};
+    size_t freeable = 0;
+    for (int i = 0; i < s->n_files; i++)
+        if (older(&s->files[i], &mine)) freeable += s->files[i].bytes;
+    return s->st.bytes + bytes - freeable <= s->max_bytes;
 }
 
 static bool is_block_name(const char *n) {
@@ -193,7 +223,7 @@ static void scan(kv_store *s) {
         char *path = file_path(s, e->d_name);
         struct stat sb;
         if (path && lstat(path, &sb) == 0 && S_ISREG(sb.st_mode)) {
-            if (!tmp) index_put(s, e->d_name, (size_t)sb.st_size, sb.st_mtime);
+            if (!tmp) index_put(s, e->d_name, (size_t)sb.st_size, sb.st_mtime, header_index(path));
             else if (now - sb.st_mtime > 600) unlink(path);
         }
         free(path);
@@ -226,7 +256,7 @@ em_status kv_store_open(em_model *m, const char *dir, size_t max_bytes, kv_store
         return st;
     }
     scan(s);
-    enforce_bound(s, NULL);
+    enforce_bound(s);
     EM_LOGI("kv store: %s (%d files, %zu bytes, at most %zu)", s->dir, s->st.files, s->st.bytes, s->max_bytes);
     *out = s;
     return EM_OK;
@@ -248,6 +278,15 @@ void kv_store_get_stats(kv_store *s, kv_store_stats *out) {
 
 /* ---- writing ---- */
 
+typedef struct kvs_map {
+    unsigned char *base;
+    size_t len;
+    const kvs_header *h;
+    char name[KVS_NAME];
+} kvs_map;
+
+static bool map_block(kv_store *s, uint64_t hash, const int32_t *tokens, kvs_map *out);
+
 static bool write_all(int fd, const void *p, size_t n) {
     const char *b = p;
     while (n) {
@@ -260,18 +299,9 @@ static bool write_all(int fd, const void *p, size_t n) {
     return true;
 }
 
-/* True when the file at path has a header announcing a state. */
-static bool has_state(const char *path) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0) return false;
-    kvs_header h;
-    bool yes = pread(fd, &h, sizeof h, 0) == (ssize_t)sizeof h && !memcmp(h.magic, KVS_MAGIC, 8) && h.state_bytes > 0;
-    close(fd);
-    return yes;
-}
-
 /* The file's bytes: header, tokens, KV of block b, state. */
-static unsigned char *build(kv_store *s, int b, uint64_t hash, const int32_t *tokens, const void *state, size_t *len) {
+static unsigned char *build(kv_store *s, int b, int index, uint64_t hash, const int32_t *tokens, const void *state,
+                            size_t *len) {
     const kv_cache *c = s->m->kv;
     size_t tok = (size_t)c->block_size * sizeof(int32_t), st = state ? c->snap_bytes : 0;
     size_t payload = tok + s->kv_bytes + st, layer = c->block_floats * sizeof(float);
@@ -291,7 +321,7 @@ static unsigned char *build(kv_store *s, int b, uint64_t hash, const int32_t *to
     if (st) memcpy(kv + s->kv_bytes, state, st);
     kvs_header h = {.version = KVS_VERSION, .endian = KVS_ENDIAN, .hash = hash, .block_size = (uint32_t)c->block_size,
                     .n_layers = (uint32_t)c->n_layers, .n_kv = (uint32_t)c->n_kv, .head_dim = (uint32_t)c->head_dim,
-                    .kv_bytes = s->kv_bytes, .state_bytes = st};
+                    .kv_bytes = s->kv_bytes, .state_bytes = st, .index = (uint32_t)index};
     memcpy(h.magic, KVS_MAGIC, 8);
     memcpy(h.key, s->key, KVS_KEY);
     h.checksum = file_checksum(&h, p, payload);
@@ -308,12 +338,26 @@ void kv_store_save(kv_store *s, int seq, int index, uint64_t hash, const int32_t
     char *path = file_path(s, name), *tmp = NULL;
     if (!path) return;
     struct stat sb;
-    if (lstat(path, &sb) == 0 && (!state || has_state(path))) {
+    if (lstat(path, &sb) == 0) {
+        /* keep a valid file (with a state when we have one); a bad one is
+         * deleted by the check and written anew */
+        kvs_map f;
+        if (map_block(s, hash, tokens, &f)) {
+            bool keep = !state || f.h->state_bytes;
+            munmap(f.base, f.len);
+            if (keep) {
+                free(path);
+                return;
+            }
+        }
+    }
+    if (!worth_writing(s, sizeof(kvs_header) + (size_t)c->block_size * sizeof(int32_t) + s->kv_bytes +
+                              (state ? c->snap_bytes : 0), (uint32_t)index)) {
         free(path);
         return;
     }
     size_t len = 0;
-    unsigned char *buf = build(s, c->seqs[seq].blocks[index], hash, tokens, state, &len);
+    unsigned char *buf = build(s, c->seqs[seq].blocks[index], index, hash, tokens, state, &len);
     char tname[64];
     snprintf(tname, sizeof tname, ".tmp-%ld-%llu", (long)getpid(), ++s->tmp_counter);
     tmp = buf ? file_path(s, tname) : NULL;
@@ -326,8 +370,8 @@ void kv_store_save(kv_store *s, int seq, int index, uint64_t hash, const int32_t
         pthread_mutex_lock(&s->mu);
         s->st.files_written++;
         pthread_mutex_unlock(&s->mu);
-        index_put(s, name, len, time(NULL));
-        enforce_bound(s, name);
+        index_put(s, name, len, time(NULL), (uint32_t)index);
+        enforce_bound(s);
     } else {
         if (fd >= 0) unlink(tmp);
         EM_LOGW("kv store: cannot write %s: %s", path, buf ? strerror(errno) : "out of memory");
@@ -338,13 +382,6 @@ void kv_store_save(kv_store *s, int seq, int index, uint64_t hash, const int32_t
 }
 
 /* ---- reading ---- */
-
-typedef struct kvs_map {
-    unsigned char *base;
-    size_t len;
-    const kvs_header *h;
-    char name[KVS_NAME];
-} kvs_map;
 
 static void reject(kv_store *s, const char *path, const char *why) {
     EM_LOGW("kv store: ignoring %s: %s", path, why);
