@@ -8,7 +8,9 @@
  *    the greedy ids of each served alone, and some reuse the preamble;
  *  - under a tiny budget snapshots and blocks are evicted, the budget
  *    holds, and outputs stay those of cold prefills;
- *  - MTP speculative decoding next to restored prefixes keeps its ids. */
+ *  - MTP speculative decoding next to restored prefixes keeps its ids;
+ *  - a snapshot read back from the on-disk store (--kv-store) restores the
+ *    logits of a cold prefill. */
 #include "test.h"
 
 #include "engine/prompt_cache.h"
@@ -16,6 +18,7 @@
 #include "model/model.h"
 
 #include <pthread.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 enum { MAX_NEW = 8 };
@@ -249,6 +252,42 @@ static void mtp_suite(void) {
     em_model_free(m);
 }
 
+/* The on-disk store inside one process: a budget too small for any
+ * snapshot in memory leaves only the files to resume from; the restored
+ * state (read back from disk) gives the logits of a cold prefill. */
+static void store_suite(void) {
+    em_model *m = open_model("q35_tied_ratio2", 2);
+    int V = m->cfg.vocab;
+    static int32_t a[300];
+    for (int i = 0; i < 300; i++) a[i] = (int32_t)((i * 43 + 7) % V);
+    run cold = {.m = m, .prompt = a, .n_prompt = 300, .first_logits = calloc((size_t)V, 4)};
+    go(&cold);
+    char dir[] = "/tmp/ember-kvstore-XXXXXX";
+    REQUIRE(mkdtemp(dir));
+    size_t block = m->kv->block_floats * sizeof(float) * 2u * (size_t)m->kv->n_layers;
+    REQUIRE(sched_start(m, &(sched_options){.prefill_chunk = 48, .snapshot_every = 2, .prompt_cache_bytes = block,
+                                            .kv_store_dir = dir}) == EM_OK);
+    run warm = {.m = m, .prompt = a, .n_prompt = 300, .first_logits = calloc((size_t)V, 4)};
+    go(&warm);
+    CHECK(warm.res.n_cached == 0 && same_ids(&warm, &cold));
+    go(&warm);
+    CHECKF(warm.res.n_cached == 288, "reused %zu tokens from the store", warm.res.n_cached);
+    double e = max_diff(warm.first_logits, cold.first_logits, V);
+    CHECKF(e <= 1e-5, "state restored from disk changes logits by %g", e);
+    CHECK(same_ids(&warm, &cold));
+    sched_stats st;
+    sched_get_stats(m->sched, &st);
+    CHECK(st.kv_store && st.store.blocks_loaded >= 9 && st.store.files == 9 && st.store.files_rejected == 0);
+    fprintf(stderr, "  store: %d files, %zu bytes, %llu blocks loaded\n", st.store.files, st.store.bytes,
+            st.store.blocks_loaded);
+    em_model_free(m);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0);
+    free(cold.first_logits);
+    free(warm.first_logits);
+}
+
 int main(void) {
     const char *names[] = {"q35_tied_ratio2", "q35_equal_heads_bias"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) logits_suite(names[i]);
@@ -256,5 +295,6 @@ int main(void) {
     batching_suite("q35_tied_ratio2", 3, true); /* three snapshots' worth */
     eviction_suite("q35_tied_ratio2");
     mtp_suite();
+    store_suite();
     return test_summary();
 }
