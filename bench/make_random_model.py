@@ -2,7 +2,7 @@
 """Writes a random-weight checkpoint of a real architecture's shape (bf16
 safetensors + config.json) for benchmarks, with the standard library only.
 
-  python3 bench/make_random_model.py OUT [--shape llama-3.2-1b|llama-3.1-8b|qwen3.5-4b|tiny|micro] [--vocab DIR]
+  python3 bench/make_random_model.py OUT [--shape llama-3.2-1b|llama-3.1-8b|qwen3.5-4b|qwen3.5-small|tiny|micro] [--vocab DIR]
 
 --vocab DIR copies DIR's tokenizer.json (and tokenizer_config.json) into OUT
 and sizes the embedding to that vocabulary, with its EOS as eos_token_id,
@@ -37,6 +37,15 @@ SHAPES = {
                        mtp_num_hidden_layers=1,
                        rope_parameters=dict(rope_type="default", rope_theta=10000000.0, partial_rotary_factor=0.25,
                                             mrope_section=[11, 11, 10], mrope_interleaved=True)),
+    # A small hybrid of Qwen3.5's layout (3 Gated DeltaNet layers per attention layer) that
+    # prefills a few thousand tokens on a CPU in seconds: prefix-cache measurements.
+    "qwen3.5-small": dict(model_type="qwen3_5_text", hidden_size=512, intermediate_size=1536,
+                          num_hidden_layers=16, num_attention_heads=8, num_key_value_heads=2, head_dim=64,
+                          vocab_size=4096, tie_word_embeddings=True, max_position_embeddings=8192,
+                          linear_num_key_heads=4, linear_num_value_heads=8, linear_key_head_dim=64,
+                          linear_value_head_dim=64, linear_conv_kernel_dim=4, full_attention_interval=4,
+                          bos_token_id=1, eos_token_id=2,
+                          rope_parameters=dict(rope_type="default", rope_theta=10000000.0, partial_rotary_factor=0.25)),
     "tiny": dict(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, vocab_size=1024, tie_word_embeddings=True, head_dim=64,
                  max_position_embeddings=4096, rope_theta=10000.0),

@@ -5,10 +5,12 @@
 #include "base/alloc.h"
 #include "base/file.h"
 #include "engine/engine.h"
+#include "engine/scheduler.h"
 #include "io/demo_model.h"
 #include "base/sysmem.h"
 #include "engine/grammar/grammar.h"
 
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,7 +64,10 @@ static void generate_help(void) {
            "  --grammar FILE        constrain the output to a GBNF grammar (start rule root)\n"
            "  --regex RE            constrain the output to a full match of RE\n"
            "  --spec mtp            speculative decoding with the model's multi-token-prediction head\n"
-           "  --draft-tokens K      tokens drafted per trunk step with --spec (default 2)\n%s", cli_model_opts_help());
+           "  --draft-tokens K      tokens drafted per trunk step with --spec (default 2)\n"
+           "  --kv-store DIR        reuse prompt prefix blocks kept in DIR by earlier runs (and keep this\n"
+           "                        prompt's there); --stats reports the cached tokens\n"
+           "  --kv-store-bytes B    cap on the store's files for this model (default 4 GiB)\n%s", cli_model_opts_help());
 }
 
 static int run(em_model *m, const int32_t *ids, size_t n, long max_tokens, bool print_ids, bool ignore_eos,
@@ -83,6 +88,7 @@ static int run(em_model *m, const int32_t *ids, size_t n, long max_tokens, bool 
         cli_error("generate", "%s", em_last_error());
         return CLI_FAIL;
     }
+    if (stats && m->sched) fprintf(stderr, "prompt cache: %zu of %zu prompt tokens reused\n", r.n_cached, r.n_prompt);
     if (stats)
         fprintf(stderr, "prompt %zu tokens in %.3fs (%.1f tok/s), generated %zu tokens in %.3fs (%.2f tok/s)\n",
                 r.n_prompt, r.prefill_seconds, r.n_prompt / (r.prefill_seconds > 0 ? r.prefill_seconds : 1),
@@ -167,6 +173,8 @@ static int cmd_generate(int argc, char **argv) {
     cli_model_opts mo;
     cli_model_opts_init(&mo, EM_PRECISION_EXACT);
     const char *model = NULL, *ids_s = NULL, *prompt = NULL, *schema = NULL, *gbnf = NULL, *regex = NULL;
+    const char *kv_store = NULL;
+    long kv_store_bytes = 0;
     long max_tokens = 128, draft_tokens = 2;
     bool print_ids = false, ignore_eos = false, stats = false, chat = false, spec = false;
     for (int i = 1; i < argc; i++) {
@@ -187,6 +195,11 @@ static int cmd_generate(int argc, char **argv) {
         } else if (cli_arg_is(argv[i], "--draft-tokens")) {
             const char *v = cli_take_value(argc, argv, &i, "generate");
             if (!v || !cli_parse_int(v, 1, 16, &draft_tokens)) { cli_error("generate", "--draft-tokens needs a number in 1..16"); return CLI_USAGE; }
+        } else if (cli_arg_is(argv[i], "--kv-store")) {
+            if (!(kv_store = cli_take_value(argc, argv, &i, "generate"))) return CLI_USAGE;
+        } else if (cli_arg_is(argv[i], "--kv-store-bytes")) {
+            const char *v = cli_take_value(argc, argv, &i, "generate");
+            if (!v || !cli_parse_int(v, 1, LONG_MAX, &kv_store_bytes)) { cli_error("generate", "--kv-store-bytes needs a number >= 1"); return CLI_USAGE; }
         } else if (!strcmp(argv[i], "--print-ids")) print_ids = true;
         else if (!strcmp(argv[i], "--ignore-eos")) ignore_eos = true;
         else if (!strcmp(argv[i], "--stats")) stats = true;
@@ -210,6 +223,7 @@ static int cmd_generate(int argc, char **argv) {
     if (!ids_s && !prompt) { cli_error("generate", "give --ids or a prompt"); return CLI_USAGE; }
     if (ids_s && chat) { cli_error("generate", "--chat takes a text prompt, not --ids"); return CLI_USAGE; }
     if (ids_s && prompt) { cli_error("generate", "give either --ids or a prompt, not both"); return CLI_USAGE; }
+    if (kv_store && spec) { cli_error("generate", "--kv-store does not apply to --spec (speculative decoding prefills on its own)"); return CLI_USAGE; }
     int32_t *ids = NULL;
     size_t n = 0;
     if (ids_s && !cli_parse_ids(ids_s, &ids, &n)) {
@@ -242,6 +256,20 @@ static int cmd_generate(int argc, char **argv) {
         free(ids);
         em_model_free(m);
         return CLI_FAIL;
+    }
+    /* With a store the request goes through the scheduler, whose prefix
+     * cache reads and writes it (speculative decoding runs outside it). */
+    if (kv_store) {
+        sched_options so = {.kv_store_dir = kv_store, .kv_store_bytes = (size_t)kv_store_bytes};
+        if (sched_start(m, &so) != EM_OK) {
+            cli_error("generate", "%s", em_last_error());
+            grammar_matcher_free(gm);
+            grammar_vocab_free(gv);
+            grammar_free(g);
+            free(ids);
+            em_model_free(m);
+            return CLI_FAIL;
+        }
     }
     int rc = run(m, ids, n, max_tokens, print_ids, ignore_eos, stats, spec ? (int)draft_tokens : 0, &mo, gm);
     grammar_matcher_free(gm);

@@ -40,8 +40,11 @@ static void serve_usage(FILE *f) {
             "  --prefill-chunk N      prompt tokens prefilled per step (default 512)\n"
             "  --memory-budget BYTES  cap on weights + KV cache + workspace; refuses a model that cannot\n"
             "                         serve one full-context sequence within it (default: no cap)\n"
-            "  --prompt-cache-bytes B cap on cached prompt prefixes nobody uses (default: no cap)\n"
+            "  --prompt-cache-bytes B cap on cached prompt prefixes nobody uses, with the recurrent-state\n"
+            "                         snapshots of hybrid models (default: no cap; snapshots: 2 per sequence)\n"
             "  --no-prefix-cache      do not reuse KV blocks across requests\n"
+            "  --kv-store DIR         keep prompt prefix blocks in DIR too, reused after a restart\n"
+            "  --kv-store-bytes B     cap on the store's files for this model (default 4 GiB)\n"
             "  --precision P          exact or fast (default fast: bf16 dot products in prefill and\n"
             "                         in decode batches of 16+ sequences)\n"
             "  --cors-origin ORIGIN   send CORS headers allowing ORIGIN (or *)\n"
@@ -139,6 +142,11 @@ static int parse_args(int argc, char **argv, srv_config *cfg, loader *l) {
             l->sched.prompt_cache_bytes = (size_t)v;
         } else if (!strcmp(a, "--no-prefix-cache")) {
             l->sched.no_prefix_cache = true;
+        } else if (cli_arg_is(a, "--kv-store")) {
+            if (!(l->sched.kv_store_dir = cli_take_value(argc, argv, &i, "serve"))) return CLI_USAGE;
+        } else if (cli_arg_is(a, "--kv-store-bytes")) {
+            if (!int_opt(argc, argv, &i, 1, LONG_MAX, &v)) return CLI_USAGE;
+            l->sched.kv_store_bytes = (size_t)v;
         } else if (cli_arg_is(a, "--precision")) {
             const char *p = cli_take_value(argc, argv, &i, "serve");
             if (!p) return CLI_USAGE;
@@ -176,6 +184,10 @@ static int parse_args(int argc, char **argv, srv_config *cfg, loader *l) {
     }
     if (!l->path && !(l->path = em_demo_model_dir())) {
         cli_error("serve", "no MODEL given and the demo model was not found (set EMBER_DEMO_MODEL)");
+        return CLI_USAGE;
+    }
+    if (l->sched.kv_store_dir && l->sched.no_prefix_cache) {
+        cli_error("serve", "--kv-store keeps prefix-cache blocks: it does not go with --no-prefix-cache");
         return CLI_USAGE;
     }
     if (!l->opts.max_sequences) l->opts.max_sequences = 8;

@@ -30,6 +30,8 @@ struct em_scheduler {
     sched_req **active;               /* owned by the loop thread */
     int n_active, max_batch, prefill_chunk;
     bool prefix_cache;
+    int snapshot_every;
+    kv_store *store; /* NULL: none */
     bool stop;
     unsigned long long next_order;
     sched_stats stats; /* guarded by mu */
@@ -80,7 +82,8 @@ static void admit(em_scheduler *s) {
         pop_front(s);
         r->g->fed = 0;
         if (s->prefix_cache) {
-            int reused = prompt_cache_attach(s->m->kv, r->g->seq, r->g->history, r->g->n_history, &r->blocks);
+            r->blocks.snap_every = s->snapshot_every;
+            int reused = prompt_cache_attach(s->m, s->store, r->g->seq, r->g->history, r->g->n_history, &r->blocks);
             r->g->fed = (size_t)reused;
             if (!r->g->r->n_generated) r->g->r->n_cached = (size_t)reused;
         }
@@ -164,6 +167,7 @@ static int build_batch(em_scheduler *s, int *n_rows) {
             bool decode = pending == 1;
             if ((pass == 0) != decode || pending == 0 || g->finished || r->in_batch) continue;
             int take = decode ? 1 : (int)(pending < (size_t)budget ? pending : (size_t)budget);
+            if (s->prefix_cache && !decode) take = prompt_cache_span(s->m, &r->blocks, g->fed, take);
             if (take <= 0) continue;
             if (!reserve(s, r, (int)g->fed + take)) {
                 i = -1; /* the active list changed: rescan (spans kept) */
@@ -229,7 +233,7 @@ static void step(em_scheduler *s) {
     for (int i = 0; i < n; i++) {
         gen_seq *g = s->span_req[i]->g;
         g->fed += (size_t)s->spans[i].n;
-        if (s->prefix_cache) prompt_cache_register(s->m->kv, g->seq, g->history, g->fed, &s->span_req[i]->blocks);
+        if (s->prefix_cache) prompt_cache_register(s->m, s->store, g->seq, g->history, g->fed, &s->span_req[i]->blocks);
         tokens += s->spans[i].n;
         if (s->spans[i].n > 1) prefill += s->spans[i].n;
         if (s->spans[i].logits != LOGITS_LAST) continue;
@@ -301,9 +305,13 @@ void sched_get_stats(em_scheduler *s, sched_stats *out) {
     out->prefix_hit_tokens = c->prefix_hit_tokens;
     out->prefix_evictions = c->prefix_evictions;
     out->prefix_cached_bytes = kv_prefix_cached_bytes(c);
+    out->prefix_state_bytes = c->snap_total;
+    out->prefix_state_snapshots = c->n_snaps;
     out->kv_blocks_total = c->max_blocks;
     out->kv_blocks_free = c->n_free + c->n_lru;
     pthread_mutex_unlock(&c->mu);
+    out->kv_store = s->store != NULL;
+    if (s->store) kv_store_get_stats(s->store, &out->store);
 }
 
 em_status sched_start(em_model *m, const sched_options *o) {
@@ -312,15 +320,17 @@ em_status sched_start(em_model *m, const sched_options *o) {
     s->m = m;
     s->max_batch = o && o->max_batch > 0 && o->max_batch < m->kv->max_seqs ? o->max_batch : m->kv->max_seqs;
     s->prefill_chunk = o && o->prefill_chunk > 0 ? o->prefill_chunk : 512;
-    /* A family with per-sequence recurrent state (Qwen3.5) cannot resume from
-     * shared KV blocks alone: its state at the block boundary would be
-     * needed too, which is not snapshotted yet. Prefix caching stays off
-     * for it rather than computing from a wrong state. */
-    bool recurrent = m->family->state_bytes && m->family->state_bytes(m) > 0;
-    s->prefix_cache = !(o && o->no_prefix_cache) && !recurrent;
-    if (o && o->prompt_cache_bytes) {
-        size_t block_bytes = m->kv->block_floats * sizeof(float) * 2u * (size_t)m->kv->n_layers;
-        m->kv->max_lru = (int)(o->prompt_cache_bytes / block_bytes);
+    /* A family with per-sequence recurrent state (Qwen3.5) resumes from
+     * shared KV blocks plus a snapshot of that state (prompt_cache.h). */
+    s->prefix_cache = !(o && o->no_prefix_cache);
+    s->snapshot_every = o ? o->snapshot_every : 0;
+    prompt_cache_configure(m, o ? o->prompt_cache_bytes : 0);
+    if (s->prefix_cache && o && o->kv_store_dir) {
+        em_status st = kv_store_open(m, o->kv_store_dir, o->kv_store_bytes, &s->store);
+        if (st != EM_OK) {
+            free(s);
+            return st;
+        }
     }
     s->active = em_calloc((size_t)s->max_batch, sizeof *s->active);
     s->spans = em_calloc((size_t)s->max_batch, sizeof *s->spans);
@@ -332,6 +342,7 @@ em_status sched_start(em_model *m, const sched_options *o) {
         free(s->active);
         free(s->spans);
         free(s->span_req);
+        kv_store_close(s->store);
         free(s);
         return em_fail(EM_ERR_NOMEM, "cannot start the scheduler");
     }
@@ -355,5 +366,6 @@ void sched_stop(em_model *m) {
     free(s->spans);
     free(s->span_req);
     free_logits(s);
+    kv_store_close(s->store);
     free(s);
 }

@@ -10,7 +10,8 @@
  *
  * Prefix caching: a request's history is matched block by block against
  * the KV blocks other requests computed (prompt_cache.c); the longest
- * cached prefix is reused and only the rest is prefilled.
+ * cached prefix is reused and only the rest is prefilled. Hybrid families
+ * also restore a snapshot of their recurrent state there.
  *
  * Greedy outputs under batching equal those of each request served alone:
  * a row's arithmetic depends only on its own span (see dense.c). */
@@ -18,6 +19,7 @@
 #define EMBER_ENGINE_SCHEDULER_H
 
 #include "engine/gen_seq.h"
+#include "engine/kv_store.h"
 
 typedef struct em_scheduler em_scheduler;
 
@@ -25,7 +27,10 @@ typedef struct sched_options {
     int max_batch;     /* active sequences per step; 0: the KV cache's slots */
     int prefill_chunk; /* prompt tokens per step; 0: 512 */
     bool no_prefix_cache;      /* disable prefix caching */
-    size_t prompt_cache_bytes; /* cap on cached blocks nobody uses; 0: no cap */
+    size_t prompt_cache_bytes; /* cap on cached blocks nobody uses + state snapshots; 0: no cap */
+    int snapshot_every;        /* hybrid families: blocks between periodic state snapshots; 0: 16 */
+    const char *kv_store_dir;  /* persist prompt blocks here (kv_store.h); NULL: none */
+    size_t kv_store_bytes;     /* bound on the store's folder; 0: 4 GiB */
 } sched_options;
 
 typedef struct sched_stats {
@@ -36,8 +41,12 @@ typedef struct sched_stats {
      * then sampling and streaming the new tokens */
     double forward_seconds, sample_seconds;
     unsigned long long prefix_lookup_tokens, prefix_hit_tokens, prefix_evictions;
-    size_t prefix_cached_bytes;
+    size_t prefix_cached_bytes;  /* unused cached KV blocks + state snapshots */
+    size_t prefix_state_bytes;   /* of which recurrent-state snapshots */
+    int prefix_state_snapshots;
     int kv_blocks_total, kv_blocks_free;
+    bool kv_store;             /* a store is open: the figures below */
+    kv_store_stats store;
 } sched_stats;
 
 /* Starts the scheduler thread on m and attaches it (m->sched): from then on

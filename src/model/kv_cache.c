@@ -109,13 +109,25 @@ em_status kv_seq_alloc(kv_cache *c, int *seq) {
     return em_fail(EM_ERR_LIMIT, "all %d KV-cache sequence slots are in use", c->max_seqs);
 }
 
-void kv_seq_release(kv_cache *c, int seq) {
-    pthread_mutex_lock(&c->mu);
+void kv_seq_clear_locked(kv_cache *c, int seq) {
     kv_seq *s = &c->seqs[seq];
-    for (int i = 0; i < s->n_blocks; i++) kv_block_drop_locked(c, s->blocks[i]);
+    /* last block first: on the LRU list a prefix's head outlives its tail,
+     * which is useless without it */
+    for (int i = s->n_blocks - 1; i >= 0; i--) kv_block_drop_locked(c, s->blocks[i]);
     s->n_blocks = 0;
     s->len = 0;
-    s->in_use = false;
+}
+
+void kv_seq_clear(kv_cache *c, int seq) {
+    pthread_mutex_lock(&c->mu);
+    kv_seq_clear_locked(c, seq);
+    pthread_mutex_unlock(&c->mu);
+}
+
+void kv_seq_release(kv_cache *c, int seq) {
+    pthread_mutex_lock(&c->mu);
+    kv_seq_clear_locked(c, seq);
+    c->seqs[seq].in_use = false;
     pthread_mutex_unlock(&c->mu);
 }
 

@@ -45,10 +45,23 @@ typedef struct kv_cache {
     uint64_t *bhash;
     int32_t *btokens;       /* block_size ids per registered block */
     unsigned char *cached;
-    int *lru_prev, *lru_next, lru_head, lru_tail, n_lru, max_lru;
+    int *lru_prev, *lru_next, lru_head, lru_tail, n_lru;
     int *hbucket, *hnext;   /* hash table over registered blocks */
     unsigned hmask;
     unsigned long long prefix_lookup_tokens, prefix_hit_tokens, prefix_evictions;
+    /* Recurrent-state snapshots (hybrid families): a registered block may
+     * carry the sequence state at its end (snap_bytes each, heap, owned by
+     * the cache, immutable once set). A snapshot is only copied out when a
+     * sequence attaches, never held, so it can be dropped any time: it has
+     * an LRU list of its own and goes with its block's registration. */
+    void **bsnap;
+    int *snap_prev, *snap_next, snap_head, snap_tail;
+    unsigned long long *lru_tick, *snap_tick, tick; /* recency across both lists */
+    size_t snap_bytes, snap_total;
+    int n_snaps;
+    /* Budget of the prefix cache: unused cached blocks plus every snapshot
+     * (0: no cap on unused blocks; snapshots then capped by snap_cap). */
+    size_t cap_bytes, snap_cap;
 } kv_cache;
 
 /* Reserves room in be's memory for max_seqs sequences of up to max_ctx
@@ -63,6 +76,9 @@ void kv_cache_free(kv_cache *c);
 em_status kv_seq_alloc(kv_cache *c, int *seq);
 /* Returns a sequence's blocks to the pool and frees the slot. */
 void kv_seq_release(kv_cache *c, int seq);
+/* Returns a sequence's blocks to the pool; the slot stays claimed, empty. */
+void kv_seq_clear(kv_cache *c, int seq);
+void kv_seq_clear_locked(kv_cache *c, int seq);
 /* Ensures the sequence has blocks for positions [0, new_len). */
 em_status kv_seq_reserve(kv_cache *c, int seq, int new_len);
 /* Drops positions >= len (rollback after speculative verification). */
@@ -84,7 +100,24 @@ void kv_prefix_register(kv_cache *c, int seq, int index, uint64_t hash, const in
  * matching hashes[0..n) (and their tokens); sets its length; returns the
  * number of blocks attached. */
 int kv_prefix_attach(kv_cache *c, int seq, const uint64_t *hashes, const int32_t *tokens, int n);
-/* Bytes held by cached blocks that no sequence uses. */
+/* Like kv_prefix_attach, but the run ends at the last matching block that
+ * carries a state snapshot (hybrid families: the KV alone cannot resume a
+ * sequence); that snapshot is copied to state (snap_bytes) when something
+ * was attached. */
+int kv_prefix_attach_with_state(kv_cache *c, int seq, const uint64_t *hashes, const int32_t *tokens, int n,
+                                void *state);
+/* Sets the byte size of one snapshot (0: the family has no recurrent
+ * state) and the cache budget (see cap_bytes). */
+void kv_prefix_configure(kv_cache *c, size_t snap_bytes, size_t cap_bytes, size_t snap_cap);
+/* True when the registered block with this hash and tokens exists and has
+ * no snapshot yet (worth saving the state for). */
+bool kv_prefix_wants_state(kv_cache *c, uint64_t hash, const int32_t *tokens);
+/* Stores state (snap_bytes, malloc'ed; ownership passes to the cache) as
+ * the snapshot of the registered block with this hash and tokens, evicting
+ * unused cached blocks to stay within the budget. Returns false (state
+ * freed) when the block is gone, already has one, or no room can be made. */
+bool kv_prefix_put_state(kv_cache *c, uint64_t hash, const int32_t *tokens, void *state);
+/* Bytes held by cached blocks that no sequence uses, plus all snapshots. */
 size_t kv_prefix_cached_bytes(const kv_cache *c);
 /* Internal to the cache: take a block (free list, else evict the least
  * recently used cached block) / drop a reference. Called with mu held. */

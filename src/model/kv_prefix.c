@@ -8,7 +8,15 @@
  * sequence appends after its attached prefix, into blocks of its own, so no
  * copy-on-write is needed. When the last user leaves, a registered block
  * stays cached on an LRU list and is reclaimed when room is needed (or
- * when cached blocks exceed their byte cap). */
+ * when the cache exceeds its byte budget).
+ *
+ * Hybrid families (recurrent layers beside the KV cache) cannot resume from
+ * KV blocks alone: a registered block may also carry a snapshot of the
+ * sequence's recurrent state at its end. A snapshot is copied out when a
+ * sequence attaches and never held, so it has an LRU list of its own; it
+ * goes with its block's registration, or earlier when the budget needs
+ * room. The budget counts unused blocks and all snapshots; over it, the
+ * least recently used of either goes first. */
 #include "model/kv_cache.h"
 
 #include "base/alloc.h"
@@ -21,6 +29,11 @@ em_status kv_prefix_init(kv_cache *c, size_t max_cached_bytes) {
     size_t n = (size_t)c->max_blocks;
     c->ref = em_calloc(n, sizeof *c->ref);
     c->bhash = em_calloc(n, sizeof *c->bhash);
+    c->bsnap = em_calloc(n, sizeof *c->bsnap);
+    c->snap_prev = em_mallocn(n, sizeof *c->snap_prev);
+    c->snap_next = em_mallocn(n, sizeof *c->snap_next);
+    c->lru_tick = em_calloc(n, sizeof *c->lru_tick);
+    c->snap_tick = em_calloc(n, sizeof *c->snap_tick);
     c->btokens = em_calloc(n * (size_t)c->block_size, sizeof *c->btokens);
     c->cached = em_calloc(n, 1);
     c->lru_prev = em_mallocn(n, sizeof *c->lru_prev);
@@ -29,17 +42,24 @@ em_status kv_prefix_init(kv_cache *c, size_t max_cached_bytes) {
     size_t buckets = 16;
     while (buckets < n) buckets *= 2;
     c->hbucket = em_mallocn(buckets, sizeof *c->hbucket);
-    if (!c->ref || !c->bhash || !c->btokens || !c->cached || !c->lru_prev || !c->lru_next || !c->hnext || !c->hbucket)
+    if (!c->ref || !c->bhash || !c->bsnap || !c->snap_prev || !c->snap_next || !c->lru_tick || !c->snap_tick ||
+        !c->btokens || !c->cached || !c->lru_prev || !c->lru_next || !c->hnext || !c->hbucket)
         return em_fail(EM_ERR_NOMEM, "out of memory for the prefix cache tables");
     for (size_t i = 0; i < buckets; i++) c->hbucket[i] = -1;
     c->hmask = (unsigned)(buckets - 1);
     c->lru_head = c->lru_tail = -1;
-    size_t block_bytes = c->block_floats * sizeof(float) * 2u * (size_t)c->n_layers;
-    c->max_lru = max_cached_bytes ? (int)(max_cached_bytes / block_bytes) : c->max_blocks;
+    c->snap_head = c->snap_tail = -1;
+    c->cap_bytes = max_cached_bytes;
     return EM_OK;
 }
 
 void kv_prefix_free(kv_cache *c) {
+    for (int b = 0; c->bsnap && b < c->max_blocks; b++) free(c->bsnap[b]);
+    free(c->bsnap);
+    free(c->snap_prev);
+    free(c->snap_next);
+    free(c->lru_tick);
+    free(c->snap_tick);
     free(c->ref);
     free(c->bhash);
     free(c->btokens);
@@ -54,6 +74,8 @@ uint64_t kv_block_hash(uint64_t prev, const int32_t *tokens, int n) {
     return em_hash_finish(em_hash_bytes(prev ^ 0x9e3779b97f4a7c15ULL, tokens, (size_t)n * sizeof *tokens));
 }
 
+static size_t block_bytes(const kv_cache *c) { return c->block_floats * sizeof(float) * 2u * (size_t)c->n_layers; }
+
 static void lru_unlink(kv_cache *c, int b) {
     int p = c->lru_prev[b], n = c->lru_next[b];
     if (p >= 0) c->lru_next[p] = n;
@@ -64,6 +86,7 @@ static void lru_unlink(kv_cache *c, int b) {
 }
 
 static void lru_push_front(kv_cache *c, int b) {
+    c->lru_tick[b] = ++c->tick;
     c->lru_prev[b] = -1;
     c->lru_next[b] = c->lru_head;
     if (c->lru_head >= 0) c->lru_prev[c->lru_head] = b;
@@ -72,11 +95,37 @@ static void lru_push_front(kv_cache *c, int b) {
     c->n_lru++;
 }
 
+static void snap_unlink(kv_cache *c, int b) {
+    int p = c->snap_prev[b], n = c->snap_next[b];
+    if (p >= 0) c->snap_next[p] = n;
+    else c->snap_head = n;
+    if (n >= 0) c->snap_prev[n] = p;
+    else c->snap_tail = p;
+}
+
+static void snap_push_front(kv_cache *c, int b) {
+    c->snap_tick[b] = ++c->tick;
+    c->snap_prev[b] = -1;
+    c->snap_next[b] = c->snap_head;
+    if (c->snap_head >= 0) c->snap_prev[c->snap_head] = b;
+    c->snap_head = b;
+    if (c->snap_tail < 0) c->snap_tail = b;
+}
+
+static void snap_drop(kv_cache *c, int b) {
+    snap_unlink(c, b);
+    free(c->bsnap[b]);
+    c->bsnap[b] = NULL;
+    c->snap_total -= c->snap_bytes;
+    c->n_snaps--;
+}
+
 static void table_remove(kv_cache *c, int b) {
     int *pp = &c->hbucket[c->bhash[b] & c->hmask];
     while (*pp != b) pp = &c->hnext[*pp];
     *pp = c->hnext[b];
     c->cached[b] = 0;
+    if (c->bsnap[b]) snap_drop(c, b);
 }
 
 static int table_find(const kv_cache *c, uint64_t hash, const int32_t *tokens) {
@@ -97,6 +146,37 @@ static int evict_lru(kv_cache *c) {
     return b;
 }
 
+static bool over_total(const kv_cache *c) {
+    return c->cap_bytes && (size_t)c->n_lru * block_bytes(c) + c->snap_total > c->cap_bytes;
+}
+
+static bool over_snaps(const kv_cache *c) { return c->snap_cap && c->snap_total > c->snap_cap; }
+
+/* Drops the least recently used of the unused blocks and the snapshots
+ * until the budget holds (only snapshots when they alone exceed theirs). */
+static void shrink(kv_cache *c) {
+    for (;;) {
+        int b = c->lru_tail, sn = c->snap_tail;
+        if (over_snaps(c) && sn >= 0) {
+            snap_drop(c, sn);
+        } else if (over_total(c) && (b >= 0 || sn >= 0)) {
+            if (sn >= 0 && (b < 0 || c->snap_tick[sn] <= c->lru_tick[b])) snap_drop(c, sn);
+            else c->free_list[c->n_free++] = evict_lru(c);
+        } else {
+            return;
+        }
+    }
+}
+
+void kv_prefix_configure(kv_cache *c, size_t snap_bytes, size_t cap_bytes, size_t snap_cap) {
+    pthread_mutex_lock(&c->mu);
+    c->snap_bytes = snap_bytes;
+    c->cap_bytes = cap_bytes;
+    c->snap_cap = snap_cap;
+    shrink(c);
+    pthread_mutex_unlock(&c->mu);
+}
+
 int kv_block_take_locked(kv_cache *c) {
     int b = c->n_free ? c->free_list[--c->n_free] : evict_lru(c);
     if (b >= 0) c->ref[b] = 1;
@@ -110,7 +190,7 @@ void kv_block_drop_locked(kv_cache *c, int b) {
         return;
     }
     lru_push_front(c, b);
-    while (c->n_lru > c->max_lru) c->free_list[c->n_free++] = evict_lru(c);
+    shrink(c);
 }
 
 void kv_prefix_register(kv_cache *c, int seq, int index, uint64_t hash, const int32_t *tokens) {
@@ -129,8 +209,9 @@ void kv_prefix_register(kv_cache *c, int seq, int index, uint64_t hash, const in
     pthread_mutex_unlock(&c->mu);
 }
 
-int kv_prefix_attach(kv_cache *c, int seq, const uint64_t *hashes, const int32_t *tokens, int n) {
-    pthread_mutex_lock(&c->mu);
+/* Attaches up to n matching blocks to the empty sequence; counts a lookup
+ * of `looked_up` blocks. Called with mu held. */
+static int attach_locked(kv_cache *c, int seq, const uint64_t *hashes, const int32_t *tokens, int n, int looked_up) {
     kv_seq *s = &c->seqs[seq];
     int got = 0;
     if (s->n_blocks == 0) {
@@ -146,12 +227,69 @@ int kv_prefix_attach(kv_cache *c, int seq, const uint64_t *hashes, const int32_t
         }
         s->len = got * c->block_size;
     }
-    c->prefix_lookup_tokens += (unsigned long long)n * (unsigned long long)c->block_size;
+    c->prefix_lookup_tokens += (unsigned long long)looked_up * (unsigned long long)c->block_size;
     c->prefix_hit_tokens += (unsigned long long)got * (unsigned long long)c->block_size;
+    return got;
+}
+
+int kv_prefix_attach(kv_cache *c, int seq, const uint64_t *hashes, const int32_t *tokens, int n) {
+    pthread_mutex_lock(&c->mu);
+    int got = attach_locked(c, seq, hashes, tokens, n, n);
     pthread_mutex_unlock(&c->mu);
     return got;
 }
 
-size_t kv_prefix_cached_bytes(const kv_cache *c) {
-    return (size_t)c->n_lru * c->block_floats * sizeof(float) * 2u * (size_t)c->n_layers;
+int kv_prefix_attach_with_state(kv_cache *c, int seq, const uint64_t *hashes, const int32_t *tokens, int n,
+                                void *state) {
+    pthread_mutex_lock(&c->mu);
+    /* the longest matching run, cut back to its last snapshot */
+    int usable = 0;
+    for (int i = 0; i < n; i++) {
+        int b = table_find(c, hashes[i], tokens + (size_t)i * c->block_size);
+        if (b < 0) break;
+        if (c->bsnap[b]) usable = i + 1;
+    }
+    int got = attach_locked(c, seq, hashes, tokens, usable, n);
+    if (got > 0 && got < usable) { /* out of memory growing the table: compute from zero */
+        kv_seq_clear_locked(c, seq);
+        c->prefix_hit_tokens -= (unsigned long long)got * (unsigned long long)c->block_size;
+        got = 0;
+    }
+    if (got > 0) {
+        int b = c->seqs[seq].blocks[got - 1];
+        memcpy(state, c->bsnap[b], c->snap_bytes);
+        snap_unlink(c, b);
+        snap_push_front(c, b);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return got;
 }
+
+bool kv_prefix_wants_state(kv_cache *c, uint64_t hash, const int32_t *tokens) {
+    pthread_mutex_lock(&c->mu);
+    int b = c->snap_bytes ? table_find(c, hash, tokens) : -1;
+    bool want = b >= 0 && !c->bsnap[b];
+    pthread_mutex_unlock(&c->mu);
+    return want;
+}
+
+bool kv_prefix_put_state(kv_cache *c, uint64_t hash, const int32_t *tokens, void *state) {
+    pthread_mutex_lock(&c->mu);
+    int b = c->snap_bytes ? table_find(c, hash, tokens) : -1;
+    bool stored = b >= 0 && !c->bsnap[b], kept = false;
+    if (stored) {
+        c->bsnap[b] = state;
+        c->snap_total += c->snap_bytes;
+        c->n_snaps++;
+        snap_push_front(c, b);
+        /* older snapshots and unused blocks make room; a budget too small
+         * for this one drops it too (and frees it) */
+        shrink(c);
+        kept = c->bsnap[b] == state;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (!stored) free(state);
+    return kept;
+}
+
+size_t kv_prefix_cached_bytes(const kv_cache *c) { return (size_t)c->n_lru * block_bytes(c) + c->snap_total; }

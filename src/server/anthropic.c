@@ -144,7 +144,7 @@ static json_t *message_json(ant_job *j, json_t *content) {
                      "model", em_model_name(j->model), "content", content ? content : json_array(), "stop_reason",
                      reason ? json_string(reason) : json_null(), "stop_sequence",
                      by_stop ? json_string(r->stop) : json_null(), "usage",
-                     ant_usage_json(r->input_tokens, content ? r->output_tokens : 0));
+                     ant_usage_json(r->input_tokens, done ? r->cached_tokens : 0, content ? r->output_tokens : 0));
 }
 
 /* Streaming: message_start and the first ping go into the pipe before the

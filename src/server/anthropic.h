@@ -60,6 +60,7 @@ typedef struct ant_reply {
     em_finish_reason reason;
     char *stop;              /* the stop sequence that ended the reply (owned) */
     size_t input_tokens, output_tokens;
+    size_t cached_tokens;    /* of input_tokens, reused from the prefix cache (known at FINISH) */
     bool failed;             /* ERROR seen, or out of memory */
     char error[512];
 } ant_reply;
@@ -72,8 +73,11 @@ void ant_reply_free(ant_reply *r);
 json_t *ant_content_json(const ant_reply *r);
 /* stop_reason for a finish: end_turn, max_tokens, stop_sequence, tool_use. */
 const char *ant_stop_reason(em_finish_reason reason, const char *stop);
-/* The usage object: input_tokens, output_tokens, cache_* (0: no cache yet). */
-json_t *ant_usage_json(size_t input_tokens, size_t output_tokens);
+/* The usage object. As the Messages API counts them, input_tokens are the
+ * prompt tokens computed and cache_read_input_tokens those reused from the
+ * prefix cache (prompt = both); nothing is written on request, so
+ * cache_creation_input_tokens stays 0. */
+json_t *ant_usage_json(size_t prompt_tokens, size_t cached_tokens, size_t output_tokens);
 /* The tool_use id for an engine call id: "call_X" becomes "toolu_X". */
 void ant_tool_id(const char *engine_id, char *buf, size_t size);
 /* The signature of a thinking block from its text hash (see anthropic_stream.c). */

@@ -47,9 +47,11 @@ const char *ant_stop_reason(em_finish_reason reason, const char *stop) {
     return stop ? "stop_sequence" : "end_turn";
 }
 
-json_t *ant_usage_json(size_t input_tokens, size_t output_tokens) {
-    return json_pack("{s:I, s:I, s:i, s:i}", "input_tokens", (json_int_t)input_tokens, "output_tokens",
-                     (json_int_t)output_tokens, "cache_creation_input_tokens", 0, "cache_read_input_tokens", 0);
+json_t *ant_usage_json(size_t prompt_tokens, size_t cached_tokens, size_t output_tokens) {
+    if (cached_tokens > prompt_tokens) cached_tokens = prompt_tokens;
+    return json_pack("{s:I, s:I, s:i, s:I}", "input_tokens", (json_int_t)(prompt_tokens - cached_tokens),
+                     "output_tokens", (json_int_t)output_tokens, "cache_creation_input_tokens", 0,
+                     "cache_read_input_tokens", (json_int_t)cached_tokens);
 }
 
 /* ---- SSE --------------------------------------------------------------- */
@@ -134,6 +136,7 @@ static bool finish(ant_reply *r, const em_event *ev) {
     r->finished = true;
     r->reason = ev->reason;
     r->output_tokens = ev->usage.completion_tokens;
+    r->cached_tokens = ev->usage.cached_tokens;
     if (ev->stop && !(r->stop = em_strdup(ev->stop))) return false;
     if (!close_block(r)) return false;
     if (!r->job || ev->reason == EM_REASON_CANCELLED) return true;
@@ -141,7 +144,7 @@ static bool finish(ant_reply *r, const em_event *ev) {
     json_t *seq = !strcmp(reason, "stop_sequence") ? json_string(r->stop) : json_null();
     json_t *delta = json_pack("{s:s, s:o}", "stop_reason", reason, "stop_sequence", seq);
     if (!send(r, "message_delta",
-              json_pack("{s:o, s:o}", "delta", delta, "usage", ant_usage_json(r->input_tokens, r->output_tokens))))
+              json_pack("{s:o, s:o}", "delta", delta, "usage", ant_usage_json(r->input_tokens, r->cached_tokens, r->output_tokens))))
         return false;
     return send(r, "message_stop", json_object());
 }

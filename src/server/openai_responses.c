@@ -85,8 +85,8 @@ static void resp_destroy(srv_job *base) {
 
 static json_t *usage_json(const resp_job *j) {
     const oai_usage_acc *u = &j->usage;
-    return json_pack("{s:I, s:{s:i}, s:I, s:{s:I}, s:I}", "input_tokens", (json_int_t)u->prompt_tokens,
-                     "input_tokens_details", "cached_tokens", 0, "output_tokens", (json_int_t)u->completion_tokens,
+    return json_pack("{s:I, s:{s:I}, s:I, s:{s:I}, s:I}", "input_tokens", (json_int_t)u->prompt_tokens,
+                     "input_tokens_details", "cached_tokens", (json_int_t)u->cached_tokens, "output_tokens", (json_int_t)u->completion_tokens,
                      "output_tokens_details", "reasoning_tokens", (json_int_t)u->reasoning_tokens, "total_tokens",
                      (json_int_t)(u->prompt_tokens + u->completion_tokens));
 }
@@ -265,6 +265,7 @@ static int resp_on_event(void *user, const em_event *ev) {
         j->finished = true;
         j->usage.completion_tokens += ev->usage.completion_tokens;
         j->usage.reasoning_tokens += ev->usage.reasoning_tokens;
+        if (ev->usage.cached_tokens > j->usage.cached_tokens) j->usage.cached_tokens = ev->usage.cached_tokens;
         metrics_generation(j->srv->metrics, ev->usage.prompt_tokens, ev->usage.completion_tokens,
                            ev->usage.ttft_seconds, ev->usage.itl, ev->usage.n_itl);
         break;

@@ -30,12 +30,21 @@ static size_t rss_bytes(void) {
     return n == 2 && page > 0 ? (size_t)resident * (size_t)page : 0;
 }
 
+/* The on-disk prefix store (--kv-store), or null. */
+static json_t *kv_store_json(const sched_stats *st) {
+    if (!st->kv_store) return json_null();
+    const kv_store_stats *k = &st->store;
+    return json_pack("{s:i, s:I, s:I, s:I, s:I, s:I}", "files", k->files, "bytes", (json_int_t)k->bytes,
+                     "files_written", (json_int_t)k->files_written, "blocks_loaded", (json_int_t)k->blocks_loaded,
+                     "files_rejected", (json_int_t)k->files_rejected, "files_deleted", (json_int_t)k->files_deleted);
+}
+
 /* Continuous batching and prefix cache figures of the engine. */
 static json_t *engine_stats_json(struct em_scheduler *sc) {
     sched_stats st;
     sched_get_stats(sc, &st);
     double hit_rate = st.prefix_lookup_tokens ? (double)st.prefix_hit_tokens / (double)st.prefix_lookup_tokens : 0.0;
-    return json_pack("{s:{s:I, s:I, s:I, s:I, s:f, s:I, s:i, s:i, s:f, s:f, s:f}, s:{s:I, s:I, s:f, s:I, s:I}, s:{s:i, s:i}}",
+    return json_pack("{s:{s:I, s:I, s:I, s:I, s:f, s:I, s:i, s:i, s:f, s:f, s:f}, s:{s:I, s:I, s:f, s:I, s:I, s:I, s:i}, s:{s:i, s:i}, s:o}",
                      "batching", "steps", (json_int_t)st.steps, "batched_tokens", (json_int_t)st.batched_tokens,
                      "prefill_tokens", (json_int_t)st.prefill_tokens, "decode_tokens", (json_int_t)st.decode_tokens,
                      "mean_tokens_per_step", st.steps ? (double)st.batched_tokens / (double)st.steps : 0.0,
@@ -44,14 +53,16 @@ static json_t *engine_stats_json(struct em_scheduler *sc) {
                      st.sample_seconds, "prefix_cache", "lookup_tokens", (json_int_t)st.prefix_lookup_tokens, "hit_tokens",
                      (json_int_t)st.prefix_hit_tokens, "hit_rate", hit_rate, "evictions",
                      (json_int_t)st.prefix_evictions, "cached_bytes", (json_int_t)st.prefix_cached_bytes,
-                     "kv_cache", "blocks_total", st.kv_blocks_total, "blocks_free", st.kv_blocks_free);
+                     "state_bytes", (json_int_t)st.prefix_state_bytes, "state_snapshots", st.prefix_state_snapshots,
+                     "kv_cache", "blocks_total", st.kv_blocks_total, "blocks_free", st.kv_blocks_free,
+                     "kv_store", kv_store_json(&st));
 }
 
 /* Prometheus lines for the engine, appended to the server's metrics. */
 static char *engine_metrics(struct em_scheduler *sc, char *base) {
     sched_stats st;
     sched_get_stats(sc, &st);
-    char extra[2048];
+    char extra[4096];
     int n = snprintf(extra, sizeof extra,
                      "# HELP ember_engine_steps_total Batched forward steps.\n# TYPE ember_engine_steps_total counter\n"
                      "ember_engine_steps_total %llu\n"
@@ -63,12 +74,24 @@ static char *engine_metrics(struct em_scheduler *sc, char *base) {
                      "# TYPE ember_prefix_cache_lookup_tokens_total counter\nember_prefix_cache_lookup_tokens_total %llu\n"
                      "# HELP ember_prefix_cache_hit_tokens_total Prompt tokens reused from the prefix cache.\n"
                      "# TYPE ember_prefix_cache_hit_tokens_total counter\nember_prefix_cache_hit_tokens_total %llu\n"
-                     "# HELP ember_prefix_cache_bytes KV bytes held by cached, unused prefix blocks.\n"
+                     "# HELP ember_prefix_cache_bytes Bytes held by cached, unused prefix blocks and state snapshots.\n"
                      "# TYPE ember_prefix_cache_bytes gauge\nember_prefix_cache_bytes %zu\n"
+                     "# HELP ember_prefix_cache_state_bytes Bytes of recurrent-state snapshots (hybrid models).\n"
+                     "# TYPE ember_prefix_cache_state_bytes gauge\nember_prefix_cache_state_bytes %zu\n"
                      "# HELP ember_kv_cache_blocks_free KV-cache blocks free or reclaimable.\n"
                      "# TYPE ember_kv_cache_blocks_free gauge\nember_kv_cache_blocks_free %d\n",
                      st.steps, st.batched_tokens, st.preemptions, st.prefix_lookup_tokens, st.prefix_hit_tokens,
-                     st.prefix_cached_bytes, st.kv_blocks_free);
+                     st.prefix_cached_bytes, st.prefix_state_bytes, st.kv_blocks_free);
+    if (st.kv_store && n > 0 && (size_t)n < sizeof extra)
+        n += snprintf(extra + n, sizeof extra - (size_t)n,
+                      "# HELP ember_kv_store_bytes Bytes of prefix blocks kept on disk (--kv-store).\n"
+                      "# TYPE ember_kv_store_bytes gauge\nember_kv_store_bytes %zu\n"
+                      "# HELP ember_kv_store_blocks_loaded_total Prefix blocks read back from disk.\n"
+                      "# TYPE ember_kv_store_blocks_loaded_total counter\nember_kv_store_blocks_loaded_total %llu\n"
+                      "# HELP ember_kv_store_files_rejected_total Store files ignored as invalid.\n"
+                      "# TYPE ember_kv_store_files_rejected_total counter\nember_kv_store_files_rejected_total %llu\n",
+                      st.store.bytes, st.store.blocks_loaded, st.store.files_rejected);
+    if (n < 0 || (size_t)n >= sizeof extra) return base;
     size_t a = strlen(base);
     char *out = em_realloc(base, a + (size_t)n + 1);
     if (!out) return base;

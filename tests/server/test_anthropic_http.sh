@@ -73,8 +73,9 @@ check "message_start usage" '[ "$(echo "$s" | grep -m1 "^data: {\"type\":\"messa
 # Non-streaming: blocks, ids, stop reason; Bearer works as well as x-api-key.
 r=$(curl -s -H 'Authorization: Bearer k3y' -H 'content-type: application/json' "$B/v1/messages" -d "{$M,$U,$TOOLS}")
 check "tool_use reply" '[ "$(echo "$r" | jq_ "\",\".join(b[\"type\"] for b in d[\"content\"]), d[\"content\"][1][\"id\"][:6], d[\"content\"][1][\"input\"], d[\"stop_reason\"], d[\"id\"][:4]")" = "thinking,tool_use toolu_ {} tool_use msg_" ]'
-n=$(echo "$r" | jq_ 'd["usage"]["input_tokens"]')
-check "count_tokens equals input_tokens" '[ "$(post /v1/messages/count_tokens "{\"model\":\"model\",$U,$TOOLS}" | jq_ "d")" = "{'"'"'input_tokens'"'"': $n}" ]'
+# the prompt's size: computed tokens plus those read from the prefix cache
+n=$(echo "$r" | jq_ 'd["usage"]["input_tokens"] + d["usage"]["cache_read_input_tokens"]')
+check "count_tokens equals input_tokens + cache_read_input_tokens" '[ "$(post /v1/messages/count_tokens "{\"model\":\"model\",$U,$TOOLS}" | jq_ "d")" = "{'"'"'input_tokens'"'"': $n}" ]'
 # Greedy and one call: the scripted model would otherwise keep adding calls
 # (parallel calls are allowed by default) until max_tokens.
 FT='"temperature":0,"tool_choice":{"type":"any","disable_parallel_tool_use":true}'

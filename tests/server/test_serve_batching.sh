@@ -30,6 +30,16 @@ first=$(cached); second=$(cached); echo "first: $first"; echo "second: $second"
 check "first long prompt is computed" '[ "$(echo "$first" | cut -d" " -f2)" = 0 ]'
 check "second long prompt reuses the cache" '[ "$(echo "$second" | cut -d" " -f2)" -gt 300 ]'
 check "cached reply equals computed reply" '[ "$(echo "$first" | cut -d" " -f3-)" = "$(echo "$second" | cut -d" " -f3-)" ]'
+# The same prompt through the Responses and Messages APIs reports the reuse in their own terms.
+prompt_n=$(echo "$first" | cut -d" " -f1)
+rreq=$(python3 -c 'import json,sys; print(json.dumps({"input":[{"role":"system","content":sys.argv[1]},{"role":"user","content":"Summarise."}],"temperature":0,"max_output_tokens":8}))' "$LONG")
+rc=$(curl -s "$B/v1/responses" -H 'Content-Type: application/json' -d "$rreq" | python3 -c 'import json,sys; u=json.load(sys.stdin)["usage"]; print(u["input_tokens"], u["input_tokens_details"]["cached_tokens"])')
+echo "responses: $rc"
+check "Responses report cached input tokens" '[ "$(echo "$rc" | cut -d" " -f2)" -gt 300 ] && [ "$(echo "$rc" | cut -d" " -f1)" = "$prompt_n" ]'
+areq=$(python3 -c 'import json,sys; print(json.dumps({"model":"demo","system":sys.argv[1],"messages":[{"role":"user","content":"Summarise."}],"temperature":0,"max_tokens":8}))' "$LONG")
+ac=$(curl -s "$B/v1/messages" -H 'Content-Type: application/json' -d "$areq" | python3 -c 'import json,sys; u=json.load(sys.stdin)["usage"]; print(u["input_tokens"], u["cache_read_input_tokens"])')
+echo "messages: $ac"
+check "Messages report cache reads, input_tokens the rest" '[ "$(echo "$ac" | cut -d" " -f2)" -gt 300 ] && [ $(( $(echo "$ac" | cut -d" " -f1) + $(echo "$ac" | cut -d" " -f2) )) = "$prompt_n" ]'
 st=$(curl -s "$B/stats")
 check "/stats shows prefix hits and batching" 'echo "$st" | python3 -c "import json,sys; e=json.load(sys.stdin)[\"engine\"]; assert e[\"prefix_cache\"][\"hit_tokens\"] > 300 and e[\"batching\"][\"steps\"] > 0 and e[\"batching\"][\"mean_tokens_per_step\"] >= 1"'
 check "/metrics shows prefix hits" 'curl -s "$B/metrics" | grep -q "^ember_prefix_cache_hit_tokens_total [1-9]"'

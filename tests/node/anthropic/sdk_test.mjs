@@ -14,6 +14,9 @@ const TOOL_TEXT = '<tool_call>{"arguments":{},"name":"ping"}</tool_call>';
 const HELLO = [{ role: 'user', content: 'hello' }];
 const TOOLS = [{ name: 'ping', description: 'Checks the connection', input_schema: { type: 'object', properties: {} } }];
 const greedy = { model: 'model', max_tokens: 64, temperature: 0 };
+// The prompt's size as the Messages API counts it: computed tokens plus
+// those read from the (prefix) cache.
+const promptTokens = (u) => u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens;
 
 let failures = 0;
 async function test(name, fn) {
@@ -97,10 +100,10 @@ await test('messages.create: thinking and text blocks, usage', async () => {
 
 await test('countTokens equals the input_tokens of the same request', async () => {
   const c = await client.messages.countTokens({ model: 'model', messages: HELLO });
-  assert.equal(c.input_tokens, plain.usage.input_tokens);
+  assert.equal(c.input_tokens, promptTokens(plain.usage));
   const withTools = await client.messages.countTokens({ model: 'model', messages: HELLO, tools: TOOLS, system: 'Be brief.' });
   const r = await client.messages.create({ ...greedy, messages: HELLO, tools: TOOLS, system: 'Be brief.' });
-  assert.equal(withTools.input_tokens, r.usage.input_tokens);
+  assert.equal(withTools.input_tokens, promptTokens(r.usage));
   assert.ok(withTools.input_tokens > c.input_tokens);
 });
 
@@ -144,9 +147,9 @@ await test('tool round trip: the reply replayed with a tool_result', async () =>
   ];
   const r = await client.messages.create({ ...greedy, messages: convo, tools: TOOLS });
   assert.equal(r.stop_reason, 'tool_use');
-  assert.ok(r.usage.input_tokens > call.usage.input_tokens);
+  assert.ok(promptTokens(r.usage) > promptTokens(call.usage));
   const c = await client.messages.countTokens({ model: 'model', messages: convo, tools: TOOLS });
-  assert.equal(c.input_tokens, r.usage.input_tokens);
+  assert.equal(c.input_tokens, promptTokens(r.usage));
   // An error result with block content, followed by the user's words.
   const err = [
     ...convo.slice(0, 2),
@@ -160,7 +163,7 @@ await test('tool round trip: the reply replayed with a tool_result', async () =>
   ];
   const r2 = await client.messages.create({ ...greedy, messages: err, tools: TOOLS });
   assert.equal(r2.stop_reason, 'tool_use');
-  assert.ok(r2.usage.input_tokens > r.usage.input_tokens);
+  assert.ok(promptTokens(r2.usage) > promptTokens(r.usage));
 });
 
 await test('stop_sequences: stop_reason stop_sequence and the sequence', async () => {
@@ -190,8 +193,8 @@ await test('thinking enabled / disabled reach the template', async () => {
   const off = await client.messages.create({ ...greedy, max_tokens: 4, messages: HELLO, thinking: { type: 'disabled' } });
   assert.ok(off.content.every((b) => b.type === 'text'));
   const c = await client.messages.countTokens({ model: 'model', messages: HELLO, thinking: { type: 'disabled' } });
-  assert.equal(c.input_tokens, off.usage.input_tokens);
-  assert.notEqual(c.input_tokens, plain.usage.input_tokens); // the empty think block is in the prompt
+  assert.equal(c.input_tokens, promptTokens(off.usage));
+  assert.notEqual(c.input_tokens, promptTokens(plain.usage)); // the empty think block is in the prompt
 });
 
 await test('system prompt, metadata, top_k / top_p are accepted', async () => {
