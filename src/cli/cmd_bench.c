@@ -81,14 +81,14 @@ static em_status run_once(em_model *m, int n_prompt, int n_gen, int spec_k, benc
     double t0 = em_now();
     for (int done = 0; s == EM_OK && done < n_prompt;) {
         int n = n_prompt - done < 512 ? n_prompt - done : 512;
-        em_span sp = {seq, ids + done, n, done + n == n_prompt ? LOGITS_LAST : LOGITS_NONE};
+        em_span sp = {seq, ids + done, n, done + n == n_prompt ? LOGITS_LAST : LOGITS_NONE, SPAN_MATH_MODEL};
         em_batch b = {&sp, 1};
         s = model_forward(m, &b, logits);
         done += n;
     }
     double t1 = em_now();
     for (int i = 0; s == EM_OK && i < n_gen; i++) {
-        em_span sp = {seq, ids + n_prompt + i, 1, LOGITS_LAST};
+        em_span sp = {seq, ids + n_prompt + i, 1, LOGITS_LAST, SPAN_MATH_MODEL};
         em_batch b = {&sp, 1};
         s = model_forward(m, &b, logits);
         if (i == 0) r->ttft = (em_now() - t0);

@@ -6,7 +6,7 @@
 void prompt_blocks_free(prompt_blocks *pb) {
     free(pb->hash);
     pb->hash = NULL;
-    pb->n_hashed = pb->n_registered = pb->cap = 0;
+    pb->n_hashed = pb->n_registered = pb->cap = 0; /* the seed stays */
 }
 
 /* Extends the hash chain to cover `blocks` full blocks of ids. */
@@ -20,7 +20,7 @@ static bool hash_blocks(const kv_cache *c, const int32_t *ids, int blocks, promp
         pb->cap = cap;
     }
     for (int b = pb->n_hashed; b < blocks; b++)
-        pb->hash[b] = kv_block_hash(b ? pb->hash[b - 1] : 0, ids + (size_t)b * c->block_size, c->block_size);
+        pb->hash[b] = kv_block_hash(b ? pb->hash[b - 1] : pb->seed, ids + (size_t)b * c->block_size, c->block_size);
     if (blocks > pb->n_hashed) pb->n_hashed = blocks;
     return true;
 }

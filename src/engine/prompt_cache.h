@@ -10,6 +10,8 @@
 #include <stdint.h>
 
 typedef struct prompt_blocks {
+    uint64_t seed;  /* starts the chain: blocks computed with different
+                       prefill arithmetic never stand in for each other */
     uint64_t *hash; /* chained hash per full block of ids */
     int n_hashed;   /* blocks hashed so far */
     int n_registered;
