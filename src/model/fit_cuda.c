@@ -52,16 +52,19 @@ static uint64_t dev_round(uint64_t b) {
 }
 
 /* Device bytes of the checkpoint's tensors; refuses what the backend cannot
- * run. *dt gets the dtype of the first layer's matmul weights. */
+ * run. dt[0] gets the dtype of the first layer's matmul weights, dt[1] the
+ * head's. */
 static em_status device_tensors(const char *dir, const fit_shape *s, uint64_t *weights, uint64_t *vectors,
-                                em_dtype *dt) {
+                                em_dtype dt[2]) {
     st_set *st;
     EM_TRY(st_open(dir, &st));
     *weights = *vectors = 0;
     bool tied_head = s->tied || !st_find(st, "lm_head.weight");
     const st_tensor *q = st_find(st, "model.layers.0.self_attn.q_proj.weight");
     const st_tensor *e = st_find(st, "model.embed_tokens.weight");
-    *dt = q ? q->dtype : e ? e->dtype : EM_BF16;
+    const st_tensor *h = tied_head ? e : st_find(st, "lm_head.weight");
+    dt[0] = q ? q->dtype : e ? e->dtype : EM_BF16;
+    dt[1] = h ? h->dtype : dt[0];
     em_status rc = EM_OK;
     for (size_t i = 0; rc == EM_OK && i < st_count(st); i++) {
         const st_tensor *t = st_at(st, i);
@@ -96,12 +99,12 @@ static void sim_matmul(scratch_sim *sc, int M, int N, int K, em_dtype dt, bool f
 
 /* A forward of M rows through every layer, then the head over `heads` rows
  * (EXACT: single positions). fast: the rows' arithmetic. */
-static void sim_forward(scratch_sim *sc, const fit_shape *s, int M, int heads, em_dtype dt, bool fast) {
+static void sim_forward(scratch_sim *sc, const fit_shape *s, int M, int heads, const em_dtype dt[2], bool fast) {
     int qd = s->heads * s->head_dim, kvd = s->kv_heads * s->head_dim;
     int calls[7][2] = {{qd, s->hidden}, {kvd, s->hidden}, {kvd, s->hidden}, {s->hidden, qd},
                        {s->inter, s->hidden}, {s->inter, s->hidden}, {s->hidden, s->inter}};
-    for (int c = 0; c < 7; c++) sim_matmul(sc, M, calls[c][0], calls[c][1], dt, fast);
-    if (heads) sim_matmul(sc, heads, s->vocab, s->hidden, dt, false);
+    for (int c = 0; c < 7; c++) sim_matmul(sc, M, calls[c][0], calls[c][1], dt[0], fast);
+    if (heads) sim_matmul(sc, heads, s->vocab, s->hidden, dt[1], false);
 }
 
 /* The dense graph's activation buffers for T tokens and its logits rows. */
@@ -114,7 +117,7 @@ static uint64_t activations(const fit_shape *s, uint64_t T, uint64_t rows) {
     return sum + dev_round(rows * (uint64_t)s->vocab * 4u);
 }
 
-static uint64_t predict_cuda(const fit_shape *s, const fit_request *r, int ctx, em_dtype dt, uint64_t weights,
+static uint64_t predict_cuda(const fit_shape *s, const fit_request *r, int ctx, const em_dtype dt[2], uint64_t weights,
                              uint64_t vectors, fit_result *o) {
     uint64_t batch = (uint64_t)(r->batch > 0 ? r->batch : 1);
     o->weights = weights;
@@ -145,8 +148,8 @@ em_status fit_predict_cuda(const char *dir, const fit_request *r, fit_result *o)
         return em_fail(EM_ERR_UNSUPPORTED, "%s: %d recurrent (Gated DeltaNet) layers: the CUDA backend has no "
                        "operations for them yet (fit it with --device cpu)", dir, s.state_layers);
     uint64_t weights, vectors;
-    em_dtype dt;
-    EM_TRY(device_tensors(dir, &s, &weights, &vectors, &dt));
+    em_dtype dt[2];
+    EM_TRY(device_tensors(dir, &s, &weights, &vectors, dt));
     o->kv_layers = s.kv_layers;
     o->model_max_ctx = s.max_pos;
     /* Capacity: the budget; else what the GPU has free for a new process
