@@ -165,6 +165,8 @@ typedef struct em_generate_params {
                                    tokens per trunk step (EM_ERR_UNSUPPORTED when
                                    the model has none). Lossless: greedy output is
                                    unchanged, sampled output keeps its distribution. */
+    em_precision precision;     /* prefill arithmetic of this generation;
+                                   AUTO: the model's (em_open_options) */
 } em_generate_params;
 
 typedef struct em_generate_result {

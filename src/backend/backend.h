@@ -187,6 +187,11 @@ void em_backend_free(em_backend *be);
 /* Parses a device string: *cuda false for "cpu"; *index is the GPU number. */
 em_status em_device_parse(const char *device, bool *cuda, int *index);
 
+/* Free and total memory of the GPU a device string names ("cuda[:N]"),
+ * creating this process's CUDA context there. EM_ERR_UNSUPPORTED for the
+ * CPU, in a build without CUDA, or without a GPU. */
+em_status em_device_memory(const char *device, size_t *free_bytes, size_t *total_bytes);
+
 /* Bytes of weight data read by one matmul over w (for roofline figures). */
 size_t em_weight_bytes(const em_weight *w);
 

@@ -42,6 +42,20 @@ em_status em_backend_open(const char *device, int n_threads, em_backend **out) {
 #endif
 }
 
+em_status em_device_memory(const char *device, size_t *free_bytes, size_t *total_bytes) {
+    bool cuda;
+    int index;
+    *free_bytes = *total_bytes = 0;
+    EM_TRY(em_device_parse(device, &cuda, &index));
+    if (!cuda) return em_fail(EM_ERR_UNSUPPORTED, "device %s has no memory of its own", device ? device : "cpu");
+#ifdef EMBER_HAVE_CUDA
+    return cuda_device_memory(index, free_bytes, total_bytes);
+#else
+    return em_fail(EM_ERR_UNSUPPORTED, "device %s: this ember was built without CUDA (rebuild with -DEMBER_CUDA=ON)",
+                   device);
+#endif
+}
+
 void em_backend_free(em_backend *be) {
     if (be) be->ops->destroy(be);
 }

@@ -115,21 +115,21 @@ static bool parse_value(em_config_key k, const char *v, cfg_entry *e, char *why,
         errno = 0;
         num = strtoll(v, &end, 10);
         if (!*v || *end || errno) {
-            snprintf(why, cap, "%s=%s is not an integer", var->name, v);
+            snprintf(why, cap, "%s=%.64s is not an integer", var->name, v);
             return false;
         }
         if (num < var->lo || num > var->hi) {
-            snprintf(why, cap, "%s=%s is outside [%lld, %lld]", var->name, v, var->lo, var->hi);
+            snprintf(why, cap, "%s=%.64s is outside [%lld, %lld]", var->name, v, var->lo, var->hi);
             return false;
         }
     } else if (var->kind == EM_CFG_FLAG) {
         if (strcmp(v, "1") && strcmp(v, "0")) {
-            snprintf(why, cap, "%s=%s: a flag is 1 or 0", var->name, v);
+            snprintf(why, cap, "%s=%.64s: a flag is 1 or 0", var->name, v);
             return false;
         }
         flag = v[0] == '1';
     } else if (var->choices && !in_choices(var->choices, v)) {
-        snprintf(why, cap, "%s=%s is not one of %s", var->name, v, var->choices);
+        snprintf(why, cap, "%s=%.64s is not one of %s", var->name, v, var->choices);
         return false;
     }
     char *s = em_strdup(v);
@@ -247,6 +247,95 @@ em_status em_config_with_overrides(const em_config *base, const em_config_overri
     }
     *out = c;
     return EM_OK;
+}
+
+bool em_config_per_request(em_config_key k) {
+#define EMC_PER_REQUEST_(ID) \
+    if (k == EMC_##ID) return true;
+    EM_CONFIG_PER_REQUEST(EMC_PER_REQUEST_)
+#undef EMC_PER_REQUEST_
+    return false;
+}
+
+/* [p, end) without the spaces and tabs around it. */
+static void trim(const char **p, const char **end) {
+    while (*p < *end && (**p == ' ' || **p == '\t')) (*p)++;
+    while (*end > *p && ((*end)[-1] == ' ' || (*end)[-1] == '\t')) (*end)--;
+}
+
+/* Splits text into at most EM_CONFIG_REQUEST_MAX "NAME=value" items, copied
+ * into buf (NUL-separated) and pointed to by ov. */
+static em_status split_request(const char *text, char *buf, em_config_override *ov, size_t *n) {
+    *n = 0;
+    char *w = buf;
+    for (const char *p = text; *p;) {
+        const char *end = strchr(p, ','), *next;
+        if (!end) end = p + strlen(p);
+        next = *end ? end + 1 : end;
+        trim(&p, &end);
+        if (p == end) {
+            if (*next || *n) return em_fail(EM_ERR_INVALID, "an empty item in the configuration overrides");
+            p = next;
+            continue;
+        }
+        const char *eq = memchr(p, '=', (size_t)(end - p));
+        if (!eq) return em_fail(EM_ERR_INVALID, "configuration override '%.*s' is not NAME=value", (int)(end - p), p);
+        if (*n == EM_CONFIG_REQUEST_MAX)
+            return em_fail(EM_ERR_INVALID, "more than %d configuration overrides", EM_CONFIG_REQUEST_MAX);
+        const char *ne = eq, *v = eq + 1;
+        trim(&p, &ne);
+        trim(&v, &end);
+        ov[*n].name = w;
+        memcpy(w, p, (size_t)(ne - p));
+        w += ne - p;
+        *w++ = 0;
+        ov[*n].value = w;
+        memcpy(w, v, (size_t)(end - v));
+        w += end - v;
+        *w++ = 0;
+        (*n)++;
+        p = next;
+    }
+    return EM_OK;
+}
+
+/* Each name known, overridable per request, and given once. */
+static em_status check_request_names(const em_config_override *ov, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        int k = em_config_find(ov[i].name);
+        if (k < 0) {
+            const char *near = em_config_suggest(ov[i].name);
+            return em_fail(EM_ERR_INVALID, "unknown configuration variable %.64s%s%s%s", ov[i].name,
+                           near ? " (did you mean " : "", near ? near : "", near ? "?)" : "");
+        }
+        if (!em_config_per_request((em_config_key)k))
+            return em_fail(EM_ERR_INVALID, "%s cannot be overridden per request (only process-wide)", ov[i].name);
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(ov[j].name, ov[i].name))
+                return em_fail(EM_ERR_INVALID, "%s is overridden twice in one request", ov[i].name);
+    }
+    return EM_OK;
+}
+
+em_status em_config_for_request(const em_config *base, const char *text, em_config **out) {
+    *out = NULL;
+    if (!base) return em_fail(EM_ERR_INVALID, "configuration overrides need a base snapshot");
+    size_t len = text ? strlen(text) : 0;
+    if (len > EM_CONFIG_REQUEST_MAX_BYTES)
+        return em_fail(EM_ERR_INVALID, "the configuration overrides are %zu bytes, more than %d", len,
+                       EM_CONFIG_REQUEST_MAX_BYTES);
+    char buf[EM_CONFIG_REQUEST_MAX_BYTES + 2];
+    em_config_override ov[EM_CONFIG_REQUEST_MAX];
+    size_t n = 0;
+    if (len) {
+        EM_TRY(split_request(text, buf, ov, &n));
+        EM_TRY(check_request_names(ov, n));
+    }
+    if (!n) {
+        *out = em_config_retain(base);
+        return EM_OK;
+    }
+    return em_config_with_overrides(base, ov, n, EM_CFG_SRC_REQUEST, out);
 }
 
 em_config *em_config_retain(const em_config *c) {

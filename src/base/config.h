@@ -47,11 +47,17 @@
     X(MAX_CONCURRENCY, "EMBER_MAX_CONCURRENCY", NUMBER, "4", 1, 4096, NULL, "--max-concurrency", "requests the server runs at once") \
     X(DEMO_MODEL, "EMBER_DEMO_MODEL", VALUE, "", 0, 0, NULL, NULL, "demo model directory used when MODEL is omitted") \
     X(PROFILES_DIR, "EMBER_PROFILES_DIR", VALUE, "", 0, 0, NULL, "--profiles", "directory of extra model profiles (*.json)") \
-    X(TEMPLATE_NOW, "EMBER_TEMPLATE_NOW", VALUE, "", 0, 0, NULL, NULL, "fixed date for chat templates (strftime_now)") \
+    X(TEMPLATE_NOW, "EMBER_TEMPLATE_NOW", NUMBER, "0", 0, 253402300799LL, NULL, NULL, "seconds since the epoch chat templates see as now (strftime_now); 0 = the clock") \
     X(HF_HOME, "HF_HOME", VALUE, "", 0, 0, NULL, NULL, "Hugging Face home; the hub cache is $HF_HOME/hub") \
     X(HF_HUB_CACHE, "HF_HUB_CACHE", VALUE, "", 0, 0, NULL, NULL, "Hugging Face hub cache (wins over HF_HOME)") \
     X(XDG_CACHE_HOME, "XDG_CACHE_HOME", VALUE, "", 0, 0, NULL, NULL, "default HF_HOME is $XDG_CACHE_HOME/huggingface") \
     X(HOME, "HOME", VALUE, "", 0, 0, NULL, NULL, "default HF_HOME is ~/.cache/huggingface")
+
+/* Variables one request may override (the X-Ember-Config header): they
+ * change how that request is rendered or computed and nothing else. Never
+ * what the process is built around: the listen address, the key, threads,
+ * the device, the context the KV cache was sized for. */
+#define EM_CONFIG_PER_REQUEST(X) X(PRECISION) X(TEMPLATE_NOW)
 
 typedef enum em_config_key {
 #define EMC_ENUM_(ID, NAME, KIND, DEF, LO, HI, CHOICES, FLAG, HELP) EMC_##ID,
@@ -108,6 +114,24 @@ em_status em_config_from_env(char *const *envp, em_config **out);
  * owned by the caller. Thread-safe (base may be shared). */
 em_status em_config_with_overrides(const em_config *base, const em_config_override *ov, size_t n,
                                    em_config_source src, em_config **out);
+
+/* Whether a request may override variable k (EM_CONFIG_PER_REQUEST). */
+bool em_config_per_request(em_config_key k);
+
+/* At most this many overrides per request, and this many bytes of text. */
+#define EM_CONFIG_REQUEST_MAX 16
+#define EM_CONFIG_REQUEST_MAX_BYTES 4096
+
+/* Builds the snapshot of one request: base with the overrides written in
+ * text as "NAME=value" items separated by commas ("EMBER_PRECISION=exact,
+ * EMBER_TEMPLATE_NOW=1700000000"; spaces around items, names and values are
+ * ignored). Each is recorded with source REQUEST. An empty text gives a new
+ * reference to base. Errors (EM_ERR_INVALID, the message names the
+ * variable): an item without '=', an unknown name (with the closest known
+ * one), a name that cannot be overridden per request, a name given twice,
+ * a value that does not fit, too many items or too much text. *out is a
+ * new reference owned by the caller. Thread-safe. */
+em_status em_config_for_request(const em_config *base, const char *text, em_config **out);
 
 /* Reference counting; both thread-safe. release(NULL) is a no-op. */
 em_config *em_config_retain(const em_config *c);

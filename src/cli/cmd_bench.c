@@ -96,7 +96,7 @@ static em_status run_once(em_model *m, const int32_t *prompt, int n_prompt, int 
     for (int q = 0; s == EM_OK && q < batch; q++) {
         for (int done = 0; s == EM_OK && done < n_prompt;) {
             int n = n_prompt - done < 512 ? n_prompt - done : 512;
-            em_span sp = {seqs[q], ids + done, n, done + n == n_prompt ? LOGITS_LAST : LOGITS_NONE};
+            em_span sp = {seqs[q], ids + done, n, done + n == n_prompt ? LOGITS_LAST : LOGITS_NONE, SPAN_MATH_MODEL};
             em_batch b = {&sp, 1};
             s = model_forward(m, &b, logits);
             done += n;
@@ -105,7 +105,8 @@ static em_status run_once(em_model *m, const int32_t *prompt, int n_prompt, int 
     }
     double t1 = em_now();
     for (int i = 0; s == EM_OK && i < n_gen; i++) {
-        for (int q = 0; q < batch; q++) spans[q] = (em_span){seqs[q], ids + n_prompt + i, 1, LOGITS_LAST};
+        for (int q = 0; q < batch; q++)
+            spans[q] = (em_span){seqs[q], ids + n_prompt + i, 1, LOGITS_LAST, SPAN_MATH_MODEL};
         em_batch b = {spans, batch};
         s = model_forward(m, &b, logits);
     }

@@ -14,7 +14,8 @@ static void config_help(void) {
     printf("usage: ember config [--json] [configuration flags]\n\n"
            "Prints every configuration variable with its effective value and where the\n"
            "value came from: default, env (the environment at start) or flag. Secrets\n"
-           "are masked. Configuration flags (any verb that loads a model accepts them):\n\n");
+           "are masked. Variables marked * may also be overridden by one request (the\n"
+           "X-Ember-Config header of the server). Configuration flags (any verb that loads a model accepts them):\n\n");
     for (int k = 0; k < EMC_COUNT; k++) {
         const em_config_var *v = em_config_var_at((em_config_key)k);
         const char *names[] = {v->name, NULL};
@@ -36,6 +37,7 @@ static int print_json(const em_config *c) {
         json_object_set_new(e, "value", json_string(shown(c, (em_config_key)k)));
         json_object_set_new(e, "source", json_string(em_config_source_name(em_config_source_of(c, (em_config_key)k))));
         json_object_set_new(e, "default", json_string(v->def));
+        json_object_set_new(e, "per_request", json_boolean(em_config_per_request((em_config_key)k)));
         json_object_set_new(vars, v->name, e);
     }
     for (size_t i = 0; i < em_config_n_warnings(c); i++) json_array_append_new(warn, json_string(em_config_warning(c, i)));
@@ -70,9 +72,11 @@ static int cmd_config(int argc, char **argv) {
     printf("%-24s %-24s %s\n", "VARIABLE", "VALUE", "SOURCE");
     for (int k = 0; k < EMC_COUNT; k++) {
         const char *v = shown(c, (em_config_key)k);
-        printf("%-24s %-24s %s\n", em_config_var_at((em_config_key)k)->name, *v ? v : "(empty)",
-               em_config_source_name(em_config_source_of(c, (em_config_key)k)));
+        printf("%-24s %-24s %s%s\n", em_config_var_at((em_config_key)k)->name, *v ? v : "(empty)",
+               em_config_source_name(em_config_source_of(c, (em_config_key)k)),
+               em_config_per_request((em_config_key)k) ? " *" : "");
     }
+    printf("(* may be overridden per request)\n");
     for (size_t i = 0; i < em_config_n_warnings(c); i++) printf("warning: %s\n", em_config_warning(c, i));
     return CLI_OK;
 }

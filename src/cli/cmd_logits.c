@@ -84,7 +84,7 @@ static int cmd_logits(int argc, char **argv) {
         s = em_fail(EM_ERR_LIMIT, "%zu ids exceed the context of %d", n, m->max_ctx);
     if (s == EM_OK) s = kv_seq_alloc(m->kv, &seq);
     if (s == EM_OK) {
-        em_span sp = {seq, ids, (int)n, LOGITS_ALL};
+        em_span sp = {seq, ids, (int)n, LOGITS_ALL, SPAN_MATH_MODEL};
         em_batch b = {&sp, 1};
         s = model_forward(m, &b, logits);
     }

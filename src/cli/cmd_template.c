@@ -116,8 +116,7 @@ static int cmd_template(int argc, char **argv) {
         usage(stdout);
         return CLI_OK;
     }
-    const char *dir = NULL, *request = NULL, *batch = NULL, *now_text = em_config_str(em_config_global(), EMC_TEMPLATE_NOW);
-    if (!*now_text) now_text = NULL;
+    const char *dir = NULL, *request = NULL, *batch = NULL, *now_text = NULL;
     for (int i = 1; i < argc; i++) {
         if (cli_common_flag(argc, argv, &i)) continue;
         if (cli_arg_is(argv[i], "--request")) {
@@ -136,7 +135,7 @@ static int cmd_template(int argc, char **argv) {
             return CLI_USAGE;
         }
     }
-    time_t now = 0;
+    time_t now = (time_t)em_config_int(em_config_global(), EMC_TEMPLATE_NOW);
     if (now_text && *now_text) {
         long v;
         if (!cli_parse_int(now_text, 1, 253402300799L, &v)) {

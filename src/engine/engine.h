@@ -21,6 +21,9 @@ const char *em_model_name(const em_model *m);
 const int32_t *em_model_eos_ids(const em_model *m, size_t *n);
 /* The continuous-batching scheduler running on m, or NULL. */
 struct em_scheduler *em_model_scheduler(const em_model *m);
+/* The configuration snapshot the model was opened with (the process's,
+ * unless em_open_options.config named another). Owned by the model. */
+const em_config *em_model_config(const em_model *m);
 /* Bytes of weights resident (for /stats). */
 size_t em_model_weight_bytes(const em_model *m);
 

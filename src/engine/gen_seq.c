@@ -20,6 +20,8 @@ static em_status check_params(const em_model *m, const em_generate_params *p) {
                        p->n_prompt, p->max_tokens, m->max_ctx);
     if (p->top_logprobs < 0 || p->top_logprobs > EM_MAX_TOP_LOGPROBS)
         return em_fail(EM_ERR_INVALID, "top_logprobs must be between 0 and %d", EM_MAX_TOP_LOGPROBS);
+    if (p->precision != EM_PRECISION_AUTO && p->precision != EM_PRECISION_EXACT && p->precision != EM_PRECISION_FAST)
+        return em_fail(EM_ERR_INVALID, "precision %d is not auto, exact or fast", (int)p->precision);
     if (p->spec_draft_tokens < 0 || p->spec_draft_tokens > 16)
         return em_fail(EM_ERR_INVALID, "spec_draft_tokens must be between 0 and 16");
     if (p->spec_draft_tokens > 0 && !em_model_has_mtp(m))
@@ -36,6 +38,9 @@ em_status gen_seq_init(gen_seq *g, em_model *m, const em_generate_params *p, em_
     memset(r, 0, sizeof *r);
     r->n_prompt = p->n_prompt;
     EM_TRY(check_params(m, p));
+    g->math = p->precision == EM_PRECISION_EXACT ? EM_MATH_EXACT
+            : p->precision == EM_PRECISION_FAST  ? EM_MATH_FAST
+                                                 : m->prefill_math;
     EM_TRY(sampler_init(&g->smp, &p->sampling, m->cfg.vocab));
     g->history = em_mallocn(p->n_prompt + (size_t)p->max_tokens + 1, sizeof(int32_t));
     if (!g->history) {

@@ -21,7 +21,13 @@ typedef struct gen_seq {
     bool finished;
     double t_start, t_first;
     float *logits;      /* one row, for the loops that own their forward */
+    em_math math;       /* prefill arithmetic: the generation's precision, else the model's */
 } gen_seq;
+
+/* The span math that carries g's prefill arithmetic into a batch. */
+static inline span_math gen_seq_span_math(const gen_seq *g) {
+    return g->math == EM_MATH_FAST ? SPAN_MATH_FAST : SPAN_MATH_EXACT;
+}
 
 /* Validates p against the model and allocates the state (no KV slot yet). */
 em_status gen_seq_init(gen_seq *g, em_model *m, const em_generate_params *p, em_generate_result *r);

@@ -16,7 +16,7 @@ static em_status feed(gen_seq *g, float *logits) {
     while (g->fed < g->n_history) {
         size_t n = g->n_history - g->fed < PREFILL_CHUNK ? g->n_history - g->fed : PREFILL_CHUNK;
         bool last = g->fed + n == g->n_history;
-        em_span sp = {g->seq, g->history + g->fed, (int)n, last ? LOGITS_LAST : LOGITS_NONE};
+        em_span sp = {g->seq, g->history + g->fed, (int)n, last ? LOGITS_LAST : LOGITS_NONE, gen_seq_span_math(g)};
         em_batch b = {&sp, 1};
         EM_TRY(model_forward(g->m, &b, logits));
         g->fed += n;

@@ -184,6 +184,8 @@ const int32_t *em_model_eos_ids(const em_model *m, size_t *n) {
 
 struct em_scheduler *em_model_scheduler(const em_model *m) { return m->sched; }
 
+const em_config *em_model_config(const em_model *m) { return m->config; }
+
 size_t em_model_weight_bytes(const em_model *m) { return (size_t)st_data_bytes(m->st); }
 
 int batch_logit_rows(const em_batch *b) {

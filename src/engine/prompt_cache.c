@@ -15,7 +15,7 @@ void prompt_cache_configure(em_model *m, size_t cap_bytes) {
 void prompt_blocks_free(prompt_blocks *pb) {
     free(pb->hash);
     pb->hash = NULL;
-    pb->n_hashed = pb->n_registered = pb->cap = pb->last_block = 0; /* snap_every stays */
+    pb->n_hashed = pb->n_registered = pb->cap = pb->last_block = 0; /* snap_every and the seed stay */
 }
 
 /* Extends the hash chain to cover `blocks` full blocks of ids. */
@@ -29,7 +29,7 @@ static bool hash_blocks(const kv_cache *c, const int32_t *ids, int blocks, promp
         pb->cap = cap;
     }
     for (int b = pb->n_hashed; b < blocks; b++)
-        pb->hash[b] = kv_block_hash(b ? pb->hash[b - 1] : 0, ids + (size_t)b * c->block_size, c->block_size);
+        pb->hash[b] = kv_block_hash(b ? pb->hash[b - 1] : pb->seed, ids + (size_t)b * c->block_size, c->block_size);
     if (blocks > pb->n_hashed) pb->n_hashed = blocks;
     return true;
 }

@@ -25,6 +25,8 @@
 enum { PROMPT_SNAP_EVERY = 16 }; /* blocks between periodic snapshots */
 
 typedef struct prompt_blocks {
+    uint64_t seed;  /* starts the chain: blocks computed with different
+                       prefill arithmetic never stand in for each other */
     uint64_t *hash; /* chained hash per full block of ids */
     int n_hashed;   /* blocks hashed so far */
     int n_registered;

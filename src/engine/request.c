@@ -2,6 +2,7 @@
 #include "engine/request.h"
 
 #include "base/alloc.h"
+#include "base/config.h"
 #include "base/status.h"
 #include "engine/events.h"
 
@@ -41,6 +42,7 @@ void em_request_free(em_request *r) {
     free(r->bias_values);
     for (size_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->stop);
+    em_config_release(r->config);
     memset(r, 0, sizeof *r);
 }
 
@@ -96,6 +98,15 @@ em_sampling em_request_sampling(const em_request *r, em_sampling d) {
         d.has_seed = 1;
     }
     return d;
+}
+
+em_precision em_request_precision(const em_request *r) {
+    /* Only an override of this request counts: the process value was
+     * already applied when the model was opened (and a verb's own
+     * --precision may have replaced it there). */
+    if (!r->config || em_config_source_of(r->config, EMC_PRECISION) != EM_CFG_SRC_REQUEST) return EM_PRECISION_AUTO;
+    const char *p = em_config_str(r->config, EMC_PRECISION);
+    return !strcmp(p, "exact") ? EM_PRECISION_EXACT : !strcmp(p, "fast") ? EM_PRECISION_FAST : EM_PRECISION_AUTO;
 }
 
 const char *em_role_name(em_role role) {

@@ -95,6 +95,13 @@ typedef struct em_request {
     bool logprobs;
     int top_logprobs;         /* 0..EM_MAX_TOP_LOGPROBS */
     bool ignore_eos;
+
+    /* This request's configuration: the model's snapshot with the
+     * request's overrides (X-Ember-Config), or NULL for the model's own.
+     * One reference owned (released by em_request_free). Read for the
+     * template clock (EMBER_TEMPLATE_NOW) and, when the request set it, the
+     * prefill precision (EMBER_PRECISION). */
+    struct em_config *config;
 } em_request;
 
 void em_request_init(em_request *r);
@@ -120,5 +127,10 @@ em_sampling em_request_sampling(const em_request *r, em_sampling defaults);
 em_status em_request_template_vars(const em_request *r, json_t **out);
 
 const char *em_role_name(em_role role); /* as the chat template sees it */
+
+/* The prefill precision the request asked for: EM_PRECISION_EXACT / FAST
+ * when its configuration overrides EMBER_PRECISION with exact / fast, else
+ * AUTO (the model's). */
+em_precision em_request_precision(const em_request *r);
 
 #endif

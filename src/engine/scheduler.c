@@ -2,6 +2,7 @@
 #include "engine/scheduler.h"
 
 #include "engine/prompt_cache.h"
+#include "model/batch_rows.h"
 #include "base/alloc.h"
 #include "base/log.h"
 #include "base/timer.h"
@@ -83,6 +84,8 @@ static void admit(em_scheduler *s) {
         r->g->fed = 0;
         if (s->prefix_cache) {
             r->blocks.snap_every = s->snapshot_every;
+            /* EXACT keeps the chain of before per-request precision (seed 0). */
+            r->blocks.seed = r->g->math == EM_MATH_FAST ? 0x9e3779b97f4a7c15ull : 0;
             int reused = prompt_cache_attach(s->m, s->store, r->g->seq, r->g->history, r->g->n_history, &r->blocks);
             r->g->fed = (size_t)reused;
             if (!r->g->r->n_generated) r->g->r->n_cached = (size_t)reused;
@@ -176,7 +179,8 @@ static int build_batch(em_scheduler *s, int *n_rows) {
             r->in_batch = true;
             if (!decode) budget -= take;
             bool last = g->fed + (size_t)take == g->n_history;
-            s->spans[n] = (em_span){g->seq, g->history + g->fed, take, last ? LOGITS_LAST : LOGITS_NONE};
+            s->spans[n] = (em_span){g->seq, g->history + g->fed, take, last ? LOGITS_LAST : LOGITS_NONE,
+                                    gen_seq_span_math(g)};
             s->span_req[n++] = r;
             if (last) (*n_rows)++;
         }
@@ -229,13 +233,15 @@ static void step(em_scheduler *s) {
         fail_all(s, st);
         return;
     }
-    int row = 0, tokens = 0, prefill = 0;
+    int row = 0, tokens = 0, prefill = 0, fast = 0;
     for (int i = 0; i < n; i++) {
         gen_seq *g = s->span_req[i]->g;
         g->fed += (size_t)s->spans[i].n;
         if (s->prefix_cache) prompt_cache_register(s->m, s->store, g->seq, g->history, g->fed, &s->span_req[i]->blocks);
         tokens += s->spans[i].n;
         if (s->spans[i].n > 1) prefill += s->spans[i].n;
+        if (s->spans[i].n >= FAST_MIN_SPAN && span_prefill_math(&s->spans[i], s->m->prefill_math) == EM_MATH_FAST)
+            fast += s->spans[i].n;
         if (s->spans[i].logits != LOGITS_LAST) continue;
         if (gen_seq_sample(g, s->logits + (size_t)row * (size_t)s->m->cfg.vocab) != EM_OK) gen_seq_finish(g, EM_FINISH_NONE);
         row++;
@@ -244,6 +250,7 @@ static void step(em_scheduler *s) {
     s->stats.steps++;
     s->stats.batched_tokens += (unsigned long long)tokens;
     s->stats.prefill_tokens += (unsigned long long)prefill;
+    s->stats.prefill_fast_tokens += (unsigned long long)fast;
     s->stats.decode_tokens += (unsigned long long)(tokens - prefill);
     double t2 = em_now();
     s->stats.busy_seconds += t2 - t0;

@@ -9,6 +9,7 @@
 #include "engine/session.h"
 
 #include "base/alloc.h"
+#include "base/config.h"
 #include "base/status.h"
 #include "base/timer.h"
 #include "engine/engine.h"
@@ -29,7 +30,10 @@ em_status em_prompt_build(em_model *m, const em_request *req, em_prompt *out) {
         json_t *vars = NULL;
         EM_TRY(em_request_template_vars(req, &vars));
         size_t len = 0;
-        s = chat_render(tpl, vars, &out->text, &len);
+        /* EMBER_TEMPLATE_NOW pins strftime_now: the request's override, or
+         * the model's snapshot (0: the clock). */
+        const em_config *cfg = req->config ? req->config : em_model_config(m);
+        s = chat_render_at(tpl, vars, (time_t)em_config_int(cfg, EMC_TEMPLATE_NOW), &out->text, &len);
         if (s == EM_OK) {
             out->format = chat_detect_format(tpl, em_model_type(m), vars);
             /* Tool calls are parsed only when the client offered tools. */
@@ -305,6 +309,7 @@ em_status em_session_run(em_model *m, const em_request *req, const em_prompt *p,
         .n_bias = req->n_bias,
         .ignore_eos = req->ignore_eos,
         .cancel = opts->cancel,
+        .precision = em_request_precision(req),
     };
     /* n > 1 with a seed: each choice differs, and each is reproducible. */
     if (gp.sampling.has_seed) gp.sampling.seed += (uint64_t)opts->choice;

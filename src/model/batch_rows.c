@@ -21,20 +21,28 @@ static bool reserve(row_runs *r, int n) {
     return true;
 }
 
-em_status row_runs_plan(row_runs *r, const int *span_n, const bool *exact_only, int n_spans, em_math fast) {
+em_math span_prefill_math(const em_span *sp, em_math model_math) {
+    return sp->math == SPAN_MATH_EXACT ? EM_MATH_EXACT : sp->math == SPAN_MATH_FAST ? EM_MATH_FAST : model_math;
+}
+
+em_status row_runs_plan(row_runs *r, const int *span_n, const bool *exact_only, const em_math *fast, int n_spans,
+                        em_math model_math) {
     r->n = 0;
     if (!reserve(r, n_spans + 1)) return em_fail(EM_ERR_NOMEM, "out of memory planning a batch");
     /* short spans that may be FAST: a large decode batch is a GEMM too */
     int pooled = 0;
     for (int s = 0; s < n_spans; s++)
-        if (span_n[s] < FAST_MIN_SPAN && !(exact_only && exact_only[s])) pooled += span_n[s];
+        if (span_n[s] < FAST_MIN_SPAN && !(exact_only && exact_only[s]) &&
+            (fast ? fast[s] : model_math) == EM_MATH_FAST)
+            pooled += span_n[s];
     bool short_fast = pooled >= FAST_MIN_SPAN;
     int row = 0;
     for (int s = 0; s < n_spans; s++) {
         int n = span_n[s];
         if (!n) continue;
+        em_math want = fast ? fast[s] : model_math;
         bool eligible = (n >= FAST_MIN_SPAN || short_fast) && !(exact_only && exact_only[s]);
-        em_math math = eligible ? fast : EM_MATH_EXACT;
+        em_math math = eligible ? want : EM_MATH_EXACT;
         if (r->n && r->math[r->n - 1] == math) {
             r->len[r->n - 1] += n;
         } else {
@@ -49,10 +57,19 @@ em_status row_runs_plan(row_runs *r, const int *span_n, const bool *exact_only, 
 
 em_status row_runs_plan_batch(row_runs *r, const em_batch *b, em_math fast) {
     int stack[64] = {0}, *n = b->n_spans <= 64 ? stack : em_mallocn((size_t)b->n_spans, sizeof *n);
-    if (!n) return em_fail(EM_ERR_NOMEM, "out of memory planning a batch");
-    for (int s = 0; s < b->n_spans; s++) n[s] = b->spans[s].n;
-    em_status st = row_runs_plan(r, n, NULL, b->n_spans, fast);
+    em_math mstack[64], *math = b->n_spans <= 64 ? mstack : em_mallocn((size_t)b->n_spans, sizeof *math);
+    em_status st = EM_OK;
+    if (!n || !math) {
+        st = em_fail(EM_ERR_NOMEM, "out of memory planning a batch");
+    } else {
+        for (int s = 0; s < b->n_spans; s++) {
+            n[s] = b->spans[s].n;
+            math[s] = span_prefill_math(&b->spans[s], fast);
+        }
+        st = row_runs_plan(r, n, NULL, math, b->n_spans, fast);
+    }
     if (n != stack) free(n);
+    if (math != mstack) free(math);
     return st;
 }
 

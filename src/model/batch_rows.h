@@ -23,8 +23,11 @@ typedef struct row_runs {
 } row_runs;
 
 /* Plans runs for spans of span_n[i] rows (exact_only[i]: never FAST; may
- * be NULL). fast: the model's prefill math. */
-em_status row_runs_plan(row_runs *r, const int *span_n, const bool *exact_only, int n_spans, em_math fast);
+ * be NULL). fast[i]: span i's prefill math (NULL: model_math for all). */
+em_status row_runs_plan(row_runs *r, const int *span_n, const bool *exact_only, const em_math *fast, int n_spans,
+                        em_math model_math);
+/* Span sp's prefill math: its own, or the model's. */
+em_math span_prefill_math(const em_span *sp, em_math model_math);
 /* The same from a batch's spans. */
 em_status row_runs_plan_batch(row_runs *r, const em_batch *b, em_math fast);
 void row_runs_free(row_runs *r);

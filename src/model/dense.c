@@ -260,9 +260,13 @@ static void mlp_block(em_model *m, dense_impl *d, dense_layer *L, int T) {
  * comparisons); a large batch of last positions under FAST math is a GEMM
  * like the decode batch's other matmuls (batch_rows.h). */
 static em_math head_math(const em_model *m, const em_batch *b, int rows) {
-    if (m->prefill_math != EM_MATH_FAST || rows < FAST_MIN_SPAN) return EM_MATH_EXACT;
-    for (int s = 0; s < b->n_spans; s++)
-        if (b->spans[s].logits == LOGITS_ALL) return EM_MATH_EXACT;
+    if (rows < FAST_MIN_SPAN) return EM_MATH_EXACT;
+    for (int s = 0; s < b->n_spans; s++) {
+        const em_span *sp = &b->spans[s];
+        if (sp->logits == LOGITS_ALL) return EM_MATH_EXACT;
+        if (sp->logits == LOGITS_LAST && sp->n && span_prefill_math(sp, m->prefill_math) != EM_MATH_FAST)
+            return EM_MATH_EXACT; /* a request that asked for EXACT keeps its head EXACT */
+    }
     return EM_MATH_FAST;
 }
 

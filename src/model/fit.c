@@ -1,5 +1,6 @@
 /* fit.c — the memory prediction of fit.h. */
 #include "model/fit.h"
+#include "model/fit_internal.h"
 
 #include "base/alloc.h"
 #include "base/file.h"
@@ -28,16 +29,6 @@ static uint64_t runtime_base(void) {
 }
 #define FIT_TOKENIZER_FACTOR 4
 
-/* Shape numbers of the graph, from config.json (Qwen3.5 hybrids keep theirs
- * in text_config and add the linear-attention fields). */
-typedef struct fit_shape {
-    int hidden, inter, layers, heads, kv_heads, head_dim, vocab, max_pos;
-    bool tied;
-    uint64_t embed_bytes, embed_row; /* the embedding table, when untied */
-    int kv_layers, state_layers;
-    uint64_t state_per_seq;
-} fit_shape;
-
 static long long num(json_t *o, const char *k, long long def) {
     json_t *v = json_object_get(o, k);
     return json_is_integer(v) ? json_integer_value(v) : def;
@@ -64,7 +55,7 @@ static void hybrid_state(json_t *c, fit_shape *s) {
     s->state_per_seq = ((uint64_t)(kern - 1) * conv_dim + (uint64_t)vh * (uint64_t)kd * (uint64_t)vd) * 4u;
 }
 
-static em_status read_shape(const char *dir, fit_shape *s) {
+em_status fit_read_shape(const char *dir, fit_shape *s) {
     memset(s, 0, sizeof *s);
     model_config cfg;
     EM_TRY(model_config_load(dir, &cfg));
@@ -147,8 +138,9 @@ static uint64_t predict_total(const fit_shape *s, const fit_request *r, int ctx,
 em_status fit_predict(const char *dir, const fit_request *r, fit_result *o) {
     memset(o, 0, sizeof *o);
     if (r->ctx < 1) return em_fail(EM_ERR_INVALID, "fit: the context must be at least 1");
+    if (r->cuda) return fit_predict_cuda(dir, r, o);
     fit_shape s;
-    EM_TRY(read_shape(dir, &s));
+    EM_TRY(fit_read_shape(dir, &s));
     uint64_t files;
     EM_TRY(weight_bytes(dir, &s, &files, &o->vectors));
     o->runtime = runtime_base() + FIT_TOKENIZER_FACTOR * file_size(dir, "tokenizer.json");
@@ -156,6 +148,7 @@ em_status fit_predict(const char *dir, const fit_request *r, fit_result *o) {
     o->state_layers = s.state_layers;
     o->model_max_ctx = s.max_pos;
     o->capacity = r->budget ? r->budget : em_mem_available();
+    o->capacity_known = true;
     /* largest context (up to the model's) within the capacity: the total
      * grows with the context, so bisect */
     int lo = 0, hi = s.max_pos;

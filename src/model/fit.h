@@ -1,7 +1,9 @@
-/* fit.h — the memory contract of running a model on the CPU: how many bytes
- * a process needs for a context and a number of sequences, from the headers
- * alone.
+/* fit.h — the memory contract of running a model: how many bytes a process
+ * needs for a context and a number of sequences, from the headers alone, in
+ * resident memory on the CPU (below) or in device memory on a GPU
+ * (fit_cuda.c, the CUDA backend's allocations; see there).
  *
+ * On the CPU:
  *   weights    the safetensors files, mmapped; every page is touched by a
  *              forward pass, so they count whole in resident memory
  *   vectors    1-D tensors (norms, biases) copied to f32 at load
@@ -32,20 +34,33 @@ typedef struct fit_request {
     int ctx;         /* positions per sequence */
     int batch;       /* sequences at once (>= 1) */
     int threads;     /* compute threads (0: one per core) */
-    uint64_t budget; /* bytes available; 0: MemAvailable */
+    uint64_t budget; /* bytes available; 0: MemAvailable (cpu), the GPU's (cuda) */
+    bool cuda;       /* predict the CUDA backend's device memory */
+    bool fast;       /* cuda: FAST prefill arithmetic (bf16 GEMMs), as ember serve runs */
+    uint64_t device_free; /* cuda: free memory the GPU reports to this process
+                             (its CUDA context already made); 0: no GPU here */
 } fit_request;
 
 typedef struct fit_result {
+    /* cpu: weights (mmapped), vectors, kv, state, transient (workspace),
+     * runtime (the process). cuda: weights and vectors in device memory,
+     * kv, transient (activations and logits), scratch (matmul), backend
+     * (staging arena and cuBLAS workspace), code (kernels loaded on first
+     * use), context (the CUDA context, outside cudaMalloc). */
     uint64_t weights, vectors, kv, state, transient, runtime, total;
+    uint64_t scratch, backend, code, context;
     uint64_t kv_per_token, state_per_seq;
     uint64_t capacity; /* the budget compared against */
+    bool capacity_known; /* false: a GPU prediction without a GPU or a budget */
     int kv_layers, state_layers;
     int model_max_ctx;
-    int max_ctx;       /* largest context that fits (0: none) */
+    int max_ctx;       /* largest context that fits (0: none; -1: capacity unknown) */
     bool fits;
 } fit_result;
 
-/* Predicts the peak resident memory of running the model in dir. */
+/* Predicts the peak memory of running the model in dir: resident memory on
+ * the CPU, device memory with r->cuda. A model the CUDA backend cannot run
+ * (quantized weights, recurrent layers) is EM_ERR_UNSUPPORTED saying why. */
 em_status fit_predict(const char *dir, const fit_request *r, fit_result *out);
 
 #endif

@@ -20,11 +20,16 @@
 
 typedef enum { LOGITS_NONE = 0, LOGITS_LAST, LOGITS_ALL } logits_mode;
 
+/* The arithmetic a span's prefill rows may use: the model's (fixed at open)
+ * or one generation's own (a request's EMBER_PRECISION override). */
+typedef enum { SPAN_MATH_MODEL = 0, SPAN_MATH_EXACT, SPAN_MATH_FAST } span_math;
+
 typedef struct em_span {
     int seq;               /* KV-cache sequence slot */
     const int32_t *tokens; /* appended at positions len.. of the sequence */
     int n;
     logits_mode logits;
+    span_math math;        /* prefill arithmetic (short spans are EXACT anyway) */
 } em_span;
 
 typedef struct em_batch {

@@ -288,19 +288,24 @@ static em_status prepare_spans(em_model *m, q35_impl *d, const em_batch *b, q35_
 
 /* Journaled spans (speculative verification) stay EXACT so they compute
  * what single steps would. */
-static em_status plan_runs(em_model *m, q35_impl *d, const q35_span *sp, int n_spans) {
+static em_status plan_runs(em_model *m, q35_impl *d, const em_batch *b, const q35_span *sp) {
+    int n_spans = b->n_spans;
     int ns[64];
     bool ex[64];
+    em_math ms[64];
     int *n = n_spans <= 64 ? ns : em_mallocn((size_t)n_spans, sizeof *n);
     bool *e = n_spans <= 64 ? ex : em_mallocn((size_t)n_spans, sizeof *e);
-    em_status st = n && e ? EM_OK : em_fail(EM_ERR_NOMEM, "out of memory planning a batch");
+    em_math *math = n_spans <= 64 ? ms : em_mallocn((size_t)n_spans, sizeof *math);
+    em_status st = n && e && math ? EM_OK : em_fail(EM_ERR_NOMEM, "out of memory planning a batch");
     for (int i = 0; st == EM_OK && i < n_spans; i++) {
         n[i] = sp[i].n;
         e[i] = sp[i].journal_first >= 0;
+        math[i] = span_prefill_math(&b->spans[i], m->prefill_math);
     }
-    if (st == EM_OK) st = row_runs_plan(&d->runs, n, e, n_spans, m->prefill_math);
+    if (st == EM_OK) st = row_runs_plan(&d->runs, n, e, math, n_spans, m->prefill_math);
     if (n != ns) free(n);
     if (e != ex) free(e);
+    if (math != ms) free(math);
     return st;
 }
 
@@ -314,7 +319,7 @@ static em_status q35_forward(em_model *m, const em_batch *b, float *logits) {
     q35_span stack[8], *sp = b->n_spans <= 8 ? stack : em_mallocn((size_t)b->n_spans, sizeof *sp);
     if (!sp) return em_fail(EM_ERR_NOMEM, "out of memory");
     em_status st = prepare_spans(m, d, b, sp);
-    if (st == EM_OK) st = plan_runs(m, d, sp, b->n_spans);
+    if (st == EM_OK) st = plan_runs(m, d, b, sp);
     if (st == EM_OK) {
         em_backend *be = m->be;
         be->ops->embed(be, d->x, &d->embed, d->ids, T);

@@ -209,7 +209,8 @@ static ant_job *prepare(srv_request *req, srv_response *resp, ant_mode mode) {
         srv_job_unref(&j->base);
         return NULL;
     }
-    em_status st = em_prompt_build(j->model, &j->req, &j->prompt);
+    em_status st = srv_request_config(req, j->model, &j->req.config);
+    if (st == EM_OK) st = em_prompt_build(j->model, &j->req, &j->prompt);
     if (st != EM_OK) {
         reply_status(resp, st);
         srv_job_unref(&j->base);

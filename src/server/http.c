@@ -25,6 +25,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -52,6 +53,39 @@ typedef struct conn_state {
 
 const char *http_header(const srv_request *r, const char *name) {
     return MHD_lookup_connection_value((struct MHD_Connection *)r->conn, MHD_HEADER_KIND, name);
+}
+
+typedef struct joined {
+    const char *name;
+    char *text; /* values so far, ", "-separated; NULL on failure */
+    bool failed;
+} joined;
+
+static enum MHD_Result join_value(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    joined *j = cls;
+    if (j->failed || !key || !value || strcasecmp(key, j->name)) return MHD_YES;
+    size_t a = j->text ? strlen(j->text) : 0, b = strlen(value);
+    char *t = em_realloc(j->text, a + b + 3);
+    if (!t) {
+        j->failed = true;
+        return MHD_NO;
+    }
+    if (a) memcpy(t + a, ", ", 2), a += 2;
+    memcpy(t + a, value, b + 1);
+    j->text = t;
+    return MHD_YES;
+}
+
+char *http_header_joined(const srv_request *r, const char *name, bool *oom) {
+    joined j = {name, NULL, false};
+    MHD_get_connection_values((struct MHD_Connection *)r->conn, MHD_HEADER_KIND, join_value, &j);
+    if (j.failed) {
+        free(j.text);
+        j.text = NULL;
+    }
+    *oom = j.failed;
+    return j.text;
 }
 
 static bool conn_gone(struct MHD_Connection *c) {

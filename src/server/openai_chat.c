@@ -264,6 +264,10 @@ void openai_chat_completions(srv_request *req, srv_response *resp) {
         srv_job_unref(&j->base);
         return;
     }
+    if (!oai_request_config(req, resp, j->model, &j->req.config)) {
+        srv_job_unref(&j->base);
+        return;
+    }
     em_status st = em_prompt_build(j->model, &j->req, &j->prompt);
     if (st != EM_OK) {
         srv_reply_status(resp, st, st == EM_ERR_LIMIT ? "messages" : NULL);

@@ -83,6 +83,15 @@ void oai_buf_free(oai_buf *b) {
     memset(b, 0, sizeof *b);
 }
 
+bool oai_request_config(srv_request *req, srv_response *resp, em_model *m, em_config **out) {
+    em_status st = srv_request_config(req, m, out);
+    if (st == EM_OK) return true;
+    if (st == EM_ERR_INVALID)
+        srv_reply_error(resp, 400, "invalid_request_error", SRV_CONFIG_HEADER, "invalid_config", "%s", em_last_error());
+    else srv_reply_status(resp, st, NULL);
+    return false;
+}
+
 void oai_reply_error(srv_response *resp, const oai_error *e) {
     const char *type = e->status >= 500 ? "server_error" : "invalid_request_error";
     srv_reply_error(resp, e->status ? e->status : 400, type, e->param[0] ? e->param : NULL, e->code, "%s", e->message);

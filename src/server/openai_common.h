@@ -35,6 +35,11 @@ typedef struct oai_buf {
 bool oai_buf_add(oai_buf *b, const char *s, size_t len);
 void oai_buf_free(oai_buf *b);
 
+/* The request's configuration (X-Ember-Config over the model's snapshot)
+ * into *out (a new reference); on a bad header replies 400 (param
+ * "X-Ember-Config", code "invalid_config") and returns false. */
+bool oai_request_config(srv_request *req, srv_response *resp, em_model *m, em_config **out);
+
 /* Replies with the error e (OpenAI shape). */
 void oai_reply_error(srv_response *resp, const oai_error *e);
 

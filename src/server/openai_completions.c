@@ -5,6 +5,7 @@
 #include "server/openai_completions.h"
 
 #include "base/alloc.h"
+#include "base/config.h"
 #include "engine/engine.h"
 #include "engine/session.h"
 #include "server/metrics.h"
@@ -216,6 +217,13 @@ void openai_completions(srv_request *req, srv_response *resp) {
         srv_job_unref(&j->base);
         return;
     }
+    em_config *cfg;
+    if (!oai_request_config(req, resp, j->model, &cfg)) {
+        srv_job_unref(&j->base);
+        return;
+    }
+    for (size_t i = 0; i < j->n_reqs; i++) j->reqs[i].config = em_config_retain(cfg);
+    em_config_release(cfg);
     j->prompts = em_calloc(j->n_reqs, sizeof *j->prompts);
     j->choices = em_calloc(n_choices(j), sizeof *j->choices);
     if (!j->prompts || !j->choices) {

@@ -333,12 +333,13 @@ static json_t *continuation(json_t *rec) {
 }
 
 /* Fills j from the body; replies and returns false on a bad request. */
-static bool resp_prepare(resp_job *j, json_t *body, srv_response *resp) {
+static bool resp_prepare(resp_job *j, srv_request *req, json_t *body, srv_response *resp) {
     oai_error e = {0};
     if (!oai_responses_parse(body, em_model_name(j->model), &j->req, &j->o, &e)) {
         oai_reply_error(resp, &e);
         return false;
     }
+    if (!oai_request_config(req, resp, j->model, &j->req.config)) return false;
     if (j->o.previous_response_id) {
         json_t *rec = resp_store_get(j->srv->responses, j->o.previous_response_id);
         if (!rec) {
@@ -384,7 +385,7 @@ void openai_responses_create(srv_request *req, srv_response *resp) {
     j->t_arrival = req->t_arrival;
     j->created = (json_int_t)time(NULL);
     srv_random_id("resp_", j->id, sizeof j->id);
-    bool ok = resp_prepare(j, body, resp);
+    bool ok = resp_prepare(j, req, body, resp);
     json_decref(body);
     if (!ok) {
         srv_job_unref(&j->base);

@@ -90,6 +90,10 @@ em_model *srv_model(const srv_server *s); /* NULL until ready */
 /* ---- helpers for handlers (http.c) ---------------------------------- */
 /* A request header, or NULL. */
 const char *http_header(const srv_request *r, const char *name);
+/* Every value of a request header that may repeat, joined with ", " as
+ * HTTP joins repeated fields (malloc'd, caller frees), or NULL when absent;
+ * *oom tells a failed allocation from an absent header. */
+char *http_header_joined(const srv_request *r, const char *name, bool *oom);
 /* A URL query argument ("?name=value"), or NULL. */
 const char *http_query(const srv_request *r, const char *name);
 /* True when the client has closed its connection. */
@@ -108,6 +112,15 @@ void srv_reply_error(srv_response *r, int status, const char *type, const char *
 void srv_reply_status(srv_response *r, em_status st, const char *param);
 /* An id like "chatcmpl-3f9a..." (24 random hex digits) into buf. */
 void srv_random_id(const char *prefix, char *buf, size_t size);
+
+/* ---- per-request configuration (request_config.c) ---------------------- */
+/* The header that carries a request's configuration overrides. */
+#define SRV_CONFIG_HEADER "X-Ember-Config"
+/* The snapshot of one request: the model's configuration with the
+ * overrides of its X-Ember-Config header(s) (see docs/configuration.md).
+ * EM_OK with *out a new reference (caller releases); on a bad header
+ * EM_ERR_INVALID with a message naming the variable. */
+em_status srv_request_config(const srv_request *req, em_model *m, em_config **out);
 
 /* ---- auth (auth.c) --------------------------------------------------- */
 /* True when no key is configured or the request carries it

@@ -2,6 +2,7 @@
 #include "server/routes.h"
 
 #include "base/alloc.h"
+#include "base/config.h"
 #include "base/timer.h"
 #include "engine/engine.h"
 #include "engine/scheduler.h"
@@ -44,9 +45,10 @@ static json_t *engine_stats_json(struct em_scheduler *sc) {
     sched_stats st;
     sched_get_stats(sc, &st);
     double hit_rate = st.prefix_lookup_tokens ? (double)st.prefix_hit_tokens / (double)st.prefix_lookup_tokens : 0.0;
-    return json_pack("{s:{s:I, s:I, s:I, s:I, s:f, s:I, s:i, s:i, s:f, s:f, s:f}, s:{s:I, s:I, s:f, s:I, s:I, s:I, s:i}, s:{s:i, s:i}, s:o}",
+    return json_pack("{s:{s:I, s:I, s:I, s:I, s:I, s:f, s:I, s:i, s:i, s:f, s:f, s:f}, s:{s:I, s:I, s:f, s:I, s:I, s:I, s:i}, s:{s:i, s:i}, s:o}",
                      "batching", "steps", (json_int_t)st.steps, "batched_tokens", (json_int_t)st.batched_tokens,
-                     "prefill_tokens", (json_int_t)st.prefill_tokens, "decode_tokens", (json_int_t)st.decode_tokens,
+                     "prefill_tokens", (json_int_t)st.prefill_tokens, "prefill_fast_tokens",
+                     (json_int_t)st.prefill_fast_tokens, "decode_tokens", (json_int_t)st.decode_tokens,
                      "mean_tokens_per_step", st.steps ? (double)st.batched_tokens / (double)st.steps : 0.0,
                      "preemptions", (json_int_t)st.preemptions, "active", st.active, "waiting", st.waiting,
                      "busy_seconds", st.busy_seconds, "forward_seconds", st.forward_seconds, "sample_seconds",
@@ -99,6 +101,20 @@ static char *engine_metrics(struct em_scheduler *sc, char *base) {
     return out;
 }
 
+/* The model's configuration snapshot (the process's): what requests start
+ * from; their X-Ember-Config overrides never show here. */
+static json_t *config_json(const em_config *c) {
+    json_t *o = json_object();
+    for (int k = 0; o && k < EMC_COUNT; k++) {
+        const em_config_var *v = em_config_var_at((em_config_key)k);
+        const char *val = em_config_str(c, (em_config_key)k);
+        json_object_set_new(o, v->name,
+                            json_pack("{s:s, s:s}", "value", v->kind == EM_CFG_SECRET && *val ? "********" : val,
+                                      "source", em_config_source_name(em_config_source_of(c, (em_config_key)k))));
+    }
+    return o;
+}
+
 void route_stats(srv_request *req, srv_response *resp) {
     srv_server *s = req->srv;
     srv_metrics_totals t;
@@ -113,6 +129,7 @@ void route_stats(srv_request *req, srv_response *resp) {
                           (json_int_t)(m ? em_model_weight_bytes(m) : 0), "uptime_seconds", em_now() - s->t_start,
                           "mean_ttft_seconds", t.ttft_count ? t.ttft_sum / (double)t.ttft_count : 0.0);
     if (o && m) json_object_set_new(o, "model", json_string(em_model_name(m)));
+    if (o && m) json_object_set_new(o, "config", config_json(em_model_config(m)));
     if (o && m && em_model_scheduler(m)) json_object_set_new(o, "engine", engine_stats_json(em_model_scheduler(m)));
     resp_store_stats rs;
     resp_store_get_stats(s->responses, &rs);

@@ -46,4 +46,46 @@ import json, sys
 d = json.load(sys.stdin)
 assert d["kv_bytes"] == 6 * 2 * 2 * 64 * 4 * 128 * 4, d  # 100 positions -> 4 blocks of 32, 4 sequences
 '
+
+# --measure on the cpu: the model opened, every sequence prefilled to its context
+m=$("$EMBER_BIN" fit "$tmp/c" --ctx 402 --batch 2 --threads 2 --measure --json)
+python3 - "$m" <<'PY'
+import json, sys
+d = json.loads(sys.argv[1])
+r = d["predicted_measurable_bytes"] / d["measured_peak_bytes"]
+print(f"fit --measure (cpu): predicted {d['predicted_measurable_bytes']}, measured {d['measured_peak_bytes']}, ratio {r:.3f}")
+assert abs(r - 1) <= 0.10, d
+PY
+
+# --device cuda predicts without a GPU too: the CUDA backend's allocations,
+# from the headers (the GPU test, test_fit_cuda.sh, measures them)
+j=$("$EMBER_BIN" fit "$tmp/b" --ctx 100 --batch 4 --device cuda --json)
+python3 - "$j" "$tmp/b/model.safetensors" <<'PY'
+import json, struct, sys
+d = json.loads(sys.argv[1])
+raw = open(sys.argv[2], "rb").read(8)
+hdr = json.loads(open(sys.argv[2], "rb").read(8 + struct.unpack("<Q", raw)[0])[8:])
+def dev(b):  # cudaMalloc granularity as fit models it
+    g = 2 << 20 if b >= 2 << 20 else 512
+    return -(-b // g) * g
+w = sum(dev(v["data_offsets"][1] - v["data_offsets"][0]) for k, v in hdr.items() if k != "__metadata__" and len(v["shape"]) == 2)
+assert d["weights_bytes"] == w, (d["weights_bytes"], w)
+assert d["kv_bytes"] == 6 * 2 * dev(128 * 4 * 2 * 64 * 4), d  # a K and a V buffer per layer, 4 blocks of 32
+assert d["peak_bytes"] == sum(d[k] for k in ("weights_bytes", "vectors_bytes", "kv_bytes", "transient_bytes",
+                                             "scratch_bytes", "backend_bytes", "code_bytes", "context_bytes")), d
+if "capacity_note" in d:  # no GPU here: the capacity is unknown, and that is no failure
+    assert d["fits"] is None and d["capacity_bytes"] is None and d["max_context"] is None, d
+PY
+# the matmul scratch follows the precision: bf16 activations (FAST) or widened weights (EXACT)
+sc() { "$EMBER_BIN" fit "$tmp/b" --ctx 300 --device cuda --precision "$1" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["scratch_bytes"])'; }
+[ "$(sc fast)" = 1056256 ] || { echo "fast scratch $(sc fast)"; exit 1; }   # 1.25 x 300 rows x 1408 x bf16
+[ "$(sc exact)" = 4194304 ] || { echo "exact scratch $(sc exact)"; exit 1; } # 1.25 x 1408 x 512 f32, in 2 MiB pages
+# a budget decides without a GPU
+"$EMBER_BIN" fit "$tmp/b" --ctx 300 --device cuda --memory-budget 100000000000 >/dev/null
+if "$EMBER_BIN" fit "$tmp/b" --ctx 300 --device cuda --memory-budget 1000000 >/dev/null; then echo "1 MB fits"; exit 1; fi
+# models the CUDA backend cannot run are refused with the reason
+r=$("$EMBER_BIN" fit "$EMBER_SRC/tests/golden/qwen3_5/q35_tied_ratio2" --ctx 64 --device cuda 2>&1 || true)
+grep -q "recurrent (Gated DeltaNet) layers" <<<"$r" || { echo "hybrid on cuda: $r"; exit 1; }
+r=$("$EMBER_BIN" fit "$EMBER_SRC/tests/golden/quant/tied_3bit/quant" --ctx 64 --device cuda 2>&1 || true)
+grep -q "is quantized; the CUDA backend runs only" <<<"$r" || { echo "quantized on cuda: $r"; exit 1; }
 echo ok

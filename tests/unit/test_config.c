@@ -146,6 +146,74 @@ static void test_concurrent_requests(void) {
     em_config_release(base);
 }
 
+/* The X-Ember-Config text: "NAME=value" items, only per-request names,
+ * each once, values checked; the message names the variable. */
+static bool request_fails(const em_config *base, const char *text, const char *needle) {
+    em_config *c = NULL;
+    em_status st = em_config_for_request(base, text, &c);
+    bool ok = st == EM_ERR_INVALID && c == NULL && strstr(em_last_error(), needle);
+    if (!ok) fprintf(stderr, "'%s': status %d, message '%s' (wanted '%s')\n", text, (int)st, em_last_error(), needle);
+    em_config_release(c);
+    return ok;
+}
+
+static void test_request_overrides(void) {
+    char *env[] = {"EMBER_PRECISION=fast", "EMBER_THREADS=3", NULL};
+    em_config *base, *c;
+    REQUIRE(em_config_from_env(env, &base) == EM_OK);
+    CHECK(em_config_per_request(EMC_PRECISION) && em_config_per_request(EMC_TEMPLATE_NOW));
+    CHECK(!em_config_per_request(EMC_THREADS) && !em_config_per_request(EMC_HOST) &&
+          !em_config_per_request(EMC_PORT) && !em_config_per_request(EMC_API_KEY) &&
+          !em_config_per_request(EMC_DEVICE) && !em_config_per_request(EMC_CTX));
+
+    REQUIRE(em_config_for_request(base, " EMBER_PRECISION = exact ,EMBER_TEMPLATE_NOW=1700000000 ", &c) == EM_OK);
+    CHECK_STR(em_config_str(c, EMC_PRECISION), "exact");
+    CHECK(em_config_source_of(c, EMC_PRECISION) == EM_CFG_SRC_REQUEST);
+    CHECK(em_config_int(c, EMC_TEMPLATE_NOW) == 1700000000);
+    CHECK(em_config_int(c, EMC_THREADS) == 3 && em_config_source_of(c, EMC_THREADS) == EM_CFG_SRC_ENV);
+    CHECK_STR(em_config_str(base, EMC_PRECISION), "fast"); /* the base is untouched */
+    CHECK(em_config_int(base, EMC_TEMPLATE_NOW) == 0);
+    em_config_release(c);
+
+    /* nothing to override: the base itself, one more reference */
+    REQUIRE(em_config_for_request(base, NULL, &c) == EM_OK);
+    CHECK(c == base);
+    em_config_release(c);
+    REQUIRE(em_config_for_request(base, "  ", &c) == EM_OK);
+    CHECK(c == base);
+    em_config_release(c);
+    REQUIRE(em_config_for_request(base, "EMBER_PRECISION=auto,", &c) == EM_OK); /* a trailing comma */
+    CHECK(em_config_source_of(c, EMC_PRECISION) == EM_CFG_SRC_REQUEST);
+    em_config_release(c);
+
+    CHECK(request_fails(base, "EMBER_THREADS=2", "EMBER_THREADS cannot be overridden per request"));
+    CHECK(request_fails(base, "EMBER_API_KEY=x", "EMBER_API_KEY cannot be overridden"));
+    CHECK(request_fails(base, "EMBER_PORT=1", "EMBER_PORT cannot be overridden"));
+    CHECK(request_fails(base, "EMBER_PRECISON=exact", "did you mean EMBER_PRECISION"));
+    CHECK(request_fails(base, "NOPE=1", "unknown configuration variable NOPE"));
+    CHECK(request_fails(base, "EMBER_PRECISION=turbo", "EMBER_PRECISION=turbo is not one of auto|exact|fast"));
+    CHECK(request_fails(base, "EMBER_PRECISION=", "EMBER_PRECISION= is not one of"));
+    CHECK(request_fails(base, "EMBER_TEMPLATE_NOW=yesterday", "EMBER_TEMPLATE_NOW=yesterday is not an integer"));
+    CHECK(request_fails(base, "EMBER_TEMPLATE_NOW=-5", "EMBER_TEMPLATE_NOW=-5 is outside"));
+    CHECK(request_fails(base, "EMBER_PRECISION", "'EMBER_PRECISION' is not NAME=value"));
+    CHECK(request_fails(base, "EMBER_PRECISION=exact,EMBER_PRECISION=fast", "EMBER_PRECISION is overridden twice"));
+    CHECK(request_fails(base, "EMBER_PRECISION=exact,,EMBER_TEMPLATE_NOW=1", "empty item"));
+    CHECK(request_fails(base, "=exact", "unknown configuration variable"));
+    char many[1024] = "";
+    for (int i = 0; i <= EM_CONFIG_REQUEST_MAX; i++) strcat(many, "EMBER_PRECISION=exact,");
+    CHECK(request_fails(base, many, "more than 16 configuration overrides"));
+    char *big = malloc(EM_CONFIG_REQUEST_MAX_BYTES + 64);
+    REQUIRE(big);
+    memset(big, 'A', EM_CONFIG_REQUEST_MAX_BYTES + 10);
+    big[EM_CONFIG_REQUEST_MAX_BYTES + 10] = 0;
+    CHECK(request_fails(base, big, "bytes, more than"));
+    memcpy(big, "EMBER_TEMPLATE_NOW=", 19); /* a value as long as the limit allows */
+    big[EM_CONFIG_REQUEST_MAX_BYTES] = 0;
+    CHECK(request_fails(base, big, "is not an integer"));
+    free(big);
+    em_config_release(base);
+}
+
 static void test_global(void) {
     REQUIRE(em_config_init() == EM_OK);
     const em_config *g = em_config_global();
@@ -168,6 +236,7 @@ int main(void) {
     test_suggest();
     test_overrides_are_strict();
     test_concurrent_requests();
+    test_request_overrides();
     test_global();
     return test_summary();
 }

@@ -23,13 +23,13 @@ static void check_model(const char *dir) {
     float *full = malloc(sizeof(float) * N * V), *step = malloc(sizeof(float) * V), *chunk = malloc(sizeof(float) * N * V);
     int s1, s2, s3;
     REQUIRE(kv_seq_alloc(m->kv, &s1) == EM_OK && kv_seq_alloc(m->kv, &s2) == EM_OK && kv_seq_alloc(m->kv, &s3) == EM_OK);
-    em_span sp = {s1, ids, N, LOGITS_ALL};
+    em_span sp = {s1, ids, N, LOGITS_ALL, SPAN_MATH_MODEL};
     em_batch b = {&sp, 1};
     REQUIRE(model_forward(m, &b, full) == EM_OK);
     double worst = 0, range = 0;
     for (int i = 0; i < N * V; i++) range = fmax(range, fabs(full[i]));
     for (int t = 0; t < N; t++) {
-        em_span one = {s2, ids + t, 1, LOGITS_LAST};
+        em_span one = {s2, ids + t, 1, LOGITS_LAST, SPAN_MATH_MODEL};
         em_batch bb = {&one, 1};
         REQUIRE(model_forward(m, &bb, step) == EM_OK);
         for (int v = 0; v < V; v++) worst = fmax(worst, fabs(step[v] - full[(size_t)t * V + v]));
@@ -39,8 +39,8 @@ static void check_model(const char *dir) {
     int cuts[] = {0, 3, 12, N};
     double worst2 = 0;
     for (int c = 0; c < 3; c++) {
-        em_span spans[2] = {{s3, ids + cuts[c], cuts[c + 1] - cuts[c], LOGITS_ALL},
-                            {s1, ids, 0, LOGITS_NONE}};
+        em_span spans[2] = {{s3, ids + cuts[c], cuts[c + 1] - cuts[c], LOGITS_ALL, SPAN_MATH_MODEL},
+                            {s1, ids, 0, LOGITS_NONE, SPAN_MATH_MODEL}};
         em_batch bb = {spans, 2};
         REQUIRE(model_forward(m, &bb, chunk + (size_t)cuts[c] * V) == EM_OK);
     }

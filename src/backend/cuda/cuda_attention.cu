@@ -10,8 +10,8 @@
 
 #define ATT_THREADS 128
 #define ATT_DIMS_PER_THREAD 4 /* head_dim <= 512 */
-#define ATT_SPLITS 16
-#define ATT_SPLIT_MAX_ROWS 64
+#define ATT_SPLITS CUDA_ATT_SPLITS
+#define ATT_SPLIT_MAX_ROWS CUDA_ATT_SPLIT_MAX_ROWS
 
 __device__ float block_reduce_f(float v, float *red, bool is_max) {
     for (int o = 16; o; o >>= 1) {

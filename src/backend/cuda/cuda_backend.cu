@@ -12,7 +12,7 @@ extern "C" {
 #include "base/log.h"
 }
 
-#define STAGE_MIN_BYTES ((size_t)4 << 20)
+#define STAGE_MIN_BYTES CUDA_STAGE_MIN_BYTES
 
 cuda_backend *cuda_enter(em_backend *be) {
     cuda_backend *cb = (cuda_backend *)be->impl;
@@ -25,7 +25,7 @@ bool cuda_scratch(cuda_backend *cb, void **buf, size_t *cap, size_t bytes) {
     if (*buf) cudaFree(*buf);
     *buf = NULL;
     *cap = 0;
-    size_t want = bytes + bytes / 4;
+    size_t want = cuda_scratch_grow(bytes);
     cudaError_t e = cudaMalloc(buf, want);
     if (e != cudaSuccess) {
         *buf = NULL;
@@ -301,6 +301,7 @@ static void cuda_destroy(em_backend *be) {
         if (cb->wide) cudaFree(cb->wide);
         if (cb->att_part) cudaFree(cb->att_part);
         if (cb->blas) cb->fn.destroy(cb->blas);
+        if (cb->blas_ws) cudaFree(cb->blas_ws);
         cuda_blas_close(&cb->fn);
         if (cb->stream) cudaStreamDestroy(cb->stream);
         free(cb);
@@ -343,6 +344,36 @@ static em_backend_ops make_ops(void) {
 }
 
 static const em_backend_ops cuda_ops = make_ops();
+
+/* A workspace of known size for cuBLAS (after set_stream, which resets it
+ * to cuBLAS's own pool), so the device memory cuBLAS takes is counted and
+ * predictable (ember fit). Without the entry point cuBLAS keeps its pool. */
+static cublasStatus_t set_workspace(cuda_backend *cb) {
+    if (!cb->fn.set_workspace) return CUBLAS_STATUS_SUCCESS;
+    if (cudaMalloc(&cb->blas_ws, CUDA_BLAS_WORKSPACE_BYTES) != cudaSuccess) {
+        cudaGetLastError();
+        cb->blas_ws = NULL;
+        return CUBLAS_STATUS_ALLOC_FAILED;
+    }
+    return cb->fn.set_workspace(cb->blas, cb->blas_ws, CUDA_BLAS_WORKSPACE_BYTES);
+}
+
+extern "C" em_status cuda_device_memory(int device, size_t *free_bytes, size_t *total_bytes) {
+    *free_bytes = *total_bytes = 0;
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        cudaGetLastError();
+        return em_fail(EM_ERR_UNSUPPORTED, "cuda:%d: no CUDA device is available (%s)", device,
+                       e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+    }
+    if (device >= n) return em_fail(EM_ERR_INVALID, "cuda:%d: no such GPU (%d found: cuda:0..cuda:%d)", device, n, n - 1);
+    if ((e = cudaSetDevice(device)) != cudaSuccess || (e = cudaMemGetInfo(free_bytes, total_bytes)) != cudaSuccess) {
+        cudaGetLastError();
+        return em_fail(EM_ERR_IO, "cuda:%d: cannot read the memory of the GPU: %s", device, cudaGetErrorString(e));
+    }
+    return EM_OK;
+}
 
 extern "C" int cuda_device_count(void) {
     int n = 0;
@@ -392,7 +423,7 @@ extern "C" em_status cuda_backend_create(int device, em_backend **out) {
         (bs = cb->fn.set_stream(cb->blas, cb->stream)) != CUBLAS_STATUS_SUCCESS ||
         /* default math: f32 GEMMs stay f32 (no TF32 rounding) */
         (bs = cb->fn.set_math_mode(cb->blas, CUBLAS_DEFAULT_MATH)) != CUBLAS_STATUS_SUCCESS ||
-        !stage_alloc(cb, STAGE_MIN_BYTES)) {
+        (bs = set_workspace(cb)) != CUBLAS_STATUS_SUCCESS || !stage_alloc(cb, STAGE_MIN_BYTES)) {
         em_status st = em_fail(EM_ERR_IO, "%s: cannot set up the stream and cuBLAS: %s", be->desc,
                                e != cudaSuccess ? cudaGetErrorString(e)
                                : bs != CUBLAS_STATUS_SUCCESS ? "cuBLAS initialisation failed"

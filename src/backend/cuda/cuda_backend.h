@@ -14,6 +14,40 @@
 extern "C" {
 #endif
 
+/* The device memory the backend allocates besides weights, KV cache and
+ * the model's activations; `ember fit --device cuda` (model/fit_cuda.c)
+ * predicts with the same numbers, so they live here, in plain C.
+ *
+ *   staging arena   CUDA_STAGE_MIN_BYTES of device memory (and as much
+ *                   pinned host memory), doubled while one operation stages
+ *                   more (never for the dense graph's block tables)
+ *   cuBLAS          a workspace of CUDA_BLAS_WORKSPACE_BYTES handed to the
+ *                   handle (cublasSetWorkspace), so cuBLAS allocates none
+ *   matmul scratch  FAST GEMMs (M >= CUDA_FAST_MIN_M rows, bf16 weights)
+ *                   round the activations to bf16: M x K x 2 bytes; EXACT
+ *                   GEMMs of more than CUDA_GEMV_MAX_EXACT_M rows over
+ *                   16-bit weights widen up to CUDA_WIDE_SLICE_ELEMS weights
+ *                   at a time to f32. Each buffer grows to cuda_scratch_grow
+ *                   of the largest request and is never shrunk. */
+#define CUDA_STAGE_MIN_BYTES ((size_t)4 << 20)
+#define CUDA_BLAS_WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLAS's recommendation for Hopper */
+#define CUDA_FAST_MIN_M 16
+#define CUDA_GEMV_MAX_EXACT_M 64
+#define CUDA_WIDE_SLICE_ELEMS ((size_t)32 << 20) /* 128 MiB of widened f32 weights per SGEMM */
+/* Attention over at most CUDA_ATT_SPLIT_MAX_ROWS rows (decode) splits each
+ * row's keys over CUDA_ATT_SPLITS blocks whose partial results (head_dim +
+ * 2 floats per row, head and split) live in a scratch buffer grown like
+ * the matmul scratch. */
+#define CUDA_ATT_SPLITS 16
+#define CUDA_ATT_SPLIT_MAX_ROWS 64
+/* A scratch buffer grown for `bytes` gets a quarter more, so a slightly
+ * larger batch next does not reallocate. */
+static inline size_t cuda_scratch_grow(size_t bytes) { return bytes + bytes / 4; }
+
+/* Free and total memory of GPU `device` (creating this process's CUDA
+ * context on it, which stays). EM_ERR_UNSUPPORTED without a GPU. */
+em_status cuda_device_memory(int device, size_t *free_bytes, size_t *total_bytes);
+
 /* Number of usable CUDA devices; 0 when there is no GPU or no driver. */
 int cuda_device_count(void);
 /* Creates the backend on GPU `device`. Free with em_backend_free. */

@@ -36,6 +36,7 @@ bool cuda_blas_open(cuda_blas *b, char *why, size_t cap) {
         cuda_blas_close(b);
         return false;
     }
+    sym(b->lib, "cublasSetWorkspace_v2", &b->set_workspace); /* optional */
     return true;
 }
 

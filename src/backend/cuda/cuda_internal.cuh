@@ -43,6 +43,7 @@ typedef struct cuda_blas {
     decltype(&cublasSetStream_v2) set_stream;
     decltype(&cublasSetMathMode) set_math_mode;
     decltype(&cublasSgemm_v2) sgemm;
+    decltype(&cublasSetWorkspace_v2) set_workspace; /* NULL in a cuBLAS without it: its own pool then */
     /* the C entry point (C++ sees an overload set under this name) */
     cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void *,
                               const void *, cudaDataType, int, const void *, cudaDataType, int, const void *, void *,
@@ -83,6 +84,7 @@ typedef struct cuda_backend {
     cuda_stage stage;
     /* matmul scratch: activations rounded to bf16 (FAST), weight slices
      * widened to f32 (EXACT batches); grown on demand */
+    void *blas_ws; /* the cuBLAS workspace, CUDA_BLAS_WORKSPACE_BYTES */
     void *xconv;
     size_t xconv_bytes;
     float *wide;

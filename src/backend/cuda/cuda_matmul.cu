@@ -11,9 +11,9 @@
 
 #define GEMV_ROWS 8     /* activation rows per pass */
 #define GEMV_WARPS 4    /* warps per block: small blocks spread narrow matrices over every SM */
-#define GEMV_MAX_EXACT_M 64
-#define FAST_MIN_M 16
-#define WIDE_SLICE_ELEMS ((size_t)32 << 20) /* 128 MiB of widened f32 weights per SGEMM */
+#define GEMV_MAX_EXACT_M CUDA_GEMV_MAX_EXACT_M
+#define FAST_MIN_M CUDA_FAST_MIN_M
+#define WIDE_SLICE_ELEMS CUDA_WIDE_SLICE_ELEMS
 
 template <int DT> __device__ __forceinline__ float wload(const void *w, size_t i);
 template <> __device__ __forceinline__ float wload<EM_F32>(const void *w, size_t i) { return ((const float *)w)[i]; }
