@@ -1,11 +1,21 @@
 /* cuda_attention.cu — causal GQA attention over the paged KV cache.
  *
- * One block per (query row, head). Keys are visited in tiles of one key
- * per thread: each thread scores its key, the block finds the tile's
- * maximum and the softmax weights, and each thread then accumulates the
- * weighted values of its own output dimensions, rescaling what it holds
- * whenever the running maximum grows (online softmax). No buffer grows with
- * the context, and prefill and decode rows take the same path. */
+ * Two paths:
+ * - Decode and small batches (up to ATT_SPLIT_MAX_ROWS rows, and any batch
+ *   while a step is recorded): here. One block per (query row, head) visits
+ *   keys in tiles of one key per thread: each thread scores its key, the
+ *   block finds the tile's maximum and the softmax weights, and each thread
+ *   accumulates the weighted values of its own output dimensions, rescaling
+ *   what it holds whenever the running maximum grows (online softmax).
+ *   Rows of small batches split their keys over ATT_SPLITS blocks
+ *   (flash-decoding) and a second kernel merges the splits in order; the
+ *   grid depends only on the row count, so a recorded step stays valid as
+ *   the context grows.
+ * - Prefill (more rows): cuda_attention_prefill.cu, a tiled flash-attention
+ *   kernel — a block holds 64 (query row, head) pairs of one sequence and
+ *   one kv head and streams that sequence's keys and values through shared
+ *   memory. Head dims above 256 or groups above 64 heads stay here.
+ * Both keep f32 arithmetic and fixed summation orders (reproducible). */
 #include "backend/cuda/cuda_internal.cuh"
 
 #define ATT_THREADS 128
@@ -150,10 +160,15 @@ void cuda_attention_spans(em_backend *be, float *out, const float *q, const em_k
         cuda_note(cb, cudaErrorInvalidValue, "attention (head_dim above 512 or heads not a multiple of kv heads)");
         return;
     }
+    int rows = 0;
+    for (int i = 0; i < s->n_spans; i++) rows += s->rows[i];
+    if (rows > ATT_SPLIT_MAX_ROWS &&
+        cuda_attention_prefill(cb, out, q, s, pos, n_heads, n_kv, head_dim, scale, window))
+        return;
     float *const *base;
     const int32_t *toff, *dpos;
     int n;
-    if (!cuda_stage_spans(cb, s, pos, &base, &toff, &dpos, &n)) return;
+    if (!cuda_stage_spans(cb, s, pos, 0, &base, &toff, &dpos, &n)) return;
     size_t smem = ((size_t)head_dim + ATT_THREADS) * sizeof(float);
     int bs = s->views[0].block_size;
     /* Few rows (decode) would leave most multiprocessors idle: split each

@@ -154,10 +154,12 @@ void cuda_stage_flush(cuda_backend *cb);
  * replayed each is padded to a power of two so a growing sequence keeps
  * the recorded sizes), the offsets of each row's key and value tables from
  * *base (toff: n key offsets, then n value offsets) and the positions.
- * *rows is the batch's row count; false when there is nothing to do or
- * staging failed (noted). */
-bool cuda_stage_spans(cuda_backend *cb, const em_kv_spans *s, const int32_t *pos, float *const **base,
-                      const int32_t **toff, const int32_t **dpos, int *rows);
+ * `extra` bytes more (one array) are reserved in the same stretch of the
+ * arena for the caller to put before its launch: a rewind in between would
+ * move what was staged here. *rows is the batch's row count; false when
+ * there is nothing to do or staging failed (noted). */
+bool cuda_stage_spans(cuda_backend *cb, const em_kv_spans *s, const int32_t *pos, size_t extra,
+                      float *const **base, const int32_t **toff, const int32_t **dpos, int *rows);
 /* Ensures a scratch buffer of at least `bytes`; false on failure (noted). */
 bool cuda_scratch(cuda_backend *cb, void **buf, size_t *cap, size_t bytes);
 
@@ -186,6 +188,11 @@ void cuda_kv_write_spans(em_backend *be, const em_kv_spans *s, const float *k, c
                          int n_kv, int head_dim);
 void cuda_attention_spans(em_backend *be, float *out, const float *q, const em_kv_spans *s, const int32_t *pos,
                           int n_heads, int n_kv, int head_dim, float scale, int window);
+/* Tiled attention for batches of many rows (cuda_attention_prefill.cu);
+ * false when the shape or a step being recorded needs the per-row path,
+ * true when it queued the work (or noted why it could not). */
+bool cuda_attention_prefill(cuda_backend *cb, float *out, const float *q, const em_kv_spans *s, const int32_t *pos,
+                            int n_heads, int n_kv, int head_dim, float scale, int window);
 em_graph_mode cuda_graph_begin(em_backend *be, uint64_t key);
 em_status cuda_graph_end(em_backend *be, bool *ran);
 void cuda_graph_reset(em_backend *be);
