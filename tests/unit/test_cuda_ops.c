@@ -351,6 +351,14 @@ static void test_attention_prefill(void) {
     test_attention_spans_case(4, 2, 37, 0, SPANS({0, 66}));                  /* not a multiple of 4: scalar loads */
     test_attention_spans_case(6, 2, 200, 17, SPANS({30, 100}));
     test_attention_spans_case(32, 2, 64, 0, SPANS({0, 90}, {77, 30}));
+    /* many decode rows in one large batch: the per-row kernel over a row map,
+     * with splits (few such rows) and without (more than 64) */
+    span_case many[71];
+    for (int i = 0; i < 70; i++) many[i] = (span_case){(i * 37) % 300, 1 + (i % 3 == 0)};
+    many[70] = (span_case){50, 100};
+    test_attention_spans_case(8, 2, 64, 0, many, 71);
+    test_attention_spans_case(4, 4, 128, 20, many + 40, 31);
+    test_attention_spans_case(8, 2, 64, 0, many, 60);
     /* few rows: the split (decode) path over several spans */
     test_attention_spans_case(8, 2, 128, 0, SPANS({100, 1}, {0, 1}, {33, 1}, {400, 1}));
     test_attention_spans_case(8, 2, 64, 0, SPANS({10, 20}, {0, 44}));

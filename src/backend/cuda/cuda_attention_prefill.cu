@@ -11,9 +11,10 @@
  * values of its 4 pairs in head_dim/16 output dimensions. Causal mask and
  * sliding window apply per pair, by position.
  *
- * Tiles are built on the host from the spans (a tile never crosses a span)
- * with the range of keys their rows can see, staged next to the block
- * tables, and launched heaviest first. The kernel is specialised for head
+ * The plan is built on the host from the spans: tiles of at most 64/group
+ * rows that never cross a span, each with the range of keys its rows can
+ * see, heaviest first; spans too short to fill half a tile (decode rows
+ * of a large batch) are left to the per-row kernel of cuda_attention.cu. The kernel is specialised for head
  * dims 64, 128 and 256; smaller dims run in the next specialisation with
  * zero padding. Every sum has a fixed order, so results are reproducible. */
 #include "backend/cuda/cuda_internal.cuh"
@@ -22,7 +23,9 @@
 
 #define TILE_THREADS 256
 #define TILE_PAIRS 64 /* (query row, head) pairs per block */
-#define TILE_FIELDS 4 /* per tile: first row, rows, first key, last key */
+/* Spans filling less of a tile than this go to the per-row kernel, which
+ * wastes no pairs (decode rows of a large batch, short chunks). */
+#define TILE_MIN_PAIRS 32
 
 /* src[d..d+3] with zeros past hd (or everywhere when src is NULL); float4
  * reads when hd is a multiple of 4 (rows are then 16-byte aligned). */
@@ -53,7 +56,7 @@ __global__ void __launch_bounds__(TILE_THREADS)
     float *Qs = (float *)sm4, *Ks = Qs + BM * LD, *Vs = Ks + BN * LD, *Ps = Vs + BN * LD;
     int tile = (int)blockIdx.x / n_kv, kvh = (int)blockIdx.x % n_kv, t = (int)threadIdx.x;
     int tx = t % 16, ty = t / 16; /* a half-warp shares ty: one pair row's 16 score columns */
-    const int32_t *tl = tiles + (size_t)TILE_FIELDS * tile;
+    const int32_t *tl = tiles + (size_t)CUDA_TILE_FIELDS * tile;
     int row0 = tl[0], pairs = tl[1] * group, lo = tl[2], hi = tl[3];
     float *const *kb = base + toff[row0], *const *vb = base + toff[n + row0]; /* the tile's sequence */
     size_t rowlen = (size_t)n_kv * hd, head_off = (size_t)kvh * hd;
@@ -188,92 +191,81 @@ __global__ void __launch_bounds__(TILE_THREADS)
 
 /* Keys per shared-memory tile: fewer for wide heads, so two blocks fit on
  * a multiprocessor for head_dim 128. */
-static int tile_keys(int hdc) { return hdc <= 64 ? 64 : 32; }
+static constexpr int tile_keys(int hdc) { return hdc <= 64 ? 64 : 32; }
+static constexpr int tile_dims(int head_dim) { return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256; }
 
 static size_t tile_smem(int hdc) {
     int bn = tile_keys(hdc);
     return ((size_t)(TILE_PAIRS + 2 * bn) * (size_t)(hdc + 4) + (size_t)TILE_PAIRS * (size_t)(bn + 4)) * sizeof(float);
 }
 
-typedef struct tile_args {
-    float *out;
-    const float *q;
-    float *const *base;
-    const int32_t *toff, *pos, *tiles;
-    int n, n_heads, group, n_kv, hd, bs;
-    float scale;
-    int window;
-} tile_args;
+bool cuda_attention_tiled_fits(cuda_backend *cb, int n_heads, int n_kv, int head_dim) {
+    int optin = 0;
+    if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, cb->device) != cudaSuccess) return false;
+    return head_dim > 0 && head_dim <= 256 && n_heads / n_kv <= TILE_PAIRS &&
+           tile_smem(tile_dims(head_dim)) <= (size_t)optin;
+}
 
-template <int HD, int BN> static void tile_launch(cuda_backend *cb, const tile_args *a, unsigned blocks) {
+template <int HD> static void tile_launch(cuda_backend *cb, unsigned blocks, float *out, const float *q,
+                                          float *const *base, const int32_t *toff, const int32_t *pos,
+                                          const int32_t *tiles, int n, int n_heads, int n_kv, int hd, int bs,
+                                          float scale, int window) {
+    constexpr int BN = tile_keys(HD);
     size_t smem = tile_smem(HD);
-    cuda_note(cb, cudaFuncSetAttribute(attention_tiled_kernel<HD, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)smem),
+    cuda_note(cb,
+              cudaFuncSetAttribute(attention_tiled_kernel<HD, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)smem),
               "attention (tiled): shared memory");
     attention_tiled_kernel<HD, BN><<<blocks, TILE_THREADS, smem, cb->stream>>>(
-        a->out, a->q, a->base, a->toff, a->pos, a->tiles, a->n, a->n_heads, a->group, a->n_kv, a->hd, a->bs, a->scale,
-        a->window);
+        out, q, base, toff, pos, tiles, n, n_heads, n_heads / n_kv, n_kv, hd, bs, scale, window);
+}
+
+void cuda_attention_tiled(cuda_backend *cb, float *out, const float *q, float *const *base, const int32_t *toff,
+                          const int32_t *pos, const int32_t *tiles, int n_tiles, int n, int n_heads, int n_kv,
+                          int head_dim, int bs, float scale, int window) {
+    unsigned blocks = (unsigned)n_tiles * (unsigned)n_kv;
+    int hdc = tile_dims(head_dim);
+    if (hdc == 64) tile_launch<64>(cb, blocks, out, q, base, toff, pos, tiles, n, n_heads, n_kv, head_dim, bs, scale, window);
+    else if (hdc == 128) tile_launch<128>(cb, blocks, out, q, base, toff, pos, tiles, n, n_heads, n_kv, head_dim, bs, scale, window);
+    else tile_launch<256>(cb, blocks, out, q, base, toff, pos, tiles, n, n_heads, n_kv, head_dim, bs, scale, window);
+    CUDA_LAUNCHED(cb, "attention (tiled)");
 }
 
 static int tile_cost_desc(const void *x, const void *y) {
     const int32_t *a = (const int32_t *)x, *b = (const int32_t *)y;
-    int64_t ca = (int64_t)(a[3] - a[2]) * a[1], cb = (int64_t)(b[3] - b[2]) * b[1];
+    int64_t ca = (int64_t)(a[3] - a[2] + 1) * a[1], cb = (int64_t)(b[3] - b[2] + 1) * b[1];
     if (ca != cb) return ca > cb ? -1 : 1;
     return a[0] < b[0] ? -1 : a[0] > b[0]; /* first rows differ: a total order */
 }
 
-/* The tiles of every span (at most bq rows each, never crossing a span)
- * with the keys their rows see, heaviest first; NULL when out of memory. */
-static int32_t *build_tiles(const em_kv_spans *s, const int32_t *pos, int bq, int window, int *count) {
-    int n_tiles = 0;
-    for (int i = 0; i < s->n_spans; i++) n_tiles += (s->rows[i] + bq - 1) / bq;
-    int32_t *t = (int32_t *)malloc((size_t)(n_tiles ? n_tiles : 1) * TILE_FIELDS * sizeof *t);
-    if (!t) return NULL;
-    int k = 0;
-    for (int i = 0, row = 0; i < s->n_spans; row += s->rows[i++])
-        for (int r0 = 0; r0 < s->rows[i]; r0 += bq) {
-            int rows = s->rows[i] - r0 < bq ? s->rows[i] - r0 : bq, lo = INT32_MAX, hi = -1;
-            for (int r = row + r0; r < row + r0 + rows; r++) {
+int32_t *cuda_attention_plan(const em_kv_spans *s, const int32_t *pos, int group, int window, int *n_tiles,
+                             int *n_rest) {
+    int bq = TILE_PAIRS / group, nt = 0, nr = 0;
+    for (int i = 0; i < s->n_spans; i++) {
+        if (s->rows[i] * group >= TILE_MIN_PAIRS) nt += (s->rows[i] + bq - 1) / bq;
+        else nr += s->rows[i];
+    }
+    int32_t *plan = (int32_t *)malloc(((size_t)nt * CUDA_TILE_FIELDS + (size_t)nr + 1) * sizeof *plan);
+    if (!plan) return NULL;
+    int32_t *rest = plan + (size_t)nt * CUDA_TILE_FIELDS;
+    int k = 0, m = 0;
+    for (int i = 0, row = 0; i < s->n_spans; row += s->rows[i++]) {
+        if (s->rows[i] * group < TILE_MIN_PAIRS) {
+            for (int r = row; r < row + s->rows[i]; r++) rest[m++] = r;
+            continue;
+        }
+        for (int r0 = row; r0 < row + s->rows[i]; r0 += bq) {
+            int end = r0 + bq < row + s->rows[i] ? r0 + bq : row + s->rows[i], lo = INT32_MAX, hi = -1;
+            for (int r = r0; r < end; r++) { /* any order of positions: the keys any row sees */
                 int first = window > 0 && pos[r] - window + 1 > 0 ? pos[r] - window + 1 : 0;
                 if (first < lo) lo = first;
                 if (pos[r] > hi) hi = pos[r];
             }
-            int32_t *e = t + (size_t)TILE_FIELDS * k++;
-            e[0] = row + r0, e[1] = rows, e[2] = lo, e[3] = hi;
+            int32_t *e = plan + (size_t)CUDA_TILE_FIELDS * k++;
+            e[0] = r0, e[1] = end - r0, e[2] = lo, e[3] = hi;
         }
-    qsort(t, (size_t)n_tiles, TILE_FIELDS * sizeof *t, tile_cost_desc);
-    *count = n_tiles;
-    return t;
-}
-
-bool cuda_attention_prefill(cuda_backend *cb, float *out, const float *q, const em_kv_spans *s, const int32_t *pos,
-                            int n_heads, int n_kv, int head_dim, float scale, int window) {
-    int group = n_heads / n_kv, hdc = head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256;
-    int optin = 0;
-    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, cb->device);
-    if (cb->graphs.mode != EM_GRAPH_NONE || head_dim > 256 || group > TILE_PAIRS || tile_smem(hdc) > (size_t)optin)
-        return false;
-    int n_tiles = 0;
-    int32_t *tiles = build_tiles(s, pos, TILE_PAIRS / group, window, &n_tiles);
-    if (!tiles) {
-        cuda_note(cb, cudaErrorMemoryAllocation, "attention (tiled): tile list");
-        return true;
     }
-    size_t tb = (size_t)n_tiles * TILE_FIELDS * sizeof *tiles;
-    tile_args a = {out, q, NULL, NULL, NULL, NULL, 0, n_heads, group, n_kv, head_dim, s->views[0].block_size,
-                   scale, window};
-    bool ok = n_tiles > 0 && cuda_stage_spans(cb, s, pos, tb, &a.base, &a.toff, &a.pos, &a.n);
-    if (ok) {
-        a.tiles = (const int32_t *)cuda_stage_put(cb, tiles, tb);
-        ok = a.tiles != NULL;
-    }
-    free(tiles);
-    if (!ok) return true; /* nothing to do, or staging failed (noted) */
-    cuda_stage_flush(cb);
-    unsigned blocks = (unsigned)n_tiles * (unsigned)n_kv;
-    if (hdc == 64) tile_launch<64, 64>(cb, &a, blocks);
-    else if (hdc == 128) tile_launch<128, 32>(cb, &a, blocks);
-    else tile_launch<256, 32>(cb, &a, blocks);
-    CUDA_LAUNCHED(cb, "attention (tiled)");
-    return true;
+    qsort(plan, (size_t)nt, CUDA_TILE_FIELDS * sizeof *plan, tile_cost_desc);
+    *n_tiles = nt, *n_rest = nr;
+    return plan;
 }

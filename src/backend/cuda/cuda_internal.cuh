@@ -188,11 +188,19 @@ void cuda_kv_write_spans(em_backend *be, const em_kv_spans *s, const float *k, c
                          int n_kv, int head_dim);
 void cuda_attention_spans(em_backend *be, float *out, const float *q, const em_kv_spans *s, const int32_t *pos,
                           int n_heads, int n_kv, int head_dim, float scale, int window);
-/* Tiled attention for batches of many rows (cuda_attention_prefill.cu);
- * false when the shape or a step being recorded needs the per-row path,
- * true when it queued the work (or noted why it could not). */
-bool cuda_attention_prefill(cuda_backend *cb, float *out, const float *q, const em_kv_spans *s, const int32_t *pos,
-                            int n_heads, int n_kv, int head_dim, float scale, int window);
+/* Tiled attention for batches of many rows (cuda_attention_prefill.cu).
+ * A plan lists tiles of CUDA_TILE_FIELDS ints (first row, rows, first key,
+ * last key), heaviest first, then the rows of spans too short for a tile
+ * (for the per-row kernel); it is malloc'd (NULL when out of memory). */
+#define CUDA_TILE_FIELDS 4
+bool cuda_attention_tiled_fits(cuda_backend *cb, int n_heads, int n_kv, int head_dim);
+int32_t *cuda_attention_plan(const em_kv_spans *s, const int32_t *pos, int group, int window, int *n_tiles,
+                             int *n_rest);
+/* Queues the tiled kernel over n_tiles staged tiles; the other arguments
+ * as cuda_stage_spans staged them. */
+void cuda_attention_tiled(cuda_backend *cb, float *out, const float *q, float *const *base, const int32_t *toff,
+                          const int32_t *pos, const int32_t *tiles, int n_tiles, int n, int n_heads, int n_kv,
+                          int head_dim, int bs, float scale, int window);
 em_graph_mode cuda_graph_begin(em_backend *be, uint64_t key);
 em_status cuda_graph_end(em_backend *be, bool *ran);
 void cuda_graph_reset(em_backend *be);
