@@ -4,7 +4,8 @@
  * head, together with the `group` query heads that share it: 64 (row, head)
  * pairs in all, so a key or value tile in shared memory serves every head
  * of the group. The block streams the sequence's keys through shared memory
- * BN at a time: each thread scores 4 pairs against BN/16 keys (f32 FMA over
+ * BN at a time, copying the next tile in (cp.async) while it works on the
+ * current one: each thread scores 4 pairs against BN/16 keys (f32 FMA over
  * float4 reads that the warp shares), the 16 threads holding a pair's row
  * of scores update its running maximum and sum (online softmax, reduced by
  * shuffles in a fixed order), and each thread then accumulates the weighted
@@ -40,20 +41,59 @@ __device__ __forceinline__ float4 load4(const float *src, int d, int hd) {
     return v;
 }
 
+/* 16 bytes global -> shared without passing through registers; with
+ * valid false it writes zeros and reads nothing. */
+__device__ __forceinline__ void cp_async16(float *dst, const float *src, bool valid) {
+    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+/* Waits for all but the most recent group of this thread's copies. */
+__device__ __forceinline__ void cp_async_wait_prior() { asm volatile("cp.async.wait_group 1;\n" ::); }
+
+/* Starts loading keys and values k0..k0+BN-1 of kv head head_off/hd into
+ * Kd/Vd: asynchronous when rows are whole float4s, else plain loads. Keys
+ * past hi and dims past hd are zeros: a key's weight may be 0, but 0 times
+ * whatever the cache holds past the sequence need not be. */
+template <int HD, int BN>
+__device__ __forceinline__ void load_kv(float *Kd, float *Vd, float *const *kb, float *const *vb, int k0, int hi,
+                                        int bs, size_t rowlen, size_t head_off, int hd) {
+    constexpr int C4 = HD / 4, LD = HD + 4;
+    for (int i = (int)threadIdx.x; i < BN * C4; i += TILE_THREADS) {
+        int kr = i / C4, d = (i % C4) * 4, key = k0 + kr;
+        const float *ks = NULL, *vs = NULL;
+        if (key <= hi) {
+            size_t off = (size_t)(key % bs) * rowlen + head_off;
+            ks = kb[key / bs] + off;
+            vs = vb[key / bs] + off;
+        }
+        if ((hd & 3) == 0) {
+            bool ok = ks && d < hd;
+            cp_async16(&Kd[kr * LD + d], ok ? ks + d : (const float *)kb, ok);
+            cp_async16(&Vd[kr * LD + d], ok ? vs + d : (const float *)vb, ok);
+        } else {
+            *(float4 *)&Kd[kr * LD + d] = load4(ks, d, hd);
+            *(float4 *)&Vd[kr * LD + d] = load4(vs, d, hd);
+        }
+    }
+}
+
 __device__ __forceinline__ float f4_get(float4 v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
 /* HD: head_dim rounded up to 64/128/256; BN: keys per shared-memory tile. */
 template <int HD, int BN>
-__global__ void __launch_bounds__(TILE_THREADS)
+__global__ void __launch_bounds__(TILE_THREADS, HD <= 128 ? 2 : 1)
     attention_tiled_kernel(float *out, const float *q, float *const *base, const int32_t *toff, const int32_t *pos,
                            const int32_t *tiles, int n, int n_heads, int group, int n_kv, int hd, int bs, float scale,
                            int window) {
     constexpr int BM = TILE_PAIRS, RM = BM / 16, RN = BN / 16, CV = HD / 64, LD = HD + 4, PLD = BN + 4;
     constexpr int C4 = HD / 4; /* float4 per row */
+    static_assert(RM == 4 && BN % 16 == 0 && HD % 64 == 0, "thread layout: 16 x 16, 4 pairs, BN/16 keys, HD/16 dims");
     /* row strides of HD+4 floats: the 16 key rows a warp reads at once fall
      * in distinct banks (8 rows per 128 bytes) */
     extern __shared__ float4 sm4[];
-    float *Qs = (float *)sm4, *Ks = Qs + BM * LD, *Vs = Ks + BN * LD, *Ps = Vs + BN * LD;
+    /* Q, then two buffers of K and V (one loading while the other is used), then P */
+    float *Qs = (float *)sm4, *KV = Qs + BM * LD, *Ps = KV + 4 * BN * LD;
     int tile = (int)blockIdx.x / n_kv, kvh = (int)blockIdx.x % n_kv, t = (int)threadIdx.x;
     int tx = t % 16, ty = t / 16; /* a half-warp shares ty: one pair row's 16 score columns */
     const int32_t *tl = tiles + (size_t)CUDA_TILE_FIELDS * tile;
@@ -80,20 +120,18 @@ __global__ void __launch_bounds__(TILE_THREADS)
         for (int c = 0; c < CV * 4; c++) acc[i][c] = 0.0f;
     }
 
-    for (int k0 = lo; k0 <= hi; k0 += BN) {
+    load_kv<HD, BN>(KV, KV + BN * LD, kb, vb, lo, hi, bs, rowlen, head_off, hd);
+    cp_async_commit();
+    for (int k0 = lo, buf = 0; k0 <= hi; k0 += BN, buf ^= 1) {
+        const float *Ks = KV + 2 * buf * BN * LD, *Vs = Ks + BN * LD;
         __syncthreads(); /* the previous tile's readers are done (and Qs is written) */
-        for (int i = t; i < BN * C4; i += TILE_THREADS) {
-            int kr = i / C4, d = (i % C4) * 4, key = k0 + kr;
-            const float *ks = NULL, *vs = NULL;
-            if (key <= hi) { /* keys past the tile's last are zeros: their weight is 0, and 0 * garbage is not */
-                size_t off = (size_t)(key % bs) * rowlen + head_off;
-                ks = kb[key / bs] + off;
-                vs = vb[key / bs] + off;
-            }
-            *(float4 *)&Ks[kr * LD + d] = load4(ks, d, hd);
-            *(float4 *)&Vs[kr * LD + d] = load4(vs, d, hd);
+        if (k0 + BN <= hi) { /* the next tile, into the buffer the previous one used */
+            float *Kn = KV + 2 * (buf ^ 1) * BN * LD;
+            load_kv<HD, BN>(Kn, Kn + BN * LD, kb, vb, k0 + BN, hi, bs, rowlen, head_off, hd);
         }
-        __syncthreads();
+        cp_async_commit(); /* perhaps empty: the wait below always leaves the newest group */
+        cp_async_wait_prior();
+        __syncthreads(); /* this tile is in shared memory, every thread's part of it */
 
         float s[RM][RN];
 #pragma unroll
@@ -189,14 +227,14 @@ __global__ void __launch_bounds__(TILE_THREADS)
     }
 }
 
-/* Keys per shared-memory tile: fewer for wide heads, so two blocks fit on
- * a multiprocessor for head_dim 128. */
+/* Keys per shared-memory tile: fewer for wide heads, so two blocks (each
+ * with Q, two K/V buffers and P) fit on a multiprocessor up to head_dim 128. */
 static constexpr int tile_keys(int hdc) { return hdc <= 64 ? 64 : 32; }
 static constexpr int tile_dims(int head_dim) { return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256; }
 
 static size_t tile_smem(int hdc) {
     int bn = tile_keys(hdc);
-    return ((size_t)(TILE_PAIRS + 2 * bn) * (size_t)(hdc + 4) + (size_t)TILE_PAIRS * (size_t)(bn + 4)) * sizeof(float);
+    return ((size_t)(TILE_PAIRS + 4 * bn) * (size_t)(hdc + 4) + (size_t)TILE_PAIRS * (size_t)(bn + 4)) * sizeof(float);
 }
 
 bool cuda_attention_tiled_fits(cuda_backend *cb, int n_heads, int n_kv, int head_dim) {
