@@ -351,6 +351,11 @@ static void test_attention_prefill(void) {
     test_attention_spans_case(4, 2, 37, 0, SPANS({0, 66}));                  /* not a multiple of 4: scalar loads */
     test_attention_spans_case(6, 2, 200, 17, SPANS({30, 100}));
     test_attention_spans_case(32, 2, 64, 0, SPANS({0, 90}, {77, 30}));
+    /* short chunks of long sequences: few tiles, so their keys are split over
+     * several blocks and merged (on GPUs of more multiprocessors than blocks) */
+    test_attention_spans_case(8, 2, 64, 0, SPANS({3000, 70}));
+    test_attention_spans_case(4, 4, 128, 1500, SPANS({2500, 80}));
+    test_attention_spans_case(8, 1, 256, 0, SPANS({1500, 40}, {10, 1}));
     /* many decode rows in one large batch: the per-row kernel over a row map,
      * with splits (few such rows) and without (more than 64) */
     span_case many[71];

@@ -14,9 +14,11 @@
  * - Prefill (more rows): cuda_attention_prefill.cu, a tiled flash-attention
  *   kernel — a block holds 64 (query row, head) pairs of one sequence and
  *   one kv head and streams that sequence's keys and values through shared
- *   memory. Rows of spans too short to fill half a tile (decode rows in a
- *   large batch) still come here, listed in a row map; so do head dims
- *   above 256 and groups above 64 heads.
+ *   memory (keys of a long sequence split over several blocks and merged
+ *   when the tiles alone are too few for the GPU). Rows of spans too short
+ *   to fill half a tile (decode rows in a large batch) still come here,
+ *   listed in a row map; so do head dims above 256 and groups above 64
+ *   heads.
  * Both keep f32 arithmetic and fixed summation orders (reproducible). */
 #include "backend/cuda/cuda_internal.cuh"
 
@@ -192,27 +194,25 @@ static void attention_rows(cuda_backend *cb, float *out, const float *q, float *
  * of spans too short to fill a good part of a tile to the per-row kernel. */
 static void attention_batch(cuda_backend *cb, float *out, const float *q, const em_kv_spans *s, const int32_t *pos,
                             int n_heads, int n_kv, int head_dim, float scale, int window) {
-    int n_tiles = 0, n_rest = 0;
-    int32_t *plan = cuda_attention_plan(s, pos, n_heads / n_kv, window, &n_tiles, &n_rest);
-    if (!plan) {
+    cuda_att_plan p;
+    if (!cuda_attention_plan(&p, s, pos, n_heads, n_kv, window, cb->n_sm)) {
         cuda_note(cb, cudaErrorMemoryAllocation, "attention: planning the batch");
         return;
     }
-    size_t pb = ((size_t)n_tiles * CUDA_TILE_FIELDS + (size_t)n_rest) * sizeof *plan;
+    size_t pb = cuda_att_plan_ints(&p) * sizeof *p.v;
     float *const *base;
     const int32_t *toff, *dpos, *dplan = NULL;
     int n;
-    if (cuda_stage_spans(cb, s, pos, pb, &base, &toff, &dpos, &n)) dplan = (const int32_t *)cuda_stage_put(cb, plan, pb);
-    free(plan);
+    if (cuda_stage_spans(cb, s, pos, pb, &base, &toff, &dpos, &n)) dplan = (const int32_t *)cuda_stage_put(cb, p.v, pb);
+    free(p.v);
     if (!dplan) return; /* noted */
     cuda_stage_flush(cb);
     int bs = s->views[0].block_size;
-    if (n_tiles)
-        cuda_attention_tiled(cb, out, q, base, toff, dpos, dplan, n_tiles, n, n_heads, n_kv, head_dim, bs, scale,
-                             window);
-    if (n_rest)
-        attention_rows(cb, out, q, base, toff, dpos, dplan + (size_t)n_tiles * CUDA_TILE_FIELDS, n_rest, n, n_heads,
-                       n_kv, head_dim, bs, scale, window);
+    if (p.n_items)
+        cuda_attention_tiled(cb, out, q, base, toff, dpos, dplan, &p, n, n_heads, n_kv, head_dim, bs, scale, window);
+    if (p.n_rest)
+        attention_rows(cb, out, q, base, toff, dpos, dplan + (size_t)p.n_items * CUDA_TILE_FIELDS, p.n_rest, n,
+                       n_heads, n_kv, head_dim, bs, scale, window);
 }
 
 void cuda_attention_spans(em_backend *be, float *out, const float *q, const em_kv_spans *s, const int32_t *pos,

@@ -89,6 +89,8 @@ typedef struct cuda_backend {
     size_t wide_bytes;
     float *att_part; /* attention splits' partial results */
     size_t att_part_bytes;
+    float *att_tile_part; /* the tiled attention's, for tiles whose keys are split */
+    size_t att_tile_part_bytes;
     int n_sm;
     cuda_graphs graphs;
     /* first failure of a queued operation; reported by download */
@@ -189,18 +191,30 @@ void cuda_kv_write_spans(em_backend *be, const em_kv_spans *s, const float *k, c
 void cuda_attention_spans(em_backend *be, float *out, const float *q, const em_kv_spans *s, const int32_t *pos,
                           int n_heads, int n_kv, int head_dim, float scale, int window);
 /* Tiled attention for batches of many rows (cuda_attention_prefill.cu).
- * A plan lists tiles of CUDA_TILE_FIELDS ints (first row, rows, first key,
- * last key), heaviest first, then the rows of spans too short for a tile
- * (for the per-row kernel); it is malloc'd (NULL when out of memory). */
-#define CUDA_TILE_FIELDS 4
+ * A plan (v, malloc'd) lists n_items work items of CUDA_TILE_FIELDS ints
+ * (first row, rows, first key, last key, partial slot or -1), heaviest
+ * first; then the n_rest rows of spans too short for a tile (for the
+ * per-row kernel); then n_merge merges of CUDA_MERGE_FIELDS ints (first
+ * row, rows, first slot, slots) for tiles whose keys were split over
+ * several items, which write n_slots partial results. */
+#define CUDA_TILE_FIELDS 5
+#define CUDA_MERGE_FIELDS 4
+typedef struct cuda_att_plan {
+    int32_t *v;
+    int n_items, n_rest, n_merge, n_slots;
+} cuda_att_plan;
 bool cuda_attention_tiled_fits(cuda_backend *cb, int n_heads, int n_kv, int head_dim);
-int32_t *cuda_attention_plan(const em_kv_spans *s, const int32_t *pos, int group, int window, int *n_tiles,
-                             int *n_rest);
-/* Queues the tiled kernel over n_tiles staged tiles; the other arguments
- * as cuda_stage_spans staged them. */
+/* False when out of memory. */
+bool cuda_attention_plan(cuda_att_plan *p, const em_kv_spans *s, const int32_t *pos, int n_heads, int n_kv,
+                         int window, int n_sm);
+static inline size_t cuda_att_plan_ints(const cuda_att_plan *p) {
+    return (size_t)p->n_items * CUDA_TILE_FIELDS + (size_t)p->n_rest + (size_t)p->n_merge * CUDA_MERGE_FIELDS;
+}
+/* Queues the tiled kernel (and the merges) of a plan staged at dplan; the
+ * other arguments as cuda_stage_spans staged them. */
 void cuda_attention_tiled(cuda_backend *cb, float *out, const float *q, float *const *base, const int32_t *toff,
-                          const int32_t *pos, const int32_t *tiles, int n_tiles, int n, int n_heads, int n_kv,
-                          int head_dim, int bs, float scale, int window);
+                          const int32_t *pos, const int32_t *dplan, const cuda_att_plan *p, int n, int n_heads,
+                          int n_kv, int head_dim, int bs, float scale, int window);
 em_graph_mode cuda_graph_begin(em_backend *be, uint64_t key);
 em_status cuda_graph_end(em_backend *be, bool *ran);
 void cuda_graph_reset(em_backend *be);
