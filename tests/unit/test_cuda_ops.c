@@ -289,6 +289,137 @@ static void test_attention(void) {
     test_attention_case(6, 3, 36, 200, 20, 17);  /* sliding window, head_dim not /8 */
     test_attention_case(2, 2, 256, 129, 2, 0);   /* 2 dims per thread */
     test_attention_case(2, 1, 37, 33, 3, 0);     /* head_dim not /4: scalar path */
+    test_attention_case(8, 2, 128, 400, 200, 0); /* one sequence, tiled path */
+    test_attention_case(4, 4, 64, 97, 97, 31);   /* tiled path, window, whole prompt */
+}
+
+/* One sequence of a batch: `prior` tokens already cached, `rows` new ones. */
+typedef struct span_case {
+    int prior, rows;
+} span_case;
+
+/* A batch of several sequences, each with its own block table over one
+ * shared pool (blocks interleaved between the sequences, in no order), is
+ * written and attended in one kv_write_spans / attention_spans call on the
+ * GPU and span by span on the CPU. More than 64 rows in all take the tiled
+ * path. Also checks that a second run gives the same bits. */
+static void test_attention_spans_case(int n_heads, int n_kv, int hd, int window, const span_case *sc, int n_spans) {
+    const int bs = 16;
+    size_t row = (size_t)n_kv * hd, block = (size_t)bs * row, qrow = (size_t)n_heads * hd;
+    int total_blocks = 0, n = 0;
+    for (int i = 0; i < n_spans; i++) {
+        total_blocks += (sc[i].prior + sc[i].rows + bs - 1) / bs;
+        n += sc[i].rows;
+    }
+    int pool_blocks = total_blocks + 2;
+    float *kpool_c = calloc((size_t)pool_blocks * block, 4), *vpool_c = calloc((size_t)pool_blocks * block, 4);
+    float *kpool_g = gpu->ops->reserve(gpu, (size_t)pool_blocks * block * 4);
+    float *vpool_g = gpu->ops->reserve(gpu, (size_t)pool_blocks * block * 4);
+    REQUIRE(kpool_c && vpool_c && kpool_g && vpool_g);
+    em_kv_view *views_c = calloc((size_t)n_spans, sizeof *views_c), *views_g = calloc((size_t)n_spans, sizeof *views_g);
+    float ***tables = calloc((size_t)n_spans * 4, sizeof *tables);
+    int *rows = malloc((size_t)n_spans * sizeof *rows);
+    int32_t *pos = malloc((size_t)n * 4);
+    float *k = rand_f32((size_t)n * row, 1.0f), *v = rand_f32((size_t)n * row, 1.0f);
+    float *kd = up(k, (size_t)n * row * 4), *vd = up(v, (size_t)n * row * 4);
+    /* the sequences' blocks in pool slots scrambled by a prime stride (coprime to the pool's size) */
+    for (int i = 0, r = 0, slot = 0; i < n_spans; i++) {
+        int len = sc[i].prior + sc[i].rows, nb = (len + bs - 1) / bs;
+        for (int t = 0; t < 4; t++) tables[4 * i + t] = malloc((size_t)nb * sizeof(float *));
+        for (int b = 0; b < nb; b++, slot++) {
+            size_t at = (size_t)(((long long)slot * 1000003) % pool_blocks) * block;
+            tables[4 * i][b] = kpool_c + at, tables[4 * i + 1][b] = vpool_c + at;
+            tables[4 * i + 2][b] = kpool_g + at, tables[4 * i + 3][b] = vpool_g + at;
+        }
+        views_c[i] = (em_kv_view){tables[4 * i], tables[4 * i + 1], bs, nb};
+        views_g[i] = (em_kv_view){tables[4 * i + 2], tables[4 * i + 3], bs, nb};
+        if (sc[i].prior) { /* the earlier tokens, as an earlier step wrote them */
+            float *pk = rand_f32((size_t)sc[i].prior * row, 1.0f), *pv = rand_f32((size_t)sc[i].prior * row, 1.0f);
+            int32_t *pp = malloc((size_t)sc[i].prior * 4);
+            for (int j = 0; j < sc[i].prior; j++) pp[j] = j;
+            float *pkd = up(pk, (size_t)sc[i].prior * row * 4), *pvd = up(pv, (size_t)sc[i].prior * row * 4);
+            cpu->ops->kv_write(cpu, &views_c[i], pk, pv, pp, sc[i].prior, n_kv, hd);
+            gpu->ops->kv_write(gpu, &views_g[i], pkd, pvd, pp, sc[i].prior, n_kv, hd);
+            float sync;
+            REQUIRE(gpu->ops->download(gpu, &sync, pkd, sizeof sync) == EM_OK);
+            gpu->ops->free(gpu, pkd), gpu->ops->free(gpu, pvd);
+            free(pk), free(pv), free(pp);
+        }
+        rows[i] = sc[i].rows;
+        for (int j = 0; j < sc[i].rows; j++) pos[r++] = sc[i].prior + j;
+    }
+    em_kv_spans sg = {views_g, rows, n_spans};
+    gpu->ops->kv_write_spans(gpu, &sg, kd, vd, pos, n_kv, hd);
+    size_t qn = (size_t)n * qrow;
+    float *q = rand_f32(qn, 1.0f), *oc = malloc(qn * 4);
+    float *qd = up(q, qn * 4), *od = gpu->ops->alloc(gpu, qn * 4), *od2 = gpu->ops->alloc(gpu, qn * 4);
+    float scale = 1.0f / sqrtf((float)hd);
+    for (int i = 0, r = 0; i < n_spans; r += rows[i++]) {
+        cpu->ops->kv_write(cpu, &views_c[i], k + (size_t)r * row, v + (size_t)r * row, pos + r, rows[i], n_kv, hd);
+        cpu->ops->attention(cpu, oc + (size_t)r * qrow, q + (size_t)r * qrow, &views_c[i], pos + r, rows[i], n_heads,
+                            n_kv, hd, scale, window);
+    }
+    gpu->ops->attention_spans(gpu, od, qd, &sg, pos, n_heads, n_kv, hd, scale, window);
+    gpu->ops->attention_spans(gpu, od2, qd, &sg, pos, n_heads, n_kv, hd, scale, window);
+    float *og = down(od, qn), *og2 = down(od2, qn);
+    double e = rel_err(og, oc, qn);
+    CHECKF(e <= 1e-5, "attention spans=%d rows=%d heads=%d kv=%d hd=%d window=%d: rel err %.3g", n_spans, n, n_heads,
+           n_kv, hd, window, e);
+    /* per row too, looser (rows of many keys have small outputs): a wrong
+     * row of small values must not hide behind the batch's large ones */
+    double worst = 0;
+    for (int r = 0; r < n; r++) {
+        double er = rel_err(og + (size_t)r * qrow, oc + (size_t)r * qrow, qrow);
+        if (er > worst || er != er) worst = er != er ? INFINITY : er;
+    }
+    CHECKF(worst <= 1e-4, "attention spans=%d rows=%d hd=%d window=%d: worst row rel err %.3g", n_spans, n, hd, window,
+           worst);
+    CHECKF(memcmp(og, og2, qn * 4) == 0, "attention spans=%d rows=%d hd=%d: two runs differ", n_spans, n, hd);
+    gpu->ops->release(gpu, kpool_g, 0), gpu->ops->release(gpu, vpool_g, 0);
+    gpu->ops->free(gpu, kd), gpu->ops->free(gpu, vd), gpu->ops->free(gpu, qd);
+    gpu->ops->free(gpu, od), gpu->ops->free(gpu, od2);
+    for (int t = 0; t < n_spans * 4; t++) free(tables[t]);
+    free(tables), free(views_c), free(views_g), free(rows), free(pos), free(k), free(v), free(q), free(oc);
+    free(og), free(og2), free(kpool_c), free(vpool_c);
+}
+
+#define SPANS(...) (const span_case[]){__VA_ARGS__}, (int)(sizeof((span_case[]){__VA_ARGS__}) / sizeof(span_case))
+
+static void test_attention_prefill(void) {
+    /* GQA 1, 4, 8 at head_dim 64, 128, 256; spans of different lengths and starts */
+    test_attention_spans_case(8, 8, 64, 0, SPANS({0, 70}, {37, 5}, {300, 120}));
+    test_attention_spans_case(8, 2, 128, 0, SPANS({100, 200}, {0, 65}));
+    test_attention_spans_case(16, 2, 64, 0, SPANS({0, 300}, {10, 1}, {500, 200}, {3, 99}));
+    test_attention_spans_case(4, 1, 256, 0, SPANS({20, 90}, {0, 40}));
+    test_attention_spans_case(32, 8, 64, 0, SPANS({0, 512}));               /* Llama-3.2-1B shape */
+    test_attention_spans_case(8, 8, 128, 0, SPANS({5, 65}));                 /* smallest tiled batch */
+    test_attention_spans_case(8, 1, 256, 0, SPANS({0, 130}, {64, 70}));
+    /* sliding windows: shorter than a key tile, longer than the prompt */
+    test_attention_spans_case(8, 1, 256, 50, SPANS({64, 130}));
+    test_attention_spans_case(8, 2, 64, 33, SPANS({0, 150}, {200, 80}));
+    test_attention_spans_case(4, 4, 128, 100, SPANS({7, 65}, {0, 3}));
+    test_attention_spans_case(8, 2, 64, 4096, SPANS({40, 200}));
+    /* head dims between specialisations, odd groups, a group of 16 */
+    test_attention_spans_case(6, 2, 80, 0, SPANS({5, 70}, {0, 33}));
+    test_attention_spans_case(4, 2, 37, 0, SPANS({0, 66}));                  /* not a multiple of 4: scalar loads */
+    test_attention_spans_case(6, 2, 200, 17, SPANS({30, 100}));
+    test_attention_spans_case(32, 2, 64, 0, SPANS({0, 90}, {77, 30}));
+    /* short chunks of long sequences: few tiles, so their keys are split over
+     * several blocks and merged (on GPUs of more multiprocessors than blocks) */
+    test_attention_spans_case(8, 2, 64, 0, SPANS({3000, 70}));
+    test_attention_spans_case(4, 4, 128, 1500, SPANS({2500, 80}));
+    test_attention_spans_case(8, 1, 256, 0, SPANS({1500, 40}, {10, 1}));
+    /* many decode rows in one large batch: the per-row kernel over a row map,
+     * with splits (few such rows) and without (more than 64) */
+    span_case many[71];
+    for (int i = 0; i < 70; i++) many[i] = (span_case){(i * 37) % 300, 1 + (i % 3 == 0)};
+    many[70] = (span_case){50, 100};
+    test_attention_spans_case(8, 2, 64, 0, many, 71);
+    test_attention_spans_case(4, 4, 128, 20, many + 40, 31);
+    test_attention_spans_case(8, 2, 64, 0, many, 60);
+    /* few rows: the split (decode) path over several spans */
+    test_attention_spans_case(8, 2, 128, 0, SPANS({100, 1}, {0, 1}, {33, 1}, {400, 1}));
+    test_attention_spans_case(8, 2, 64, 0, SPANS({10, 20}, {0, 44}));
 }
 
 int main(void) {
@@ -307,6 +438,7 @@ int main(void) {
     test_elementwise();
     test_embed();
     test_attention();
+    test_attention_prefill();
     em_backend_free(gpu);
     em_backend_free(cpu);
     return test_summary();

@@ -1,12 +1,28 @@
 /* cuda_attention.cu — causal GQA attention over the paged KV cache.
  *
- * One block per (query row, head). Keys are visited in tiles of one key
- * per thread: each thread scores its key, the block finds the tile's
- * maximum and the softmax weights, and each thread then accumulates the
- * weighted values of its own output dimensions, rescaling what it holds
- * whenever the running maximum grows (online softmax). No buffer grows with
- * the context, and prefill and decode rows take the same path. */
+ * Two paths:
+ * - Decode and small batches (up to ATT_SPLIT_MAX_ROWS rows, and any batch
+ *   while a step is recorded): here. One block per (query row, head) visits
+ *   keys in tiles of one key per thread: each thread scores its key, the
+ *   block finds the tile's maximum and the softmax weights, and each thread
+ *   accumulates the weighted values of its own output dimensions, rescaling
+ *   what it holds whenever the running maximum grows (online softmax).
+ *   Rows of small batches split their keys over ATT_SPLITS blocks
+ *   (flash-decoding) and a second kernel merges the splits in order; the
+ *   grid depends only on the row count, so a recorded step stays valid as
+ *   the context grows.
+ * - Prefill (more rows): cuda_attention_prefill.cu, a tiled flash-attention
+ *   kernel — a block holds 64 (query row, head) pairs of one sequence and
+ *   one kv head and streams that sequence's keys and values through shared
+ *   memory (keys of a long sequence split over several blocks and merged
+ *   when the tiles alone are too few for the GPU). Rows of spans too short
+ *   to fill half a tile (decode rows in a large batch) still come here,
+ *   listed in a row map; so do head dims above 256 and groups above 64
+ *   heads.
+ * Both keep f32 arithmetic and fixed summation orders (reproducible). */
 #include "backend/cuda/cuda_internal.cuh"
+
+#include <stdlib.h>
 
 #define ATT_THREADS 128
 #define ATT_DIMS_PER_THREAD 4 /* head_dim <= 512 */
@@ -35,17 +51,20 @@ __device__ float block_reduce_f(float v, float *red, bool is_max) {
     return r;
 }
 
-/* part != NULL: split s = blockIdx.y of gridDim.y covers an equal share of
+/* Block x serves row rmap[x / n_heads] (row x / n_heads without a map).
+ * part != NULL: split s = blockIdx.y of gridDim.y covers an equal share of
  * the row's keys and writes its unnormalised partial (max, sum, acc[hd])
  * for attention_combine; else the block covers all keys and writes out. */
 __global__ void __launch_bounds__(ATT_THREADS) attention_kernel(float *out, float *part, const float *q,
                                                                 float *const *base, const int32_t *toff,
-                                                                const int32_t *pos, int n, int n_heads, int group,
-                                                                int n_kv, int hd, int bs, float scale, int window) {
+                                                                const int32_t *pos, const int32_t *rmap, int n,
+                                                                int n_heads, int group, int n_kv, int hd, int bs,
+                                                                float scale, int window) {
     extern __shared__ float sm[];
     float *qs = sm, *ps = sm + hd;
     __shared__ float red[32];
-    int row = blockIdx.x / n_heads, h = blockIdx.x % n_heads, kvh = h / group, t = threadIdx.x;
+    int row = rmap ? rmap[blockIdx.x / n_heads] : (int)blockIdx.x / n_heads, h = blockIdx.x % n_heads;
+    int kvh = h / group, t = threadIdx.x;
     float *const *kb = base + toff[row], *const *vb = base + toff[n + row]; /* this row's sequence */
     const float *qr = q + ((size_t)row * n_heads + h) * hd;
     for (int d = t; d < hd; d += ATT_THREADS) qs[d] = qr[d];
@@ -103,7 +122,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_kernel(float *out, floa
         __syncthreads(); /* ps is rewritten by the next tile */
     }
     if (part) {
-        float *pp = part + (((size_t)row * n_heads + h) * gridDim.y + blockIdx.y) * (hd + 2);
+        float *pp = part + ((size_t)blockIdx.x * gridDim.y + blockIdx.y) * (hd + 2);
         if (t == 0) pp[0] = m, pp[1] = l;
 #pragma unroll
         for (int i = 0; i < ATT_DIMS_PER_THREAD; i++) {
@@ -122,8 +141,9 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_kernel(float *out, floa
 }
 
 /* Merges the splits of one (row, head): rescales each partial to the
- * common maximum, in split order. */
-__global__ void attention_combine(float *out, const float *part, int splits, int hd) {
+ * common maximum, in split order. Rows as in attention_kernel. */
+__global__ void attention_combine(float *out, const float *part, const int32_t *rmap, int n_heads, int splits,
+                                  int hd) {
     const float *pp = part + (size_t)blockIdx.x * splits * (hd + 2);
     float mx = -INFINITY;
     for (int s = 0; s < splits; s++) mx = fmaxf(mx, pp[(size_t)s * (hd + 2)]);
@@ -138,8 +158,61 @@ __global__ void attention_combine(float *out, const float *part, int splits, int
             float ms = pp[(size_t)s * (hd + 2)];
             if (ms > -INFINITY) a += pp[(size_t)s * (hd + 2) + 2 + d] * expf(ms - mx);
         }
-        out[(size_t)blockIdx.x * hd + d] = a / l;
+        size_t rh = rmap ? (size_t)rmap[blockIdx.x / n_heads] * n_heads + blockIdx.x % n_heads : blockIdx.x;
+        out[rh * hd + d] = a / l;
     }
+}
+
+/* The per-row kernel for m rows: all n rows of the batch (rmap NULL) or
+ * the rows rmap lists. */
+static void attention_rows(cuda_backend *cb, float *out, const float *q, float *const *base, const int32_t *toff,
+                           const int32_t *dpos, const int32_t *rmap, int m, int n, int n_heads, int n_kv,
+                           int head_dim, int bs, float scale, int window) {
+    size_t smem = ((size_t)head_dim + ATT_THREADS) * sizeof(float);
+    /* Few rows (decode) would leave most multiprocessors idle: split each
+     * row's keys over ATT_SPLITS blocks (flash-decoding) and merge. The
+     * split count depends only on the row count, so a recorded step stays
+     * valid as the context grows. */
+    unsigned splits = m <= ATT_SPLIT_MAX_ROWS ? ATT_SPLITS : 1;
+    size_t rows_heads = (size_t)m * (size_t)n_heads;
+    if (splits > 1 && !cuda_scratch(cb, (void **)&cb->att_part, &cb->att_part_bytes,
+                                    rows_heads * splits * ((size_t)head_dim + 2) * sizeof(float)))
+        return;
+    float *part = splits > 1 ? cb->att_part : NULL;
+    if (cuda_graph_skip(cb, out, q, base, part, m, n_heads, n_kv, head_dim, bs, scale, window)) return;
+    attention_kernel<<<dim3((unsigned)rows_heads, splits), ATT_THREADS, smem, cb->stream>>>(
+        out, part, q, base, toff, dpos, rmap, n, n_heads, n_heads / n_kv, n_kv, head_dim, bs, scale, window);
+    if (part) {
+        CUDA_LAUNCHED(cb, "attention (splits)");
+        attention_combine<<<(unsigned)rows_heads, 64, 0, cb->stream>>>(out, part, rmap, n_heads, (int)splits,
+                                                                        head_dim);
+    }
+    CUDA_LAUNCHED(cb, "attention");
+}
+
+/* A batch of many rows: the spans' tiles go to the tiled kernel, the rows
+ * of spans too short to fill a good part of a tile to the per-row kernel. */
+static void attention_batch(cuda_backend *cb, float *out, const float *q, const em_kv_spans *s, const int32_t *pos,
+                            int n_heads, int n_kv, int head_dim, float scale, int window) {
+    cuda_att_plan p;
+    if (!cuda_attention_plan(&p, s, pos, n_heads, n_kv, window, cb->n_sm)) {
+        cuda_note(cb, cudaErrorMemoryAllocation, "attention: planning the batch");
+        return;
+    }
+    size_t pb = cuda_att_plan_ints(&p) * sizeof *p.v;
+    float *const *base;
+    const int32_t *toff, *dpos, *dplan = NULL;
+    int n;
+    if (cuda_stage_spans(cb, s, pos, pb, &base, &toff, &dpos, &n)) dplan = (const int32_t *)cuda_stage_put(cb, p.v, pb);
+    free(p.v);
+    if (!dplan) return; /* noted */
+    cuda_stage_flush(cb);
+    int bs = s->views[0].block_size;
+    if (p.n_items)
+        cuda_attention_tiled(cb, out, q, base, toff, dpos, dplan, &p, n, n_heads, n_kv, head_dim, bs, scale, window);
+    if (p.n_rest)
+        attention_rows(cb, out, q, base, toff, dpos, dplan + (size_t)p.n_items * CUDA_TILE_FIELDS, p.n_rest, n,
+                       n_heads, n_kv, head_dim, bs, scale, window);
 }
 
 void cuda_attention_spans(em_backend *be, float *out, const float *q, const em_kv_spans *s, const int32_t *pos,
@@ -150,30 +223,19 @@ void cuda_attention_spans(em_backend *be, float *out, const float *q, const em_k
         cuda_note(cb, cudaErrorInvalidValue, "attention (head_dim above 512 or heads not a multiple of kv heads)");
         return;
     }
+    int rows = 0;
+    for (int i = 0; i < s->n_spans; i++) rows += s->rows[i];
+    /* a step being recorded keeps the per-row path: its grid depends only on the row count */
+    if (rows > ATT_SPLIT_MAX_ROWS && cb->graphs.mode == EM_GRAPH_NONE && cuda_attention_tiled_fits(cb, n_heads, n_kv, head_dim)) {
+        attention_batch(cb, out, q, s, pos, n_heads, n_kv, head_dim, scale, window);
+        return;
+    }
     float *const *base;
     const int32_t *toff, *dpos;
     int n;
-    if (!cuda_stage_spans(cb, s, pos, &base, &toff, &dpos, &n)) return;
-    size_t smem = ((size_t)head_dim + ATT_THREADS) * sizeof(float);
-    int bs = s->views[0].block_size;
-    /* Few rows (decode) would leave most multiprocessors idle: split each
-     * row's keys over ATT_SPLITS blocks (flash-decoding) and merge. The
-     * split count depends only on the row count, so a recorded step stays
-     * valid as the context grows. */
-    unsigned splits = n <= ATT_SPLIT_MAX_ROWS ? ATT_SPLITS : 1;
-    size_t rows_heads = (size_t)n * (size_t)n_heads;
-    if (splits > 1 && !cuda_scratch(cb, (void **)&cb->att_part, &cb->att_part_bytes,
-                                    rows_heads * splits * ((size_t)head_dim + 2) * sizeof(float)))
-        return;
-    float *part = splits > 1 ? cb->att_part : NULL;
-    if (cuda_graph_skip(cb, out, q, base, part, n, n_heads, n_kv, head_dim, bs, scale, window)) return;
-    attention_kernel<<<dim3((unsigned)rows_heads, splits), ATT_THREADS, smem, cb->stream>>>(
-        out, part, q, base, toff, dpos, n, n_heads, n_heads / n_kv, n_kv, head_dim, bs, scale, window);
-    if (part) {
-        CUDA_LAUNCHED(cb, "attention (splits)");
-        attention_combine<<<(unsigned)rows_heads, 64, 0, cb->stream>>>(out, part, (int)splits, head_dim);
-    }
-    CUDA_LAUNCHED(cb, "attention");
+    if (!cuda_stage_spans(cb, s, pos, 0, &base, &toff, &dpos, &n)) return;
+    attention_rows(cb, out, q, base, toff, dpos, NULL, n, n, n_heads, n_kv, head_dim, s->views[0].block_size, scale,
+                   window);
 }
 
 void cuda_attention(em_backend *be, float *out, const float *q, const em_kv_view *kv, const int32_t *pos, int n,

@@ -300,6 +300,7 @@ static void cuda_destroy(em_backend *be) {
         if (cb->xconv) cudaFree(cb->xconv);
         if (cb->wide) cudaFree(cb->wide);
         if (cb->att_part) cudaFree(cb->att_part);
+        if (cb->att_tile_part) cudaFree(cb->att_tile_part);
         if (cb->blas) cb->fn.destroy(cb->blas);
         if (cb->blas_ws) cudaFree(cb->blas_ws);
         cuda_blas_close(&cb->fn);

@@ -91,6 +91,8 @@ typedef struct cuda_backend {
     size_t wide_bytes;
     float *att_part; /* attention splits' partial results */
     size_t att_part_bytes;
+    float *att_tile_part; /* the tiled attention's, for tiles whose keys are split */
+    size_t att_tile_part_bytes;
     int n_sm;
     cuda_graphs graphs;
     /* first failure of a queued operation; reported by download */
@@ -156,10 +158,12 @@ void cuda_stage_flush(cuda_backend *cb);
  * replayed each is padded to a power of two so a growing sequence keeps
  * the recorded sizes), the offsets of each row's key and value tables from
  * *base (toff: n key offsets, then n value offsets) and the positions.
- * *rows is the batch's row count; false when there is nothing to do or
- * staging failed (noted). */
-bool cuda_stage_spans(cuda_backend *cb, const em_kv_spans *s, const int32_t *pos, float *const **base,
-                      const int32_t **toff, const int32_t **dpos, int *rows);
+ * `extra` bytes more (one array) are reserved in the same stretch of the
+ * arena for the caller to put before its launch: a rewind in between would
+ * move what was staged here. *rows is the batch's row count; false when
+ * there is nothing to do or staging failed (noted). */
+bool cuda_stage_spans(cuda_backend *cb, const em_kv_spans *s, const int32_t *pos, size_t extra,
+                      float *const **base, const int32_t **toff, const int32_t **dpos, int *rows);
 /* Ensures a scratch buffer of at least `bytes`; false on failure (noted). */
 bool cuda_scratch(cuda_backend *cb, void **buf, size_t *cap, size_t bytes);
 
@@ -190,6 +194,31 @@ void cuda_kv_write_spans(em_backend *be, const em_kv_spans *s, const float *k, c
                          int n_kv, int head_dim);
 void cuda_attention_spans(em_backend *be, float *out, const float *q, const em_kv_spans *s, const int32_t *pos,
                           int n_heads, int n_kv, int head_dim, float scale, int window);
+/* Tiled attention for batches of many rows (cuda_attention_prefill.cu).
+ * A plan (v, malloc'd) lists n_items work items of CUDA_TILE_FIELDS ints
+ * (first row, rows, first key, last key, partial slot or -1), heaviest
+ * first; then the n_rest rows of spans too short for a tile (for the
+ * per-row kernel); then n_merge merges of CUDA_MERGE_FIELDS ints (first
+ * row, rows, first slot, slots) for tiles whose keys were split over
+ * several items, which write n_slots partial results. */
+#define CUDA_TILE_FIELDS 5
+#define CUDA_MERGE_FIELDS 4
+typedef struct cuda_att_plan {
+    int32_t *v;
+    int n_items, n_rest, n_merge, n_slots;
+} cuda_att_plan;
+bool cuda_attention_tiled_fits(cuda_backend *cb, int n_heads, int n_kv, int head_dim);
+/* False when out of memory. */
+bool cuda_attention_plan(cuda_att_plan *p, const em_kv_spans *s, const int32_t *pos, int n_heads, int n_kv,
+                         int window, int n_sm);
+static inline size_t cuda_att_plan_ints(const cuda_att_plan *p) {
+    return (size_t)p->n_items * CUDA_TILE_FIELDS + (size_t)p->n_rest + (size_t)p->n_merge * CUDA_MERGE_FIELDS;
+}
+/* Queues the tiled kernel (and the merges) of a plan staged at dplan; the
+ * other arguments as cuda_stage_spans staged them. */
+void cuda_attention_tiled(cuda_backend *cb, float *out, const float *q, float *const *base, const int32_t *toff,
+                          const int32_t *pos, const int32_t *dplan, const cuda_att_plan *p, int n, int n_heads,
+                          int n_kv, int head_dim, int bs, float scale, int window);
 em_graph_mode cuda_graph_begin(em_backend *be, uint64_t key);
 em_status cuda_graph_end(em_backend *be, bool *ran);
 void cuda_graph_reset(em_backend *be);

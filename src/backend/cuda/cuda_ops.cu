@@ -203,8 +203,8 @@ static bool stage_tables(cuda_backend *cb, const em_kv_spans *s, bool values, in
     return true;
 }
 
-bool cuda_stage_spans(cuda_backend *cb, const em_kv_spans *s, const int32_t *pos, float *const **base,
-                      const int32_t **toff, const int32_t **dpos, int *rows) {
+bool cuda_stage_spans(cuda_backend *cb, const em_kv_spans *s, const int32_t *pos, size_t extra,
+                      float *const **base, const int32_t **toff, const int32_t **dpos, int *rows) {
     size_t tables = 0;
     int n = 0;
     for (int i = 0; i < s->n_spans; i++) {
@@ -219,7 +219,7 @@ bool cuda_stage_spans(cuda_backend *cb, const em_kv_spans *s, const int32_t *pos
         return false;
     }
     size_t pb = (size_t)n * sizeof *pos;
-    cuda_stage_begin(cb, 2 * tables * sizeof(float *) + 3 * pb, 2 * s->n_spans + 2);
+    cuda_stage_begin(cb, 2 * tables * sizeof(float *) + 3 * pb + extra, 2 * s->n_spans + 2 + (extra ? 1 : 0));
     bool ok = stage_tables(cb, s, false, off) && stage_tables(cb, s, true, off + n);
     *base = (float *const *)cb->stage.dev;
     *toff = ok ? (const int32_t *)cuda_stage_put(cb, off, 2 * pb) : NULL;
@@ -236,7 +236,7 @@ void cuda_kv_write_spans(em_backend *be, const em_kv_spans *s, const float *k, c
     float *const *base;
     const int32_t *toff, *dpos;
     int n;
-    if (!cuda_stage_spans(cb, s, pos, &base, &toff, &dpos, &n)) return;
+    if (!cuda_stage_spans(cb, s, pos, 0, &base, &toff, &dpos, &n)) return;
     size_t row = (size_t)n_kv * head_dim, total = (size_t)n * row;
     if (cuda_graph_skip(cb, base, k, v, n, n_kv, head_dim, s->views[0].block_size)) return;
     kv_write_kernel<<<cuda_blocks(total, 256), 256, 0, cb->stream>>>(base, toff, k, v, dpos, n,
