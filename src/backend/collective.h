@@ -16,7 +16,9 @@
  * it, and ember never creates multicast objects itself.
  *
  * A build without CUDA, or a machine without libnccl.so.2, gets errors that
- * say so from every constructor. */
+ * say so from every NCCL constructor. Backends whose memory is the host's
+ * (CPU) get a host implementation from em_comm_init_all, so the split graph
+ * runs and is tested without GPUs. */
 #ifndef EMBER_BACKEND_COLLECTIVE_H
 #define EMBER_BACKEND_COLLECTIVE_H
 

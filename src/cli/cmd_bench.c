@@ -17,7 +17,9 @@ static void bench_help(void) {
     printf("usage: ember bench MODEL [--prompt-tokens 512] [--gen-tokens 128] [--repeat 1] [options]\n\n"
            "Measures prefill tokens/s, decode tokens/s and time to first token on random\n"
            "token ids, the machine's memory read bandwidth, and decode as a fraction of the\n"
-           "bandwidth roofline (bytes of weights read per token / bandwidth).\n\n%s"
+           "bandwidth roofline (bytes of weights read per token / bandwidth). With\n"
+           "--tensor-parallel N it also reports the time spent in all-reduces per decode step.\n\n%s"
+           "  --batch B             decode B sequences together (aggregate tokens/s; default 1)\n"
            "  --spec mtp            decode with MTP speculation (greedy, through em_generate); reports\n"
            "                        the acceptance rate and tokens per trunk step\n"
            "  --draft-tokens K      tokens drafted per trunk step with --spec (default 2)\n"
@@ -41,6 +43,8 @@ static double decode_bytes(const em_model *m) {
 
 typedef struct bench_result {
     double prefill_tps, decode_tps, ttft, bw, bytes_per_token;
+    double allreduce_ms;  /* per decode step (tensor parallelism) */
+    double allreduce_calls;
     size_t spec_steps, spec_drafted, spec_accepted, spec_tokens;
 } bench_result;
 
@@ -61,44 +65,61 @@ static em_status run_spec(em_model *m, const int32_t *ids, int n_prompt, int n_g
     return EM_OK;
 }
 
-static em_status run_once(em_model *m, int n_prompt, int n_gen, int spec_k, bench_result *r) {
-    int32_t *ids = em_mallocn((size_t)n_prompt + (size_t)n_gen, sizeof *ids);
-    float *logits = em_mallocn((size_t)m->cfg.vocab, sizeof *logits);
-    em_status s = ids && logits ? EM_OK : em_fail(EM_ERR_NOMEM, "out of memory");
+/* Prefills each of `batch` sequences with its own prompt, then decodes them
+ * together, one token per sequence per step. */
+static em_status run_once(em_model *m, int n_prompt, int n_gen, int batch, int spec_k, bench_result *r) {
+    size_t per = (size_t)n_prompt + (size_t)n_gen;
+    int32_t *ids = em_mallocn(per * (size_t)batch, sizeof *ids);
+    float *logits = em_mallocn((size_t)m->cfg.vocab * (size_t)batch, sizeof *logits);
+    int *seqs = em_mallocn((size_t)batch, sizeof *seqs);
+    em_span *spans = em_mallocn((size_t)batch, sizeof *spans);
+    em_status s = ids && logits && seqs && spans ? EM_OK : em_fail(EM_ERR_NOMEM, "out of memory");
     uint64_t x = 88172645463325252ULL;
-    for (int i = 0; s == EM_OK && i < n_prompt + n_gen; i++) {
+    for (size_t i = 0; s == EM_OK && i < per * (size_t)batch; i++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         ids[i] = (int32_t)(x % (uint64_t)m->cfg.vocab);
     }
     if (s == EM_OK && spec_k > 0) {
         s = run_spec(m, ids, n_prompt, n_gen, spec_k, r);
-        free(ids);
-        free(logits);
+        free(ids), free(logits), free(seqs), free(spans);
         return s;
     }
-    int seq = -1;
-    if (s == EM_OK) s = kv_seq_alloc(m->kv, &seq);
+    int n_seqs = 0;
+    for (; s == EM_OK && n_seqs < batch; n_seqs++) {
+        s = kv_seq_alloc(m->kv, &seqs[n_seqs]);
+        if (s != EM_OK) break;
+    }
     double t0 = em_now();
-    for (int done = 0; s == EM_OK && done < n_prompt;) {
-        int n = n_prompt - done < 512 ? n_prompt - done : 512;
-        em_span sp = {seq, ids + done, n, done + n == n_prompt ? LOGITS_LAST : LOGITS_NONE};
-        em_batch b = {&sp, 1};
-        s = model_forward(m, &b, logits);
-        done += n;
+    for (int q = 0; s == EM_OK && q < batch; q++) {
+        const int32_t *p = ids + (size_t)q * per;
+        for (int done = 0; s == EM_OK && done < n_prompt;) {
+            int n = n_prompt - done < 512 ? n_prompt - done : 512;
+            em_span sp = {seqs[q], p + done, n, done + n == n_prompt ? LOGITS_LAST : LOGITS_NONE};
+            em_batch b = {&sp, 1};
+            s = model_forward(m, &b, logits);
+            done += n;
+        }
     }
     double t1 = em_now();
+    model_tp_take_time(m, NULL);
+    model_tp_timing(m, true);
     for (int i = 0; s == EM_OK && i < n_gen; i++) {
-        em_span sp = {seq, ids + n_prompt + i, 1, LOGITS_LAST};
-        em_batch b = {&sp, 1};
+        for (int q = 0; q < batch; q++)
+            spans[q] = (em_span){seqs[q], ids + (size_t)q * per + (size_t)n_prompt + (size_t)i, 1, LOGITS_LAST};
+        em_batch b = {spans, batch};
         s = model_forward(m, &b, logits);
         if (i == 0) r->ttft = (em_now() - t0);
     }
     double t2 = em_now();
-    if (seq >= 0) kv_seq_release(m->kv, seq);
-    r->prefill_tps = n_prompt / (t1 - t0);
-    r->decode_tps = n_gen / (t2 - t1);
-    free(ids);
-    free(logits);
+    model_tp_timing(m, false);
+    long calls = 0;
+    double ms = model_tp_take_time(m, &calls);
+    r->allreduce_ms = n_gen ? ms / n_gen : 0;
+    r->allreduce_calls = n_gen ? (double)calls / n_gen : 0;
+    for (int q = 0; q < n_seqs; q++) kv_seq_release(m->kv, seqs[q]);
+    r->prefill_tps = (double)n_prompt * batch / (t1 - t0);
+    r->decode_tps = (double)n_gen * batch / (t2 - t1);
+    free(ids), free(logits), free(seqs), free(spans);
     return s;
 }
 
@@ -110,7 +131,7 @@ static int cmd_bench(int argc, char **argv) {
     cli_model_opts mo;
     cli_model_opts_init(&mo, EM_PRECISION_FAST);
     const char *model = NULL;
-    long n_prompt = 512, n_gen = 128, repeat = 1, draft_tokens = 2;
+    long n_prompt = 512, n_gen = 128, repeat = 1, draft_tokens = 2, batch = 1;
     bool json = false, spec = false;
     for (int i = 1; i < argc; i++) {
         int r = cli_model_opt(&mo, argc, argv, &i, "bench");
@@ -119,6 +140,7 @@ static int cmd_bench(int argc, char **argv) {
         long *target = cli_arg_is(argv[i], "--prompt-tokens") ? &n_prompt
                      : cli_arg_is(argv[i], "--gen-tokens")    ? &n_gen
                      : cli_arg_is(argv[i], "--repeat")        ? &repeat
+                     : cli_arg_is(argv[i], "--batch")         ? &batch
                                                               : NULL;
         if (target) {
             const char *v = cli_take_value(argc, argv, &i, "bench");
@@ -136,7 +158,9 @@ static int cmd_bench(int argc, char **argv) {
         else { cli_error("bench", "unexpected argument %s", argv[i]); return CLI_USAGE; }
     }
     if (!model) { cli_error("bench", "MODEL is required (see --help)"); return CLI_USAGE; }
-    mo.open.max_sequences = 1;
+    if (batch > 1024) { cli_error("bench", "--batch is at most 1024"); return CLI_USAGE; }
+    if (spec && batch > 1) { cli_error("bench", "--spec decodes one sequence (--batch 1)"); return CLI_USAGE; }
+    mo.open.max_sequences = (int)batch;
     if (!mo.open.max_context) mo.open.max_context = (int)(n_prompt + n_gen + 1);
     em_model *m;
     char *model_dir;
@@ -165,9 +189,10 @@ static int cmd_bench(int argc, char **argv) {
     bench_result best = {0}, r = {0};
     em_status s = EM_OK;
     for (long k = 0; k < repeat && s == EM_OK; k++) {
-        s = run_once(m, (int)n_prompt, (int)n_gen, spec ? (int)draft_tokens : 0, &r);
+        s = run_once(m, (int)n_prompt, (int)n_gen, (int)batch, spec ? (int)draft_tokens : 0, &r);
         if (r.decode_tps > best.decode_tps) {
             best.decode_tps = r.decode_tps;
+            best.allreduce_ms = r.allreduce_ms, best.allreduce_calls = r.allreduce_calls;
             best.spec_steps = r.spec_steps, best.spec_drafted = r.spec_drafted;
             best.spec_accepted = r.spec_accepted, best.spec_tokens = r.spec_tokens;
         }
@@ -178,14 +203,18 @@ static int cmd_bench(int argc, char **argv) {
         cli_error("bench", "%s", em_last_error());
         rc = CLI_FAIL;
     } else {
-        double bpt = decode_bytes(m), roof = bw > 0 ? bw / bpt : 0;
+        /* every GPU of a tensor-parallel group reads its share of the weights */
+        int tp = model_tp_size(m);
+        double bpt = decode_bytes(m), roof = bw > 0 ? bw * tp * batch / bpt : 0;
         const char *prec = m->prefill_math == EM_MATH_FAST ? "fast" : "exact";
         if (json)
             printf("{\"model\":\"%s\",\"device\":\"%s\",\"threads\":%d,\"precision\":\"%s\",\"prompt_tokens\":%ld,\"gen_tokens\":%ld,"
                    "\"prefill_tps\":%.2f,\"decode_tps\":%.3f,\"ttft_s\":%.4f,\"bandwidth_gbs\":%.2f,"
-                   "\"bytes_per_token\":%.0f,\"roofline_tps\":%.3f,\"roofline_fraction\":%.4f}\n",
+                   "\"bytes_per_token\":%.0f,\"roofline_tps\":%.3f,\"roofline_fraction\":%.4f,\"batch\":%ld,"
+                   "\"tensor_parallel\":%d,\"allreduce_ms_per_step\":%.4f,\"allreduces_per_step\":%.1f}\n",
                    m->name, m->be->ops->name, m->be->n_threads, prec, n_prompt, n_gen, best.prefill_tps, best.decode_tps, best.ttft,
-                   bw / 1e9, bpt, roof, roof > 0 ? best.decode_tps / roof : 0);
+                   bw / 1e9, bpt, roof, roof > 0 ? best.decode_tps / roof : 0, batch, tp, best.allreduce_ms,
+                   best.allreduce_calls);
         else
             printf("model %s (%s) on %s, precision %s\n"
                    "prefill: %ld tokens at %.1f tokens/s (time to first token %.3f s)\n"
@@ -194,6 +223,10 @@ static int cmd_bench(int argc, char **argv) {
                    "decode reaches %.1f%% of the memory roofline\n",
                    m->name, m->cfg.model_type, m->be->desc, prec, n_prompt, best.prefill_tps, best.ttft, n_gen,
                    best.decode_tps, bw / 1e9, bpt / 1e9, roof, roof > 0 ? 100 * best.decode_tps / roof : 0);
+        if (!json && batch > 1) printf("batch:   %ld sequences decoded together (tokens/s are their sum)\n", batch);
+        if (!json && tp > 1)
+            printf("tensor parallel: %d GPUs (bandwidth per GPU; roofline over all), all-reduce %.3f ms per decode "
+                   "step (%.0f calls)\n", tp, best.allreduce_ms, best.allreduce_calls);
         if (spec && best.spec_steps) {
             double rate = best.spec_drafted ? (double)best.spec_accepted / (double)best.spec_drafted : 0;
             double per_step = (double)best.spec_tokens / (double)best.spec_steps;

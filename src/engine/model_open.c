@@ -57,12 +57,12 @@ static em_status resolve_options(em_model *m, em_open_options *o) {
 
 /* Tensor parallelism is asked for: refuses what it cannot split, before
  * any weight is read, and switches the model to the split graph. */
-static em_status tp_choose(em_model *m, const em_open_options *o) {
+static em_status tp_choose(em_model *m, const em_open_options *o, bool host_split) {
     int n = o->tensor_parallel;
     bool cuda;
     int index;
     EM_TRY(em_device_parse(o->device, &cuda, &index));
-    if (!cuda)
+    if (!cuda && !host_split)
         return em_fail(EM_ERR_UNSUPPORTED, "tensor parallelism (--tensor-parallel %d) needs --device cuda: it splits a "
                        "model over GPUs", n);
     if (m->family != &dense_family)
@@ -136,7 +136,7 @@ static em_status kv_budget_from_memory(const em_model *m, int kv_layers, size_t 
     return EM_OK;
 }
 
-static em_status open_parts(em_model *m, const em_open_options *o) {
+static em_status open_parts(em_model *m, const em_open_options *o, bool host_split) {
     EM_TRY(model_config_load(m->dir, &m->cfg));
     EM_TRY(quant_config_load(m->dir, &m->qcfg));
     EM_TRY(generation_defaults_load(m->dir, &m->gen));
@@ -149,10 +149,10 @@ static em_status open_parts(em_model *m, const em_open_options *o) {
     m->family = m->identity.impl->ops;
     EM_LOGI("%s: implementation %s: %s", m->dir, m->identity.impl->name, m->identity.why);
     m->tp_size = 1;
-    if (o->tensor_parallel > 1) EM_TRY(tp_choose(m, o));
+    if (o->tensor_parallel > 1) EM_TRY(tp_choose(m, o, host_split));
     if (em_config_flag(m->config, EMC_PREFAULT)) prefault(m->st);
     EM_TRY(em_backend_open(o->device, o->n_threads, &m->be));
-    if (m->tp_size > 1) EM_TRY(tp_check_gpus(m));
+    if (m->tp_size > 1 && !m->be->ops->host_memory) EM_TRY(tp_check_gpus(m));
     m->max_ctx = o->max_context > 0 && o->max_context < m->cfg.max_pos ? o->max_context : m->cfg.max_pos;
     int seqs = o->max_sequences > 0 ? o->max_sequences : 8;
     m->max_seqs = seqs;
@@ -172,7 +172,7 @@ static em_status open_parts(em_model *m, const em_open_options *o) {
     return EM_OK;
 }
 
-em_status em_model_open(const char *path, const em_open_options *opts, em_model **out) {
+static em_status model_open_as(const char *path, const em_open_options *opts, bool host_split, em_model **out) {
     em_open_options o = {0};
     if (opts) o = *opts;
     *out = NULL;
@@ -189,13 +189,21 @@ em_status em_model_open(const char *path, const em_open_options *opts, em_model 
     }
     m->config = em_config_retain(o.config ? o.config : em_config_global());
     em_status s = resolve_options(m, &o);
-    if (s == EM_OK) s = open_parts(m, &o);
+    if (s == EM_OK) s = open_parts(m, &o, host_split);
     if (s != EM_OK) {
         em_model_free(m);
         return s;
     }
     *out = m;
     return EM_OK;
+}
+
+em_status em_model_open(const char *path, const em_open_options *opts, em_model **out) {
+    return model_open_as(path, opts, false, out);
+}
+
+em_status model_open_host_split(const char *path, const em_open_options *opts, em_model **out) {
+    return model_open_as(path, opts, true, out);
 }
 
 void em_model_free(em_model *m) {

@@ -218,8 +218,10 @@ static em_status open_ranks(em_model *m, tp_impl *t) {
     bes[0] = m->be;
     for (int r = 1; r < t->n && s == EM_OK; r++) {
         char dev[32];
-        snprintf(dev, sizeof dev, "cuda:%d", m->tp_device0 + r);
-        s = em_backend_open(dev, 0, &t->r[r].be);
+        /* host-memory ranks: the CPU (tests of the split graph) */
+        if (m->be->ops->host_memory) snprintf(dev, sizeof dev, "cpu");
+        else snprintf(dev, sizeof dev, "cuda:%d", m->tp_device0 + r);
+        s = em_backend_open(dev, m->be->n_threads, &t->r[r].be);
         bes[r] = t->r[r].be;
     }
     if (s == EM_OK) {

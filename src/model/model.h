@@ -127,6 +127,12 @@ int model_tp_size(const em_model *m);
 void model_tp_timing(em_model *m, bool on);
 double model_tp_take_time(em_model *m, long *calls);
 
+/* Opens a model like em_model_open, except that opts->tensor_parallel > 1
+ * with --device cpu splits it over that many CPU backends joined by host
+ * collectives instead of being refused: the split graph's arithmetic,
+ * tested without GPUs. Not for serving (nothing runs in parallel). */
+em_status model_open_host_split(const char *path, const em_open_options *opts, em_model **out);
+
 /* Rows of logits a batch produces. */
 int batch_logit_rows(const em_batch *b);
 /* Runs family->forward under the compute lock. */

@@ -20,6 +20,7 @@
 
 extern "C" {
 #include "backend/collective.h"
+#include "backend/nccl_comm.h"
 #include "base/alloc.h"
 #include "base/log.h"
 }
@@ -89,7 +90,7 @@ static em_status nccl_open(void) {
 /* Events bracketing the timed all-reduces of one step, on local rank 0. */
 #define COMM_TIMED_MAX 1024
 
-struct em_comm {
+struct nccl_comm {
     int world, n_local, rank0; /* rank0: the global rank of local rank 0 */
     em_backend **bes;
     ncclComm_t *comms;
@@ -102,7 +103,7 @@ struct em_comm {
     int n_timed;
     double time_ms;
     long calls;
-    cudaEvent_t *done; /* per local rank, for em_comm_wait */
+    cudaEvent_t *done; /* per local rank, for nccl_comm_wait */
 };
 
 static double now_ms(void) {
@@ -121,7 +122,7 @@ static void pause_briefly(int spins) {
 }
 
 /* Aborts every local communicator; the group is unusable from here on. */
-static void comm_abort(em_comm *c, const char *why) {
+static void comm_abort(nccl_comm *c, const char *why) {
     if (c->dead) return;
     c->dead = true;
     snprintf(c->why, sizeof c->why, "%s", why);
@@ -131,13 +132,13 @@ static void comm_abort(em_comm *c, const char *why) {
     EM_LOGE("tensor parallelism: %s; communicator aborted", why);
 }
 
-static em_status dead_error(const em_comm *c) {
+static em_status dead_error(const nccl_comm *c) {
     return em_fail(EM_ERR_INTERNAL, "tensor parallelism stopped earlier: %s", c->why);
 }
 
 /* Polls NCCL's error state of every local comm until none is in progress
  * (nonblocking comms) or the deadline passes. */
-static em_status settle(em_comm *c, const char *what) {
+static em_status settle(nccl_comm *c, const char *what) {
     double deadline = now_ms() + c->timeout_ms;
     for (int spins = 0;; spins++) {
         bool busy = false;
@@ -166,7 +167,7 @@ static em_status settle(em_comm *c, const char *what) {
     }
 }
 
-static em_status check_call(em_comm *c, ncclResult_t r, const char *what) {
+static em_status check_call(nccl_comm *c, ncclResult_t r, const char *what) {
     if (r == ncclSuccess) return EM_OK;
     if (r == ncclInProgress && !c->blocking) return settle(c, what);
     char why[200];
@@ -175,14 +176,14 @@ static em_status check_call(em_comm *c, ncclResult_t r, const char *what) {
     return em_fail(EM_ERR_INTERNAL, "tensor parallelism: %s", why);
 }
 
-static em_status comm_new(em_backend *const *bes, int n_local, int world, int rank0, int timeout_ms, em_comm **out) {
+static em_status comm_new(em_backend *const *bes, int n_local, int world, int rank0, int timeout_ms, nccl_comm **out) {
     *out = NULL;
     for (int i = 0; i < n_local; i++)
         if (!em_backend_is_cuda(bes[i]))
             return em_fail(EM_ERR_UNSUPPORTED, "tensor parallelism runs on CUDA devices only (rank %d is on %s)",
                            rank0 + i, bes[i]->desc);
     EM_TRY(nccl_open());
-    em_comm *c = (em_comm *)em_calloc(1, sizeof *c);
+    nccl_comm *c = (nccl_comm *)em_calloc(1, sizeof *c);
     if (!c) return em_fail(EM_ERR_NOMEM, "out of memory");
     c->world = world;
     c->n_local = n_local;
@@ -193,7 +194,7 @@ static em_status comm_new(em_backend *const *bes, int n_local, int world, int ra
     c->comms = (ncclComm_t *)em_calloc((size_t)n_local, sizeof *c->comms);
     c->done = (cudaEvent_t *)em_calloc((size_t)n_local, sizeof *c->done);
     if (!c->bes || !c->comms || !c->done) {
-        em_comm_free(c);
+        nccl_comm_free(c);
         return em_fail(EM_ERR_NOMEM, "out of memory");
     }
     for (int i = 0; i < n_local; i++) {
@@ -201,7 +202,7 @@ static em_status comm_new(em_backend *const *bes, int n_local, int world, int ra
         cuda_enter(bes[i]);
         if (cudaEventCreateWithFlags(&c->done[i], cudaEventDisableTiming) != cudaSuccess) {
             c->done[i] = NULL;
-            em_comm_free(c);
+            nccl_comm_free(c);
             return em_fail(EM_ERR_INTERNAL, "tensor parallelism: cannot create a CUDA event on %s", bes[i]->desc);
         }
     }
@@ -213,12 +214,12 @@ extern "C" int em_gpu_count(void) { return cuda_device_count(); }
 
 extern "C" bool em_backend_is_cuda(const em_backend *be) { return be && !strncmp(be->ops->name, "cuda", 4); }
 
-extern "C" em_status em_comm_init_all(em_backend *const *bes, int n, int timeout_ms, em_comm **out) {
-    em_comm *c;
+extern "C" em_status nccl_comm_init_all(em_backend *const *bes, int n, int timeout_ms, nccl_comm **out) {
+    nccl_comm *c;
     EM_TRY(comm_new(bes, n, n, 0, timeout_ms, &c));
     int *devs = (int *)em_calloc((size_t)n, sizeof *devs);
     if (!devs) {
-        em_comm_free(c);
+        nccl_comm_free(c);
         return em_fail(EM_ERR_NOMEM, "out of memory");
     }
     for (int i = 0; i < n; i++) devs[i] = ((cuda_backend *)bes[i]->impl)->device;
@@ -228,14 +229,14 @@ extern "C" em_status em_comm_init_all(em_backend *const *bes, int n, int timeout
         em_status s = em_fail(EM_ERR_INTERNAL, "tensor parallelism: NCCL could not join %d GPUs: %s", n,
                               g_nccl.error_string(r));
         memset(c->comms, 0, (size_t)n * sizeof *c->comms);
-        em_comm_free(c);
+        nccl_comm_free(c);
         return s;
     }
     *out = c;
     return EM_OK;
 }
 
-extern "C" em_status em_comm_unique_id(uint8_t id[EM_COMM_ID_BYTES]) {
+extern "C" em_status nccl_comm_unique_id(uint8_t id[EM_COMM_ID_BYTES]) {
     EM_TRY(nccl_open());
     static_assert(sizeof(ncclUniqueId) == EM_COMM_ID_BYTES, "NCCL unique id size");
     ncclUniqueId u;
@@ -247,9 +248,9 @@ extern "C" em_status em_comm_unique_id(uint8_t id[EM_COMM_ID_BYTES]) {
     return EM_OK;
 }
 
-extern "C" em_status em_comm_init_rank(em_backend *be, int rank, int world, const uint8_t id[EM_COMM_ID_BYTES],
-                                       int timeout_ms, em_comm **out) {
-    em_comm *c;
+extern "C" em_status nccl_comm_init_rank(em_backend *be, int rank, int world, const uint8_t id[EM_COMM_ID_BYTES],
+                                       int timeout_ms, nccl_comm **out) {
+    nccl_comm *c;
     if (rank < 0 || rank >= world)
         return em_fail(EM_ERR_INVALID, "tensor parallelism: rank %d is outside a world of %d", rank, world);
     EM_TRY(comm_new(&be, 1, world, rank, timeout_ms, &c));
@@ -268,14 +269,14 @@ extern "C" em_status em_comm_init_rank(em_backend *be, int rank, int world, cons
                     rank, world, g_nccl.error_string(r));
     if (s != EM_OK) {
         if (r != ncclInProgress) c->comms[0] = NULL;
-        em_comm_free(c);
+        nccl_comm_free(c);
         return s;
     }
     *out = c;
     return EM_OK;
 }
 
-extern "C" void em_comm_free(em_comm *c) {
+extern "C" void nccl_comm_free(nccl_comm *c) {
     if (!c) return;
     for (int i = 0; c->comms && i < c->n_local; i++) {
         if (!c->comms[i]) continue;
@@ -298,12 +299,12 @@ extern "C" void em_comm_free(em_comm *c) {
     free(c);
 }
 
-extern "C" int em_comm_world(const em_comm *c) { return c->world; }
-extern "C" int em_comm_local(const em_comm *c) { return c->n_local; }
+extern "C" int nccl_comm_world(const nccl_comm *c) { return c->world; }
+extern "C" int nccl_comm_local(const nccl_comm *c) { return c->n_local; }
 
 /* Records a timing event on local rank 0's stream (first use creates the
  * events); false when timing is off or the step's slots are spent. */
-static bool timed_mark(em_comm *c, int slot) {
+static bool timed_mark(nccl_comm *c, int slot) {
     if (!c->timing || c->n_timed >= COMM_TIMED_MAX) return false;
     cuda_backend *cb = cuda_enter(c->bes[0]);
     cudaEvent_t *e = &c->ev[2 * c->n_timed + slot];
@@ -316,7 +317,7 @@ static bool timed_mark(em_comm *c, int slot) {
 
 /* Issues one grouped collective over the local ranks; issue(i, comm,
  * stream) queues rank i's call. */
-template <typename F> static em_status grouped(em_comm *c, const char *what, bool timed, F issue) {
+template <typename F> static em_status grouped(nccl_comm *c, const char *what, bool timed, F issue) {
     if (c->dead) return dead_error(c);
     bool t = timed && timed_mark(c, 0);
     EM_TRY(check_call(c, g_nccl.group_start(), what));
@@ -334,20 +335,20 @@ template <typename F> static em_status grouped(em_comm *c, const char *what, boo
     return EM_OK;
 }
 
-extern "C" em_status em_comm_allreduce_sum(em_comm *c, float *const *bufs, size_t n) {
+extern "C" em_status nccl_comm_allreduce_sum(nccl_comm *c, float *const *bufs, size_t n) {
     return grouped(c, "an all-reduce", true, [&](int i, ncclComm_t comm, cudaStream_t st) {
         return g_nccl.all_reduce(bufs[i], bufs[i], n, ncclFloat32, ncclSum, comm, st);
     });
 }
 
-extern "C" em_status em_comm_allgather(em_comm *c, const float *const *send, float *const *recv, size_t n) {
+extern "C" em_status nccl_comm_allgather(nccl_comm *c, const float *const *send, float *const *recv, size_t n) {
     return grouped(c, "an all-gather", false, [&](int i, ncclComm_t comm, cudaStream_t st) {
         return g_nccl.all_gather(send[i], recv[i], n, ncclFloat32, comm, st);
     });
 }
 
 /* Adds the elapsed time of the step's timed calls (their events are done). */
-static void collect_timing(em_comm *c) {
+static void collect_timing(nccl_comm *c) {
     if (!c->n_timed) return;
     cuda_enter(c->bes[0]);
     for (int k = 0; k < c->n_timed; k++) {
@@ -360,7 +361,7 @@ static void collect_timing(em_comm *c) {
     c->n_timed = 0;
 }
 
-extern "C" em_status em_comm_wait(em_comm *c) {
+extern "C" em_status nccl_comm_wait(nccl_comm *c) {
     if (c->dead) return dead_error(c);
     for (int i = 0; i < c->n_local; i++) {
         cuda_backend *cb = cuda_enter(c->bes[i]);
@@ -401,12 +402,12 @@ extern "C" em_status em_comm_wait(em_comm *c) {
     return EM_OK;
 }
 
-extern "C" void em_comm_set_timing(em_comm *c, bool on) {
+extern "C" void nccl_comm_set_timing(nccl_comm *c, bool on) {
     c->timing = on;
     c->n_timed = 0;
 }
 
-extern "C" double em_comm_take_time(em_comm *c, long *calls) {
+extern "C" double nccl_comm_take_time(nccl_comm *c, long *calls) {
     double t = c->time_ms;
     if (calls) *calls = c->calls;
     c->time_ms = 0;
