@@ -167,6 +167,11 @@ static int cmd_bench(int argc, char **argv) {
     if (!cli_resolve_model(model, &model_dir, "bench")) {
         return CLI_FAIL;
     }
+    int follow_rc;
+    if (cli_tp_follow("bench", model_dir, &mo.open, &follow_rc)) {
+        free(model_dir);
+        return follow_rc;
+    }
     em_status open_s = em_model_open(model_dir, &mo.open, &m);
     free(model_dir);
     if (open_s != EM_OK) {

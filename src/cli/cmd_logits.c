@@ -1,6 +1,6 @@
 /* cmd_logits.c — `ember logits MODEL --ids 1,2,3 --out FILE`: the logits of
  * every position, little-endian f32 [n_ids, vocab], f32 activations. */
-#include "cli/cli.h"
+#include "cli/cli_model.h"
 
 #include "model/model.h"
 
@@ -73,6 +73,12 @@ static int cmd_logits(int argc, char **argv) {
     if (!cli_resolve_model(model, &model_dir, "logits")) {
         free(ids);
         return CLI_FAIL;
+    }
+    int follow_rc;
+    if (cli_tp_follow("logits", model_dir, &o, &follow_rc)) {
+        free(model_dir);
+        free(ids);
+        return follow_rc;
     }
     em_status s = em_model_open(model_dir, &o, &m);
     free(model_dir);

@@ -4,7 +4,7 @@
  * "loading" until then), loads on a helper thread, and serves until SIGINT
  * or SIGTERM; then it stops accepting, gives in-flight generations a
  * bounded grace period, cancels the rest and exits 0. */
-#include "cli/cli.h"
+#include "cli/cli_model.h"
 
 #include "base/config.h"
 #include "base/log.h"
@@ -220,6 +220,8 @@ static int cmd_serve(int argc, char **argv) {
     l.opts.precision = EM_PRECISION_FAST;
     int rc = parse_args(argc, argv, &cfg, &l);
     if (rc != CLI_OK) return rc;
+    /* ranks > 0 of a multi-process group serve nothing: rank 0 drives them */
+    if (cli_tp_follow("serve", l.path, &l.opts, &rc)) return rc;
     /* Signals go to the main thread only: block them before any thread starts. */
     sigset_t set;
     sigemptyset(&set);

@@ -59,6 +59,17 @@ static em_status resolve_options(em_model *m, em_open_options *o) {
  * any weight is read, and switches the model to the split graph. */
 static em_status tp_choose(em_model *m, const em_open_options *o, bool host_split) {
     int n = o->tensor_parallel;
+    int world = (int)em_config_int(m->config, EMC_WORLD_SIZE), rank = (int)em_config_int(m->config, EMC_RANK);
+    if (world > 1) {
+        /* one process per rank: this process drives rank EMBER_RANK */
+        if (n > 1 && n != world)
+            return em_fail(EM_ERR_INVALID, "--tensor-parallel %d disagrees with EMBER_WORLD_SIZE=%d", n, world);
+        if (rank >= world)
+            return em_fail(EM_ERR_INVALID, "EMBER_RANK=%d is outside EMBER_WORLD_SIZE=%d", rank, world);
+        n = world;
+        m->tp_procs = true;
+        m->tp_rank = rank;
+    }
     bool cuda;
     int index;
     EM_TRY(em_device_parse(o->device, &cuda, &index));
@@ -149,10 +160,10 @@ static em_status open_parts(em_model *m, const em_open_options *o, bool host_spl
     m->family = m->identity.impl->ops;
     EM_LOGI("%s: implementation %s: %s", m->dir, m->identity.impl->name, m->identity.why);
     m->tp_size = 1;
-    if (o->tensor_parallel > 1) EM_TRY(tp_choose(m, o, host_split));
+    if (o->tensor_parallel > 1 || em_config_int(m->config, EMC_WORLD_SIZE) > 1) EM_TRY(tp_choose(m, o, host_split));
     if (em_config_flag(m->config, EMC_PREFAULT)) prefault(m->st);
     EM_TRY(em_backend_open(o->device, o->n_threads, &m->be));
-    if (m->tp_size > 1 && !m->be->ops->host_memory) EM_TRY(tp_check_gpus(m));
+    if (m->tp_size > 1 && !m->tp_procs && !m->be->ops->host_memory) EM_TRY(tp_check_gpus(m));
     m->max_ctx = o->max_context > 0 && o->max_context < m->cfg.max_pos ? o->max_context : m->cfg.max_pos;
     int seqs = o->max_sequences > 0 ? o->max_sequences : 8;
     m->max_seqs = seqs;

@@ -22,6 +22,7 @@
 
 #include "backend/collective.h"
 #include "base/alloc.h"
+#include "base/bootstrap.h"
 #include "base/config.h"
 #include "base/log.h"
 #include "model/batch_rows.h"
@@ -56,15 +57,30 @@ typedef struct tp_rank {
     float *final_norm;
     float *x, *h, *q, *k, *v, *att, *gate, *up, *act; /* workspace */
     float *logits;                                       /* [rows, vocab_pad] */
-    float **k_layer, **v_layer; /* ranks > 0: KV storage in m->kv's layout */
-    tp_seq_map *maps;           /* ranks > 0: per sequence slot */
+    /* KV storage in m->kv's layout: ranks > 0 of one process own theirs;
+     * a follower process uses its own m->kv's */
+    float **k_layer, **v_layer;
+    bool own_kv;
+    tp_seq_map *maps; /* per sequence slot; NULL: m->kv's own tables */
     em_kv_view *views;
 } tp_rank;
 
 typedef struct tp_impl {
-    int n;
+    int n;            /* ranks this process drives */
+    int world, rank0; /* ranks in all; the global rank of local rank 0 */
     tp_rank *r;
     em_comm *comm;
+    /* one process per rank: the control channel from rank 0, the step
+     * descriptor sent (rank 0) or received (others), the blocks every rank
+     * may use, and the gathered logits of all ranks */
+    boot_group *boot;
+    int32_t *frame;
+    size_t frame_cap;
+    void *rx;
+    size_t rx_cap;
+    em_span *rx_spans;
+    int kv_blocks;
+    float **gathered;
     float **sum_bufs; /* per rank, for the all-reduces */
     int *window;      /* per layer */
     float *inv_freq;
@@ -73,11 +89,21 @@ typedef struct tp_impl {
     int cap_tokens, cap_spans, cap_logit_rows;
     int32_t *pos, *ids;
     row_runs runs;
-    int *span_rows;
+    int *span_rows, *span_len0;
     float *host_slice; /* one rank's logit columns on the host */
 } tp_impl;
 
 #define LNAME(buf, i, suffix) snprintf(buf, sizeof buf, "model.layers.%d.%s", i, suffix)
+
+/* Step descriptors rank 0 sends the other processes (int32 words):
+ *   magic, kind, n_spans, tokens
+ *   per span: seq, n, start position, logits mode, n_blocks,
+ *             block ids[n_blocks], token ids[n] */
+#define TP_STEP_MAGIC 0x54505354 /* "TPST" */
+#define TP_STEP_RUN 1
+#define TP_STEP_STOP 2
+
+static int tp_timeout_ms(const em_model *m) { return (int)em_config_int(m->config, EMC_TP_TIMEOUT) * 1000; }
 
 /* ---- loading ---- */
 
@@ -176,12 +202,14 @@ static void free_rank(em_model *m, tp_rank *R) {
     free_workspace(R);
     dev_list_free(&R->wl);
     free(R->layers);
-    for (int l = 0; R->k_layer && l < m->kv->n_layers; l++) {
+    for (int l = 0; R->own_kv && R->k_layer && l < m->kv->n_layers; l++) {
         if (R->k_layer[l]) R->be->ops->release(R->be, R->k_layer[l], m->kv->layer_bytes);
         if (R->v_layer[l]) R->be->ops->release(R->be, R->v_layer[l], m->kv->layer_bytes);
     }
-    free(R->k_layer);
-    free(R->v_layer);
+    if (R->own_kv) {
+        free(R->k_layer);
+        free(R->v_layer);
+    }
     for (int s = 0; R->maps && s < m->kv->max_seqs; s++) {
         free(R->maps[s].ids);
         free(R->maps[s].k);
@@ -194,7 +222,18 @@ static void free_rank(em_model *m, tp_rank *R) {
 static void dense_tp_free(em_model *m) {
     tp_impl *t = m->impl;
     if (!t) return;
-    for (int r = 0; t->r && r < t->n; r++) free_rank(m, &t->r[r]);
+    if (t->boot && t->rank0 == 0) {
+        /* tells the other processes to stop (best effort: they also stop
+         * when the connection closes) */
+        int32_t stop[4] = {TP_STEP_MAGIC, TP_STEP_STOP, 0, 0};
+        if (boot_broadcast(t->boot, stop, sizeof stop, 1000) != EM_OK) EM_LOGW("%s", em_last_error());
+    }
+    boot_close(t->boot);
+    for (int r = 0; t->r && r < t->n; r++) {
+        if (t->gathered && t->gathered[r]) t->r[r].be->ops->free(t->r[r].be, t->gathered[r]);
+        free_rank(m, &t->r[r]);
+    }
+    free(t->gathered);
     em_comm_free(t->comm); /* before the backends it queues on */
     for (int r = 1; t->r && r < t->n; r++) em_backend_free(t->r[r].be);
     free(t->r);
@@ -205,7 +244,11 @@ static void dense_tp_free(em_model *m) {
     free(t->ids);
     row_runs_free(&t->runs);
     free(t->span_rows);
+    free(t->span_len0);
     free(t->host_slice);
+    free(t->frame);
+    free(t->rx);
+    free(t->rx_spans);
     free(t);
     m->impl = NULL;
 }
@@ -224,12 +267,33 @@ static em_status open_ranks(em_model *m, tp_impl *t) {
         s = em_backend_open(dev, m->be->n_threads, &t->r[r].be);
         bes[r] = t->r[r].be;
     }
-    if (s == EM_OK) {
-        int timeout = (int)em_config_int(m->config, EMC_TP_TIMEOUT) * 1000;
-        s = em_comm_init_all(bes, t->n, timeout, &t->comm);
-    }
+    if (s == EM_OK) s = em_comm_init_all(bes, t->n, tp_timeout_ms(m), &t->comm);
     free(bes);
     return s;
+}
+
+/* One process per rank: the rendezvous at EMBER_MASTER_ADDR:PORT hands
+ * rank 0's NCCL id to the others, then each joins the communicator. */
+static em_status open_procs(em_model *m, tp_impl *t) {
+    const char *addr = em_config_str(m->config, EMC_MASTER_ADDR);
+    int port = (int)em_config_int(m->config, EMC_MASTER_PORT), timeout = tp_timeout_ms(m);
+    uint8_t id[EM_COMM_ID_BYTES];
+    if (t->rank0 == 0) {
+        EM_TRY(em_comm_unique_id(id));
+        boot_listener *l;
+        EM_TRY(boot_listen(addr, port, &l));
+        EM_LOGI("tensor parallelism: rank 0 waits for %d more ranks on %s:%d", t->world - 1, addr, port);
+        em_status s = boot_accept(l, t->world, id, sizeof id, timeout, &t->boot);
+        boot_listener_close(l);
+        EM_TRY(s);
+    } else {
+        size_t len;
+        EM_TRY(boot_join(addr, port, t->rank0, t->world, id, sizeof id, &len, timeout, &t->boot));
+        if (len != sizeof id)
+            return em_fail(EM_ERR_FORMAT, "rendezvous: rank 0 sent %zu bytes where an NCCL id has %d", len,
+                           EM_COMM_ID_BYTES);
+    }
+    return em_comm_init_rank(m->be, t->rank0, t->world, id, timeout, &t->comm);
 }
 
 static em_status dense_tp_load(em_model *m) {
@@ -237,15 +301,17 @@ static em_status dense_tp_load(em_model *m) {
     tp_impl *t = em_calloc(1, sizeof *t);
     if (!t) return em_fail(EM_ERR_NOMEM, "out of memory");
     m->impl = t;
-    t->n = m->tp_size;
+    t->world = m->tp_size;
+    t->n = m->tp_procs ? 1 : t->world;
+    t->rank0 = m->tp_procs ? m->tp_rank : 0;
     t->r = em_calloc((size_t)t->n, sizeof *t->r);
     t->sum_bufs = em_calloc((size_t)t->n, sizeof *t->sum_bufs);
     t->window = em_calloc((size_t)c->n_layers, sizeof *t->window);
     if (!t->r || !t->sum_bufs || !t->window) return em_fail(EM_ERR_NOMEM, "out of memory");
     for (int r = 0; r < t->n; r++)
-        EM_TRY(tp_plan_make(c->n_heads, c->n_kv_heads, c->intermediate, c->vocab, r, t->n, &t->r[r].sh));
+        EM_TRY(tp_plan_make(c->n_heads, c->n_kv_heads, c->intermediate, c->vocab, t->rank0 + r, t->world, &t->r[r].sh));
     t->r[0].be = m->be;
-    EM_TRY(open_ranks(m, t));
+    EM_TRY(m->tp_procs ? open_procs(m, t) : open_ranks(m, t));
     for (int r = 0; r < t->n; r++) {
         t->r[r].wl.be = t->r[r].be;
         EM_TRY(bind_rank(m, &t->r[r]));
@@ -262,12 +328,58 @@ static em_status dense_tp_load(em_model *m) {
     return EM_OK;
 }
 
-/* Gives ranks 1.. KV storage in the layout of the model's cache. */
+/* One process per rank: the ranks agree on the KV blocks every one of them
+ * holds (the fewest) and on the sequence slots (equal), through an
+ * all-reduce that is also the barrier after loading. */
+static em_status agree_kv(em_model *m, tp_impl *t) {
+    em_backend *be = m->be;
+    size_t n = 2 * (size_t)t->world;
+    float *h = em_calloc(n, sizeof *h), *d = be->ops->alloc(be, n * sizeof(float));
+    em_status s = h && d ? EM_OK : em_fail(EM_ERR_NOMEM, "out of memory");
+    if (s == EM_OK) {
+        h[2 * t->rank0] = (float)m->kv->max_blocks;
+        h[2 * t->rank0 + 1] = (float)m->kv->max_seqs;
+        s = be->ops->upload(be, d, h, n * sizeof(float));
+    }
+    if (s == EM_OK) s = em_comm_allreduce_sum(t->comm, &d, n);
+    if (s == EM_OK) s = em_comm_wait(t->comm);
+    if (s == EM_OK) s = be->ops->download(be, h, d, n * sizeof(float));
+    int blocks = m->kv->max_blocks;
+    for (int r = 0; s == EM_OK && r < t->world; r++) {
+        if ((int)h[2 * r] < blocks) blocks = (int)h[2 * r];
+        if ((int)h[2 * r + 1] != m->kv->max_seqs)
+            s = em_fail(EM_ERR_INVALID, "tensor parallelism: rank %d has %d sequence slots, rank %d has %d: start "
+                        "every rank with the same options", r, (int)h[2 * r + 1], t->rank0, m->kv->max_seqs);
+    }
+    free(h);
+    if (d) be->ops->free(be, d);
+    EM_TRY(s);
+    if (t->rank0 == 0 && blocks < m->kv->max_blocks) {
+        EM_LOGI("tensor parallelism: KV cache of %d blocks, the smallest among the ranks", blocks);
+        EM_TRY(kv_cache_limit_blocks(m->kv, blocks));
+    }
+    t->kv_blocks = blocks;
+    /* a follower translates rank 0's block ids into its own storage */
+    if (t->rank0 != 0) {
+        tp_rank *R = &t->r[0];
+        R->k_layer = m->kv->k_layer;
+        R->v_layer = m->kv->v_layer;
+        R->maps = em_calloc((size_t)m->kv->max_seqs, sizeof *R->maps);
+        if (!R->maps) return em_fail(EM_ERR_NOMEM, "out of memory");
+    }
+    return EM_OK;
+}
+
+/* Gives ranks 1.. of this process KV storage in the layout of the model's
+ * cache. */
 static em_status dense_tp_kv_ready(em_model *m) {
     tp_impl *t = m->impl;
     const kv_cache *kv = m->kv;
+    if (t->boot) return agree_kv(m, t);
+    t->kv_blocks = kv->max_blocks;
     for (int r = 1; r < t->n; r++) {
         tp_rank *R = &t->r[r];
+        R->own_kv = true;
         R->k_layer = em_calloc((size_t)kv->n_layers, sizeof *R->k_layer);
         R->v_layer = em_calloc((size_t)kv->n_layers, sizeof *R->v_layer);
         R->maps = em_calloc((size_t)kv->max_seqs, sizeof *R->maps);
@@ -320,14 +432,24 @@ static em_status ensure_logits(em_model *m, tp_impl *t, int rows) {
     t->cap_logit_rows = 0;
     size_t vp = (size_t)t->r[0].sh.vocab_pad, bytes;
     if (!em_mul((size_t)rows * sizeof(float), vp, &bytes)) return em_fail(EM_ERR_NOMEM, "too many logit rows");
+    /* one process per rank: every rank's columns are gathered on each */
+    size_t copies = t->world > t->n ? (size_t)t->world : 1;
+    if (copies > 1 && !t->gathered && !(t->gathered = em_calloc((size_t)t->n, sizeof *t->gathered)))
+        return em_fail(EM_ERR_NOMEM, "out of memory");
     for (int r = 0; r < t->n; r++) {
         tp_rank *R = &t->r[r];
         if (R->logits) R->be->ops->free(R->be, R->logits);
         if (!(R->logits = R->be->ops->alloc(R->be, bytes)))
             return em_fail(EM_ERR_NOMEM, "out of %s memory for %d rows of logits", R->be->desc, rows);
+        if (copies > 1) {
+            if (t->gathered[r]) R->be->ops->free(R->be, t->gathered[r]);
+            if (!(t->gathered[r] = R->be->ops->alloc(R->be, bytes * copies)))
+                return em_fail(EM_ERR_NOMEM, "out of %s memory for %d rows of logits", R->be->desc, rows);
+        }
     }
     free(t->host_slice);
-    if (!(t->host_slice = em_mallocn((size_t)rows * vp, sizeof(float)))) return em_fail(EM_ERR_NOMEM, "out of memory");
+    if (!(t->host_slice = em_mallocn((size_t)rows * vp * copies, sizeof(float))))
+        return em_fail(EM_ERR_NOMEM, "out of memory");
     (void)m;
     t->cap_logit_rows = rows;
     return EM_OK;
@@ -336,8 +458,10 @@ static em_status ensure_logits(em_model *m, tp_impl *t, int rows) {
 static em_status ensure_spans(tp_impl *t, const em_batch *b) {
     if (b->n_spans > t->cap_spans) {
         int *rows = realloc(t->span_rows, (size_t)b->n_spans * sizeof *rows);
-        if (!rows) return em_fail(EM_ERR_NOMEM, "out of memory for a batch of %d sequences", b->n_spans);
-        t->span_rows = rows;
+        if (rows) t->span_rows = rows;
+        int *len0 = rows ? realloc(t->span_len0, (size_t)b->n_spans * sizeof *len0) : NULL;
+        if (!len0) return em_fail(EM_ERR_NOMEM, "out of memory for a batch of %d sequences", b->n_spans);
+        t->span_len0 = len0;
         for (int r = 0; r < t->n; r++) {
             em_kv_view *v = realloc(t->r[r].views, (size_t)b->n_spans * sizeof *v);
             if (!v) return em_fail(EM_ERR_NOMEM, "out of memory for a batch of %d sequences", b->n_spans);
@@ -349,29 +473,29 @@ static em_status ensure_spans(tp_impl *t, const em_batch *b) {
     return EM_OK;
 }
 
-/* Brings a rank's translation of seq's block table up to date: entries
- * whose block id changed (or are new) get this rank's pointers. */
-static em_status map_refresh(const kv_cache *kv, tp_rank *R, int seq) {
-    const kv_seq *s = &kv->seqs[seq];
+/* Brings a rank's translation of a sequence's block table (ids[0..n)) up
+ * to date: entries whose block id changed (or are new) get this rank's
+ * pointers. */
+static em_status map_update(const kv_cache *kv, tp_rank *R, int seq, const int32_t *ids, int n) {
     tp_seq_map *mp = &R->maps[seq];
     int L = kv->n_layers;
-    if (s->n_blocks > mp->cap) {
+    if (n > mp->cap) {
         int cap = mp->cap ? mp->cap : 8;
-        while (cap < s->n_blocks) cap *= 2;
-        int *ids = em_mallocn((size_t)cap, sizeof *ids);
+        while (cap < n) cap *= 2;
+        int *nid = em_mallocn((size_t)cap, sizeof *nid);
         float **k = em_mallocn((size_t)cap * (size_t)L, sizeof *k);
         float **v = em_mallocn((size_t)cap * (size_t)L, sizeof *v);
-        if (!ids || !k || !v) {
-            free(ids), free(k), free(v);
+        if (!nid || !k || !v) {
+            free(nid), free(k), free(v);
             return em_fail(EM_ERR_NOMEM, "out of memory growing a block table");
         }
         free(mp->ids), free(mp->k), free(mp->v);
-        mp->ids = ids, mp->k = k, mp->v = v;
+        mp->ids = nid, mp->k = k, mp->v = v;
         mp->cap = cap;
         mp->n = 0; /* rebuilt below */
     }
-    for (int i = 0; i < s->n_blocks; i++) {
-        int b = s->blocks[i];
+    for (int i = 0; i < n; i++) {
+        int b = ids[i];
         if (i < mp->n && mp->ids[i] == b) continue;
         mp->ids[i] = b;
         for (int l = 0; l < L; l++) {
@@ -379,12 +503,12 @@ static em_status map_refresh(const kv_cache *kv, tp_rank *R, int seq) {
             mp->v[(size_t)l * mp->cap + i] = R->v_layer[l] + (size_t)b * kv->block_floats;
         }
     }
-    mp->n = s->n_blocks;
+    mp->n = n;
     return EM_OK;
 }
 
 static em_kv_view rank_view(const em_model *m, const tp_rank *R, int seq, int layer) {
-    if (R->sh.rank == 0) return kv_seq_view(m->kv, seq, layer);
+    if (!R->maps) return kv_seq_view(m->kv, seq, layer);
     const tp_seq_map *mp = &R->maps[seq];
     em_kv_view v = {mp->k + (size_t)layer * mp->cap, mp->v + (size_t)layer * mp->cap, m->kv->block_size, mp->n};
     return v;
@@ -474,22 +598,78 @@ static em_status issue_step(em_model *m, tp_impl *t, const em_batch *b, int T) {
     return EM_OK;
 }
 
-/* Downloads each rank's logit columns into their place in logits. */
+/* Puts row i of rank r's logit columns (vocab_pad wide) into their place. */
+static void place_columns(float *logits, const float *cols, int rows, int64_t V, int64_t vp, int r) {
+    int64_t v0 = (int64_t)r * vp, nv = V - v0 < vp ? V - v0 : vp;
+    for (int i = 0; nv > 0 && i < rows; i++)
+        memcpy(logits + (size_t)i * (size_t)V + (size_t)v0, cols + (size_t)i * (size_t)vp, (size_t)nv * sizeof(float));
+}
+
+/* Downloads every rank's logit columns into their place in logits: from
+ * each local rank, or (one process per rank) from the all-gather. */
 static em_status gather_logits(em_model *m, tp_impl *t, int rows, float *logits) {
-    size_t V = (size_t)m->cfg.vocab;
+    int64_t V = m->cfg.vocab, vp = t->r[0].sh.vocab_pad;
+    size_t slice = (size_t)rows * (size_t)vp;
+    if (t->gathered) {
+        em_backend *be = t->r[0].be;
+        EM_TRY(be->ops->download(be, t->host_slice, t->gathered[0], slice * (size_t)t->world * sizeof(float)));
+        for (int r = 0; r < t->world; r++) place_columns(logits, t->host_slice + (size_t)r * slice, rows, V, vp, r);
+        return EM_OK;
+    }
     for (int r = 0; r < t->n; r++) {
         tp_rank *R = &t->r[r];
-        size_t vp = (size_t)R->sh.vocab_pad, nv = (size_t)R->sh.n_vocab, v0 = (size_t)R->sh.vocab0;
-        EM_TRY(R->be->ops->download(R->be, t->host_slice, R->logits, (size_t)rows * vp * sizeof(float)));
-        for (int i = 0; nv && i < rows; i++)
-            memcpy(logits + (size_t)i * V + v0, t->host_slice + (size_t)i * vp, nv * sizeof(float));
+        EM_TRY(R->be->ops->download(R->be, t->host_slice, R->logits, slice * sizeof(float)));
+        place_columns(logits, t->host_slice, rows, V, vp, t->rank0 + r);
     }
     return EM_OK;
+}
+
+/* Issues the step, waits for every stream (or a clear error) and brings
+ * the logits home (logits NULL: a follower, whose columns went to rank 0). */
+static em_status run_step(em_model *m, tp_impl *t, const em_batch *b, int T, float *logits) {
+    int rows = batch_logit_rows(b);
+    if (rows) EM_TRY(ensure_logits(m, t, rows));
+    EM_TRY(issue_step(m, t, b, T));
+    if (rows && t->gathered) {
+        size_t slice = (size_t)rows * (size_t)t->r[0].sh.vocab_pad;
+        const float *send[1] = {t->r[0].logits};
+        EM_TRY(em_comm_allgather(t->comm, send, t->gathered, slice));
+    }
+    EM_TRY(em_comm_wait(t->comm));
+    if (rows && logits) EM_TRY(gather_logits(m, t, rows, logits));
+    return EM_OK;
+}
+
+/* Rank 0 of a multi-process group: sends the step (spans, their start
+ * positions, block tables and tokens) to the other ranks. */
+static em_status send_step(em_model *m, tp_impl *t, const em_batch *b, int T) {
+    size_t words = 4;
+    for (int s = 0; s < b->n_spans; s++)
+        words += 5 + (size_t)m->kv->seqs[b->spans[s].seq].n_blocks + (size_t)b->spans[s].n;
+    if (words > t->frame_cap) {
+        int32_t *f = realloc(t->frame, words * sizeof *f);
+        if (!f) return em_fail(EM_ERR_NOMEM, "out of memory for a step of %zu words", words);
+        t->frame = f;
+        t->frame_cap = words;
+    }
+    int32_t *w = t->frame;
+    *w++ = TP_STEP_MAGIC, *w++ = TP_STEP_RUN, *w++ = b->n_spans, *w++ = T;
+    for (int s = 0; s < b->n_spans; s++) {
+        const em_span *sp = &b->spans[s];
+        const kv_seq *q = &m->kv->seqs[sp->seq];
+        *w++ = sp->seq, *w++ = sp->n, *w++ = t->span_len0[s], *w++ = (int32_t)sp->logits, *w++ = q->n_blocks;
+        for (int i = 0; i < q->n_blocks; i++) *w++ = q->blocks[i];
+        memcpy(w, sp->tokens, (size_t)sp->n * sizeof *w);
+        w += sp->n;
+    }
+    return boot_broadcast(t->boot, t->frame, words * sizeof(int32_t), tp_timeout_ms(m));
 }
 
 static em_status dense_tp_forward(em_model *m, const em_batch *b, float *logits) {
     tp_impl *t = m->impl;
     const model_config *c = &m->cfg;
+    if (t->rank0 != 0)
+        return em_fail(EM_ERR_INTERNAL, "rank %d of a multi-process group runs only the steps rank 0 sends", t->rank0);
     int T = batch_tokens(b);
     if (T == 0) return EM_OK;
     EM_TRY(ensure_workspace(m, t, T));
@@ -499,6 +679,7 @@ static em_status dense_tp_forward(em_model *m, const em_batch *b, float *logits)
     for (int s = 0; s < b->n_spans; s++) {
         const em_span *sp = &b->spans[s];
         int len = m->kv->seqs[sp->seq].len;
+        t->span_len0[s] = len;
         EM_TRY(kv_seq_reserve(m->kv, sp->seq, len + sp->n));
         for (int i = 0; i < sp->n; i++) {
             if (sp->tokens[i] < 0 || sp->tokens[i] >= c->vocab)
@@ -506,16 +687,108 @@ static em_status dense_tp_forward(em_model *m, const em_batch *b, float *logits)
             t->ids[row] = sp->tokens[i];
             t->pos[row++] = len + i;
         }
-        for (int r = 1; r < t->n; r++) EM_TRY(map_refresh(m->kv, &t->r[r], sp->seq));
+        const kv_seq *q = &m->kv->seqs[sp->seq];
+        for (int r = 1; r < t->n; r++) EM_TRY(map_update(m->kv, &t->r[r], sp->seq, q->blocks, q->n_blocks));
     }
+    /* everything that can fail on this side before the others start */
     int rows = batch_logit_rows(b);
     if (rows) EM_TRY(ensure_logits(m, t, rows));
-    EM_TRY(issue_step(m, t, b, T));
-    /* every stream done (or a clear error) before any blocking download */
-    EM_TRY(em_comm_wait(t->comm));
+    if (t->boot) EM_TRY(send_step(m, t, b, T));
+    EM_TRY(run_step(m, t, b, T, logits));
     for (int s = 0; s < b->n_spans; s++) m->kv->seqs[b->spans[s].seq].len += b->spans[s].n;
-    if (rows) EM_TRY(gather_logits(m, t, rows, logits));
     return EM_OK;
+}
+
+/* ---- the other processes of a group ---- */
+
+static em_status bad_step(const tp_impl *t, const char *what) {
+    return em_fail(EM_ERR_FORMAT, "rank %d: malformed step from rank 0: %s", t->rank0, what);
+}
+
+/* Checks a received step word by word; *T its tokens, or -1 for a stop. */
+static em_status check_step(const em_model *m, const tp_impl *t, const int32_t *w, size_t words, int *n_spans, int *T) {
+    const kv_cache *kv = m->kv;
+    if (words < 4 || w[0] != TP_STEP_MAGIC) return bad_step(t, "bad header");
+    if (w[1] == TP_STEP_STOP) {
+        *T = -1;
+        return EM_OK;
+    }
+    if (w[1] != TP_STEP_RUN || w[2] < 1 || w[2] > 65536 || w[3] < 1) return bad_step(t, "bad counts");
+    int max_blocks_seq = (kv->max_ctx + kv->block_size - 1) / kv->block_size;
+    size_t at = 4;
+    long tokens = 0;
+    for (int s = 0; s < w[2]; s++) {
+        if (words - at < 5) return bad_step(t, "truncated span");
+        int32_t seq = w[at], n = w[at + 1], len0 = w[at + 2], lg = w[at + 3], nb = w[at + 4];
+        if (seq < 0 || seq >= kv->max_seqs || n < 1 || len0 < 0 || n > kv->max_ctx || len0 > kv->max_ctx - n ||
+            lg < LOGITS_NONE || lg > LOGITS_ALL || nb < (len0 + n + kv->block_size - 1) / kv->block_size ||
+            nb > max_blocks_seq)
+            return bad_step(t, "span out of range");
+        at += 5;
+        if (words - at < (size_t)nb + (size_t)n) return bad_step(t, "truncated span");
+        for (int i = 0; i < nb; i++)
+            if (w[at + i] < 0 || w[at + i] >= t->kv_blocks) return bad_step(t, "block id out of range");
+        at += (size_t)nb;
+        for (int i = 0; i < n; i++)
+            if (w[at + i] < 0 || w[at + i] >= m->cfg.vocab) return bad_step(t, "token id out of range");
+        at += (size_t)n;
+        tokens += n;
+    }
+    if (at != words || tokens != w[3]) return bad_step(t, "length mismatch");
+    *n_spans = w[2];
+    *T = w[3];
+    return EM_OK;
+}
+
+/* Runs one checked step: spans over the received words, positions from
+ * their start, block tables translated into this rank's storage. */
+static em_status follow_step(em_model *m, tp_impl *t, const int32_t *w, int n_spans, int T) {
+    if (n_spans > t->cap_spans) {
+        em_span *sp = realloc(t->rx_spans, (size_t)n_spans * sizeof *sp);
+        if (!sp) return em_fail(EM_ERR_NOMEM, "out of memory");
+        t->rx_spans = sp;
+    }
+    size_t at = 4;
+    int row = 0;
+    EM_TRY(ensure_workspace(m, t, T));
+    for (int s = 0; s < n_spans; s++) {
+        int32_t seq = w[at], n = w[at + 1], len0 = w[at + 2], nb = w[at + 4];
+        const int32_t *blocks = w + at + 5, *tokens = blocks + nb;
+        t->rx_spans[s] = (em_span){seq, tokens, n, (logits_mode)w[at + 3]};
+        EM_TRY(map_update(m->kv, &t->r[0], seq, blocks, nb));
+        for (int i = 0; i < n; i++) {
+            t->ids[row] = tokens[i];
+            t->pos[row++] = len0 + i;
+        }
+        at += 5 + (size_t)nb + (size_t)n;
+    }
+    em_batch b = {t->rx_spans, n_spans};
+    EM_TRY(ensure_spans(t, &b));
+    EM_TRY(row_runs_plan_batch(&t->runs, &b, m->prefill_math));
+    return run_step(m, t, &b, T, NULL);
+}
+
+bool model_tp_follower(const em_model *m) {
+    return m->family == &dense_tp_family && m->impl && ((const tp_impl *)m->impl)->rank0 != 0;
+}
+
+em_status model_tp_follow(em_model *m) {
+    if (!model_tp_follower(m)) return em_fail(EM_ERR_INTERNAL, "only ranks > 0 of a multi-process group follow");
+    tp_impl *t = m->impl;
+    EM_LOGI("tensor parallelism: rank %d of %d ready, running rank 0's steps", t->rank0, t->world);
+    for (;;) {
+        size_t len;
+        em_status s = boot_receive(t->boot, &t->rx, &t->rx_cap, &len, -1);
+        if (s != EM_OK) return em_fail_prefix(s, "rank %d: rank 0 is gone", t->rank0);
+        if (len % sizeof(int32_t)) return bad_step(t, "not whole words");
+        int n_spans = 0, T = 0;
+        EM_TRY(check_step(m, t, t->rx, len / sizeof(int32_t), &n_spans, &T));
+        if (T < 0) {
+            EM_LOGI("tensor parallelism: rank 0 stopped; rank %d stops", t->rank0);
+            return EM_OK;
+        }
+        EM_TRY(follow_step(m, t, t->rx, n_spans, T));
+    }
 }
 
 const family_ops dense_tp_family = {
@@ -526,7 +799,7 @@ const family_ops dense_tp_family = {
     .kv_ready = dense_tp_kv_ready,
 };
 
-int model_tp_size(const em_model *m) { return m->family == &dense_tp_family ? ((const tp_impl *)m->impl)->n : 1; }
+int model_tp_size(const em_model *m) { return m->family == &dense_tp_family ? ((const tp_impl *)m->impl)->world : 1; }
 
 void model_tp_timing(em_model *m, bool on) {
     if (m->family == &dense_tp_family && m->impl) em_comm_set_timing(((tp_impl *)m->impl)->comm, on);

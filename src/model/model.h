@@ -100,8 +100,10 @@ struct em_model {
     size_t weight_uploaded, weight_progress; /* bytes, for load progress */
     kv_cache *kv;
     int kv_heads; /* KV heads per position the cache holds: the model's, or one rank's share */
-    /* tensor parallelism: GPUs the model spans (1: none) and the first one */
-    int tp_size, tp_device0;
+    /* tensor parallelism: GPUs the model spans (1: none) and the first one;
+     * tp_procs: one process per rank (EMBER_WORLD_SIZE), this one tp_rank */
+    int tp_size, tp_device0, tp_rank;
+    bool tp_procs;
     const family_ops *family;
     model_identity identity;
     void *impl;
@@ -126,6 +128,11 @@ struct em_model {
 int model_tp_size(const em_model *m);
 void model_tp_timing(em_model *m, bool on);
 double model_tp_take_time(em_model *m, long *calls);
+/* A rank > 0 of a multi-process group: it serves nothing itself, but runs
+ * the steps rank 0 sends (model_tp_follow) until rank 0 stops (EM_OK) or
+ * fails or goes away (an error saying so). */
+bool model_tp_follower(const em_model *m);
+em_status model_tp_follow(em_model *m);
 
 /* Opens a model like em_model_open, except that opts->tensor_parallel > 1
  * with --device cpu splits it over that many CPU backends joined by host

@@ -4,8 +4,10 @@
 # matches the float64 reference logits as closely as one GPU must, and
 # matches `--tensor-parallel 1`; (2) greedy generations are equal; shapes that
 # cannot be split are refused with a message saying why. Then a batched
-# bench run reports the all-reduce time per step. Skipped (77) without CUDA
-# or with fewer than two GPUs.
+# bench run reports the all-reduce time per step, and the multi-process path
+# (one process per GPU, rendezvous on loopback) gives the same logits and
+# ids, and fails within its timeout when a rank is missing or dies. Skipped
+# (77) without CUDA or with fewer than two GPUs.
 set -euo pipefail
 : "${EMBER_BIN:?}" "${EMBER_SRC:?}"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -57,4 +59,59 @@ if "$EMBER_BIN" logits "$first" --ids 1 --out "$tmp/x.bin" --device cuda --tenso
    ! grep -q -e "GPU(s) found" -e "not divisible" "$tmp/many.err"; then
   echo "FAIL --tensor-parallel 64 was not refused clearly: $(cat "$tmp/many.err")"; fail=1
 fi
+# one process per GPU: rank 1 runs what rank 0 sends
+port=$((20000 + RANDOM % 20000))
+mp() { # rank, device, verb args...
+  local rank=$1 dev=$2; shift 2
+  EMBER_WORLD_SIZE=2 EMBER_RANK=$rank EMBER_MASTER_ADDR=127.0.0.1 EMBER_MASTER_PORT=$port EMBER_TP_TIMEOUT=20 \
+    "$EMBER_BIN" "$@" --device "$dev"
+}
+for d in "$EMBER_SRC"/tests/golden/dense/llama_gqa_tied/ "$EMBER_SRC"/tests/golden/dense/qwen2_bias/; do
+  name=$(basename "$d")
+  ids=$(python3 -c "import json,sys; print(','.join(map(str, json.load(open(sys.argv[1]))['ids'])))" "$d/ref.json")
+  mp 1 cuda:1 logits "$d" --ids "$ids" --out "$tmp/unused.bin" 2>"$tmp/r1.err" & r1=$!
+  if ! mp 0 cuda:0 logits "$d" --ids "$ids" --out "$tmp/$name.mp.bin"; then echo "FAIL $name: rank 0 of 2 processes"; fail=1; fi
+  if ! wait $r1; then echo "FAIL $name: rank 1 of 2 processes: $(cat "$tmp/r1.err")"; fail=1; fi
+  python3 "$EMBER_SRC/tests/support/compare_logits.py" "$tmp/$name.mp.bin" "$tmp/$name.tp1.bin" --rel 1e-5 \
+    --name "$name (2 processes vs tp 1)" || fail=1
+  n=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['n_new'])" "$d/ref.json")
+  want=$("$EMBER_BIN" generate "$d" --ids "$ids" --max-tokens "$n" --temperature 0 --ignore-eos --print-ids --device cuda)
+  mp 1 cuda:1 generate "$d" --ids "$ids" --max-tokens "$n" --temperature 0 --ignore-eos --print-ids >/dev/null 2>"$tmp/r1.err" & r1=$!
+  got=$(mp 0 cuda:0 generate "$d" --ids "$ids" --max-tokens "$n" --temperature 0 --ignore-eos --print-ids) || fail=1
+  wait $r1 || { echo "FAIL $name: rank 1 of 2 processes: $(cat "$tmp/r1.err")"; fail=1; }
+  if [ "$got" != "$want" ]; then
+    echo "FAIL $name greedy with 2 processes: got [$got], tp 1 [$want]"; fail=1
+  else
+    echo "ok   $name greedy with 2 processes equals tp 1"
+  fi
+done
+# a rank that never comes: rank 0 stops with an error naming it
+start=$(date +%s)
+if EMBER_TP_TIMEOUT=3 mp 0 cuda:0 logits "$first" --ids 1 --out "$tmp/x.bin" 2>"$tmp/alone.err"; then
+  echo "FAIL rank 0 without rank 1 succeeded"; fail=1
+elif ! grep -q "never came" "$tmp/alone.err" || [ $(( $(date +%s) - start )) -gt 30 ]; then
+  echo "FAIL rank 0 without rank 1: $(cat "$tmp/alone.err")"; fail=1
+else
+  echo "ok   rank 0 alone stops: $(cat "$tmp/alone.err")"
+fi
+# a rank that dies while serving: rank 0's next step fails within the timeout
+hport=$((20000 + RANDOM % 20000))
+demo="$EMBER_SRC/models/demo"
+EMBER_TP_TIMEOUT=5 mp 1 cuda:1 serve "$demo" --port "$hport" 2>"$tmp/s1.err" & s1=$!
+EMBER_TP_TIMEOUT=5 mp 0 cuda:0 serve "$demo" --port "$hport" 2>"$tmp/s0.err" & s0=$!
+for _ in $(seq 1 120); do grep -q "ready:" "$tmp/s0.err" && break; sleep 0.5; done
+body='{"model":"demo","prompt":"hello","max_tokens":4,"temperature":0}'
+if ! curl -sf --max-time 60 "http://127.0.0.1:$hport/v1/completions" -H 'content-type: application/json' -d "$body" >/dev/null; then
+  echo "FAIL serve with 2 processes: $(tail -5 "$tmp/s0.err")"; fail=1
+fi
+kill -9 $s1; wait $s1 2>/dev/null || true
+start=$(date +%s)
+curl -s --max-time 60 "http://127.0.0.1:$hport/v1/completions" -H 'content-type: application/json' -d "$body" >"$tmp/after.json" || true
+took=$(( $(date +%s) - start ))
+if [ $took -gt 45 ] || ! grep -q -i "error" "$tmp/after.json"; then
+  echo "FAIL serve after rank 1 died: took ${took}s: $(cat "$tmp/after.json")"; fail=1
+else
+  echo "ok   serve after rank 1 died answers an error in ${took}s"
+fi
+kill $s0; wait $s0 2>/dev/null || true
 exit $fail

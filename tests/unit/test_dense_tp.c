@@ -108,6 +108,9 @@ int main(int argc, char **argv) {
     glob_t g;
     REQUIRE(glob(pat, 0, NULL, &g) == 0 && g.gl_pathc > 0);
     for (size_t i = 0; i < g.gl_pathc; i++) check_model(g.gl_pathv[i]);
+    /* the demo model: bf16 weights */
+    snprintf(pat, sizeof pat, "%s/models/demo", test_src_dir());
+    check_model(pat);
     cpu_refused(g.gl_pathv[0]);
     globfree(&g);
     return test_summary();
