@@ -229,9 +229,12 @@ static int cmd_bench(int argc, char **argv) {
                    m->name, m->cfg.model_type, m->be->desc, prec, n_prompt, best.prefill_tps, best.ttft, n_gen,
                    best.decode_tps, bw / 1e9, bpt / 1e9, roof, roof > 0 ? 100 * best.decode_tps / roof : 0);
         if (!json && batch > 1) printf("batch:   %ld sequences decoded together (tokens/s are their sum)\n", batch);
-        if (!json && tp > 1)
+        if (!json && tp > 1 && best.allreduce_calls > 0)
             printf("tensor parallel: %d GPUs (bandwidth per GPU; roofline over all), all-reduce %.3f ms per decode "
                    "step (%.0f calls)\n", tp, best.allreduce_ms, best.allreduce_calls);
+        else if (!json && tp > 1)
+            printf("tensor parallel: %d GPUs (bandwidth per GPU; roofline over all); all-reduces inside recorded "
+                   "decode steps are not timed (EMBER_CUDA_GRAPHS=0 times them)\n", tp);
         if (spec && best.spec_steps) {
             double rate = best.spec_drafted ? (double)best.spec_accepted / (double)best.spec_drafted : 0;
             double per_step = (double)best.spec_tokens / (double)best.spec_steps;

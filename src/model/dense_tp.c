@@ -81,6 +81,7 @@ typedef struct tp_impl {
     em_span *rx_spans;
     int kv_blocks;
     float **gathered;
+    bool graphs; /* record decode steps (one rank per process only) */
     float **sum_bufs; /* per rank, for the all-reduces */
     int *window;      /* per layer */
     float *inv_freq;
@@ -323,6 +324,9 @@ static em_status dense_tp_load(em_model *m) {
     t->inv_freq = em_calloc((size_t)t->rot_dim / 2 + 1, sizeof *t->inv_freq);
     if (!t->inv_freq) return em_fail(EM_ERR_NOMEM, "out of memory");
     rope_inv_freq(&c->rope, t->rot_dim, c->max_pos, t->inv_freq, &t->attn_factor);
+    /* one GPU per process records its decode steps like the one-GPU graph;
+     * one process over several GPUs runs every operation (see docs) */
+    t->graphs = m->tp_procs && m->be->ops->graph_begin && em_config_flag(m->config, EMC_CUDA_GRAPHS);
     /* the cache holds a rank's KV heads */
     m->kv_heads = t->r[0].sh.n_kv_heads;
     return EM_OK;
@@ -342,7 +346,8 @@ static em_status agree_kv(em_model *m, tp_impl *t) {
         s = be->ops->upload(be, d, h, n * sizeof(float));
     }
     if (s == EM_OK) s = em_comm_allreduce_sum(t->comm, &d, n);
-    if (s == EM_OK) s = em_comm_wait(t->comm);
+    if (s == EM_OK && (s = em_comm_wait(t->comm)) != EM_OK)
+        em_fail_prefix(s, "waiting for every rank to finish loading");
     if (s == EM_OK) s = be->ops->download(be, h, d, n * sizeof(float));
     int blocks = m->kv->max_blocks;
     for (int r = 0; s == EM_OK && r < t->world; r++) {
@@ -404,6 +409,8 @@ static em_status ensure_workspace(em_model *m, tp_impl *t, int T) {
     for (int r = 0; r < t->n; r++) {
         tp_rank *R = &t->r[r];
         em_backend *be = R->be;
+        /* recordings name the old buffers */
+        if (be->ops->graph_reset) be->ops->graph_reset(be);
         float *keep_logits = R->logits;
         R->logits = NULL;
         free_workspace(R);
@@ -438,6 +445,7 @@ static em_status ensure_logits(em_model *m, tp_impl *t, int rows) {
         return em_fail(EM_ERR_NOMEM, "out of memory");
     for (int r = 0; r < t->n; r++) {
         tp_rank *R = &t->r[r];
+        if (R->be->ops->graph_reset) R->be->ops->graph_reset(R->be);
         if (R->logits) R->be->ops->free(R->be, R->logits);
         if (!(R->logits = R->be->ops->alloc(R->be, bytes)))
             return em_fail(EM_ERR_NOMEM, "out of %s memory for %d rows of logits", R->be->desc, rows);
@@ -570,23 +578,24 @@ static void mlp_part(em_model *m, tp_impl *t, tp_rank *R, int layer, int T) {
     mm(t, R, R->h, R->act, &L->wd, L->bd);
 }
 
-/* x += sum over ranks of each rank's h. */
-static em_status reduce_into_x(em_model *m, tp_impl *t, int T) {
+/* x += sum over ranks of each rank's h. collectives false: a recorded step
+ * is being replayed, whose recording holds the all-reduce already. */
+static em_status reduce_into_x(em_model *m, tp_impl *t, int T, bool collectives) {
     size_t n = (size_t)T * m->cfg.hidden;
     for (int r = 0; r < t->n; r++) t->sum_bufs[r] = t->r[r].h;
-    EM_TRY(em_comm_allreduce_sum(t->comm, t->sum_bufs, n));
+    if (collectives) EM_TRY(em_comm_allreduce_sum(t->comm, t->sum_bufs, n));
     for (int r = 0; r < t->n; r++) t->r[r].be->ops->add(t->r[r].be, t->r[r].x, t->r[r].h, n);
     return EM_OK;
 }
 
-static em_status issue_step(em_model *m, tp_impl *t, const em_batch *b, int T) {
+static em_status issue_step(em_model *m, tp_impl *t, const em_batch *b, int T, bool collectives) {
     const model_config *c = &m->cfg;
     for (int r = 0; r < t->n; r++) t->r[r].be->ops->embed(t->r[r].be, t->r[r].x, &t->r[r].embed, t->ids, T);
     for (int l = 0; l < c->n_layers; l++) {
         for (int r = 0; r < t->n; r++) attention_part(m, t, &t->r[r], l, b, T);
-        EM_TRY(reduce_into_x(m, t, T));
+        EM_TRY(reduce_into_x(m, t, T, collectives));
         for (int r = 0; r < t->n; r++) mlp_part(m, t, &t->r[r], l, T);
-        EM_TRY(reduce_into_x(m, t, T));
+        EM_TRY(reduce_into_x(m, t, T, collectives));
     }
     for (int r = 0; r < t->n; r++) {
         tp_rank *R = &t->r[r];
@@ -624,19 +633,51 @@ static em_status gather_logits(em_model *m, tp_impl *t, int rows, float *logits)
     return EM_OK;
 }
 
+/* A decode step one process may record (one rank per process: its stream
+ * and its communicator are its own, so the recording holds its NCCL calls):
+ * one token and its logits per sequence, few enough rows for the GEMV path. */
+static bool recordable(const tp_impl *t, const em_batch *b, int T) {
+    if (!t->graphs || T > 64) return false;
+    for (int s = 0; s < b->n_spans; s++)
+        if (b->spans[s].n != 1 || b->spans[s].logits != LOGITS_LAST) return false;
+    return true;
+}
+
+/* Issues the step, through a recording when the step allows one. Each
+ * process decides alone: whether its rank replays, records or runs the
+ * operations one by one, it runs the step's collectives exactly once, in
+ * the same order as every other rank. */
+static em_status issue_recorded(em_model *m, tp_impl *t, const em_batch *b, int T) {
+    em_backend *be = t->r[0].be;
+    em_graph_mode gm = recordable(t, b, T) ? be->ops->graph_begin(be, (uint64_t)T) : EM_GRAPH_NONE;
+    em_status s = issue_step(m, t, b, T, gm != EM_GRAPH_REPLAY);
+    if (gm == EM_GRAPH_NONE) return s;
+    bool ran = false;
+    em_status e = be->ops->graph_end(be, &ran);
+    if (s == EM_OK) s = e;
+    if (s == EM_OK && !ran) s = issue_step(m, t, b, T, true);
+    return s;
+}
+
 /* Issues the step, waits for every stream (or a clear error) and brings
  * the logits home (logits NULL: a follower, whose columns went to rank 0). */
 static em_status run_step(em_model *m, tp_impl *t, const em_batch *b, int T, float *logits) {
     int rows = batch_logit_rows(b);
     if (rows) EM_TRY(ensure_logits(m, t, rows));
-    EM_TRY(issue_step(m, t, b, T));
+    EM_TRY(issue_recorded(m, t, b, T));
     if (rows && t->gathered) {
         size_t slice = (size_t)rows * (size_t)t->r[0].sh.vocab_pad;
         const float *send[1] = {t->r[0].logits};
         EM_TRY(em_comm_allgather(t->comm, send, t->gathered, slice));
     }
     EM_TRY(em_comm_wait(t->comm));
-    if (rows && logits) EM_TRY(gather_logits(m, t, rows, logits));
+    if (rows && logits) return gather_logits(m, t, rows, logits);
+    /* the streams are idle: an empty download reports any failure of the
+     * step's operations and lets each backend reuse its staging memory */
+    for (int r = 0; r < t->n; r++) {
+        float none;
+        EM_TRY(t->r[r].be->ops->download(t->r[r].be, &none, t->r[r].x, 0));
+    }
     return EM_OK;
 }
 

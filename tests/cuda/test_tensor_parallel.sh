@@ -76,14 +76,19 @@ for d in "$EMBER_SRC"/tests/golden/dense/llama_gqa_tied/ "$EMBER_SRC"/tests/gold
     --name "$name (2 processes vs tp 1)" || fail=1
   n=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['n_new'])" "$d/ref.json")
   want=$("$EMBER_BIN" generate "$d" --ids "$ids" --max-tokens "$n" --temperature 0 --ignore-eos --print-ids --device cuda)
-  mp 1 cuda:1 generate "$d" --ids "$ids" --max-tokens "$n" --temperature 0 --ignore-eos --print-ids >/dev/null 2>"$tmp/r1.err" & r1=$!
-  got=$(mp 0 cuda:0 generate "$d" --ids "$ids" --max-tokens "$n" --temperature 0 --ignore-eos --print-ids) || fail=1
-  wait $r1 || { echo "FAIL $name: rank 1 of 2 processes: $(cat "$tmp/r1.err")"; fail=1; }
-  if [ "$got" != "$want" ]; then
-    echo "FAIL $name greedy with 2 processes: got [$got], tp 1 [$want]"; fail=1
-  else
-    echo "ok   $name greedy with 2 processes equals tp 1"
-  fi
+  # decode steps recorded as CUDA graphs in each process (1), and not (0)
+  for graphs in 1 0; do
+    EMBER_CUDA_GRAPHS=$graphs mp 1 cuda:1 generate "$d" --ids "$ids" --max-tokens "$n" --temperature 0 --ignore-eos \
+      --print-ids >/dev/null 2>"$tmp/r1.err" & r1=$!
+    got=$(EMBER_CUDA_GRAPHS=$graphs mp 0 cuda:0 generate "$d" --ids "$ids" --max-tokens "$n" --temperature 0 \
+          --ignore-eos --print-ids) || fail=1
+    wait $r1 || { echo "FAIL $name: rank 1 of 2 processes: $(cat "$tmp/r1.err")"; fail=1; }
+    if [ "$got" != "$want" ]; then
+      echo "FAIL $name greedy with 2 processes (graphs $graphs): got [$got], tp 1 [$want]"; fail=1
+    else
+      echo "ok   $name greedy with 2 processes (graphs $graphs) equals tp 1"
+    fi
+  done
 done
 # a rank that never comes: rank 0 stops with an error naming it
 start=$(date +%s)

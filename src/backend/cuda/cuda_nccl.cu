@@ -307,6 +307,7 @@ extern "C" int nccl_comm_local(const nccl_comm *c) { return c->n_local; }
 static bool timed_mark(nccl_comm *c, int slot) {
     if (!c->timing || c->n_timed >= COMM_TIMED_MAX) return false;
     cuda_backend *cb = cuda_enter(c->bes[0]);
+    if (cb->graphs.mode != EM_GRAPH_NONE) return false; /* a step being recorded: not timed */
     cudaEvent_t *e = &c->ev[2 * c->n_timed + slot];
     if (!*e && cudaEventCreate(e) != cudaSuccess) {
         *e = NULL;
