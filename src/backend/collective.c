@@ -75,6 +75,8 @@ int em_comm_local(const em_comm *c) { return c->n; }
 
 em_status em_comm_allreduce_sum(em_comm *c, float *const *bufs, size_t n) {
     if (c->nc) return nccl_comm_allreduce_sum(c->nc, bufs, n);
+    for (int r = 0; r < c->n; r++)
+        if (!bufs[r]) return em_fail(EM_ERR_INTERNAL, "host collectives run every rank's part together");
     /* rank order, then the sum copied back to every rank */
     for (int r = 1; r < c->n; r++)
         for (size_t i = 0; i < n; i++) bufs[0][i] += bufs[r][i];
@@ -85,6 +87,8 @@ em_status em_comm_allreduce_sum(em_comm *c, float *const *bufs, size_t n) {
 
 em_status em_comm_allgather(em_comm *c, const float *const *send, float *const *recv, size_t n) {
     if (c->nc) return nccl_comm_allgather(c->nc, send, recv, n);
+    for (int r = 0; r < c->n; r++)
+        if (!recv[r]) return em_fail(EM_ERR_INTERNAL, "host collectives run every rank's part together");
     /* every rank's block first into rank 0's buffer (a send may alias a
      * recv block), then copied to the others */
     for (int r = 0; r < c->n; r++)

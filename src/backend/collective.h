@@ -51,7 +51,9 @@ void em_comm_free(em_comm *c);
 int em_comm_world(const em_comm *c);
 int em_comm_local(const em_comm *c);
 
-/* bufs[i] (n floats on local rank i) = the sum over every rank, in place. */
+/* bufs[i] (n floats on local rank i) = the sum over every rank, in place.
+ * A NULL bufs[i] (recv[i] below) leaves local rank i out of this call: its
+ * part is queued already, inside a recorded step (CUDA only). */
 em_status em_comm_allreduce_sum(em_comm *c, float *const *bufs, size_t n);
 /* recv[i] (world * n floats on local rank i) = every rank's send (n floats),
  * in rank order. */

@@ -81,7 +81,7 @@ typedef struct tp_impl {
     em_span *rx_spans;
     int kv_blocks;
     float **gathered;
-    bool graphs; /* record decode steps (one rank per process only) */
+    bool graphs; /* record decode steps */
     float **sum_bufs; /* per rank, for the all-reduces */
     int *window;      /* per layer */
     float *inv_freq;
@@ -324,9 +324,9 @@ static em_status dense_tp_load(em_model *m) {
     t->inv_freq = em_calloc((size_t)t->rot_dim / 2 + 1, sizeof *t->inv_freq);
     if (!t->inv_freq) return em_fail(EM_ERR_NOMEM, "out of memory");
     rope_inv_freq(&c->rope, t->rot_dim, c->max_pos, t->inv_freq, &t->attn_factor);
-    /* one GPU per process records its decode steps like the one-GPU graph;
-     * one process over several GPUs runs every operation (see docs) */
-    t->graphs = m->tp_procs && m->be->ops->graph_begin && em_config_flag(m->config, EMC_CUDA_GRAPHS);
+    /* decode steps are recorded as the one-GPU graph records them */
+    t->graphs = m->be->ops->graph_begin && m->be->ops->graph_end && m->be->ops->graph_reset &&
+                em_config_flag(m->config, EMC_CUDA_GRAPHS) && t->n <= 64;
     /* the cache holds a rank's KV heads */
     m->kv_heads = t->r[0].sh.n_kv_heads;
     return EM_OK;
@@ -578,26 +578,37 @@ static void mlp_part(em_model *m, tp_impl *t, tp_rank *R, int layer, int T) {
     mm(t, R, R->h, R->act, &L->wd, L->bd);
 }
 
-/* x += sum over ranks of each rank's h. collectives false: a recorded step
- * is being replayed, whose recording holds the all-reduce already. */
-static em_status reduce_into_x(em_model *m, tp_impl *t, int T, bool collectives) {
+/* The local ranks a step is issued to (bit r: rank r). */
+typedef uint64_t rank_mask;
+#define ALL_RANKS(n) ((n) >= 64 ? ~(rank_mask)0 : (((rank_mask)1 << (n)) - 1))
+#define HAS(mask, r) (((mask) >> (r)) & 1)
+
+/* x += sum over ranks of each rank's h, on the ranks of mask. collectives
+ * false: a recorded step is being replayed, whose recording holds the
+ * all-reduce already. */
+static em_status reduce_into_x(em_model *m, tp_impl *t, int T, rank_mask mask, bool collectives) {
     size_t n = (size_t)T * m->cfg.hidden;
-    for (int r = 0; r < t->n; r++) t->sum_bufs[r] = t->r[r].h;
+    for (int r = 0; r < t->n; r++) t->sum_bufs[r] = HAS(mask, r) ? t->r[r].h : NULL;
     if (collectives) EM_TRY(em_comm_allreduce_sum(t->comm, t->sum_bufs, n));
-    for (int r = 0; r < t->n; r++) t->r[r].be->ops->add(t->r[r].be, t->r[r].x, t->r[r].h, n);
+    for (int r = 0; r < t->n; r++)
+        if (HAS(mask, r)) t->r[r].be->ops->add(t->r[r].be, t->r[r].x, t->r[r].h, n);
     return EM_OK;
 }
 
-static em_status issue_step(em_model *m, tp_impl *t, const em_batch *b, int T, bool collectives) {
+static em_status issue_step(em_model *m, tp_impl *t, const em_batch *b, int T, rank_mask mask, bool collectives) {
     const model_config *c = &m->cfg;
-    for (int r = 0; r < t->n; r++) t->r[r].be->ops->embed(t->r[r].be, t->r[r].x, &t->r[r].embed, t->ids, T);
+    for (int r = 0; r < t->n; r++)
+        if (HAS(mask, r)) t->r[r].be->ops->embed(t->r[r].be, t->r[r].x, &t->r[r].embed, t->ids, T);
     for (int l = 0; l < c->n_layers; l++) {
-        for (int r = 0; r < t->n; r++) attention_part(m, t, &t->r[r], l, b, T);
-        EM_TRY(reduce_into_x(m, t, T, collectives));
-        for (int r = 0; r < t->n; r++) mlp_part(m, t, &t->r[r], l, T);
-        EM_TRY(reduce_into_x(m, t, T, collectives));
+        for (int r = 0; r < t->n; r++)
+            if (HAS(mask, r)) attention_part(m, t, &t->r[r], l, b, T);
+        EM_TRY(reduce_into_x(m, t, T, mask, collectives));
+        for (int r = 0; r < t->n; r++)
+            if (HAS(mask, r)) mlp_part(m, t, &t->r[r], l, T);
+        EM_TRY(reduce_into_x(m, t, T, mask, collectives));
     }
     for (int r = 0; r < t->n; r++) {
+        if (!HAS(mask, r)) continue;
         tp_rank *R = &t->r[r];
         int rows = batch_gather_logit_rows(R->be, b, R->x, R->h, c->hidden);
         if (!rows) continue;
@@ -633,9 +644,8 @@ static em_status gather_logits(em_model *m, tp_impl *t, int rows, float *logits)
     return EM_OK;
 }
 
-/* A decode step one process may record (one rank per process: its stream
- * and its communicator are its own, so the recording holds its NCCL calls):
- * one token and its logits per sequence, few enough rows for the GEMV path. */
+/* A decode step that may be recorded: one token and its logits per
+ * sequence, few enough rows for the GEMV path. */
 static bool recordable(const tp_impl *t, const em_batch *b, int T) {
     if (!t->graphs || T > 64) return false;
     for (int s = 0; s < b->n_spans; s++)
@@ -643,19 +653,47 @@ static bool recordable(const tp_impl *t, const em_batch *b, int T) {
     return true;
 }
 
-/* Issues the step, through a recording when the step allows one. Each
- * process decides alone: whether its rank replays, records or runs the
- * operations one by one, it runs the step's collectives exactly once, in
- * the same order as every other rank. */
+/* Issues the step, through recordings when the step allows them: each
+ * local rank records its own stream's operations (its NCCL calls inside,
+ * the ranks' calls grouped as when they run one by one), and replays them
+ * after. The local ranks move together: when their recordings disagree
+ * (one replays, another must record) they are all forgotten and the step
+ * runs without them. A rank whose recording did not run (graph_end's ran
+ * false) runs its operations one by one afterwards, collectives included,
+ * so every rank — here or in another process — runs each collective once,
+ * in order. */
 static em_status issue_recorded(em_model *m, tp_impl *t, const em_batch *b, int T) {
-    em_backend *be = t->r[0].be;
-    em_graph_mode gm = recordable(t, b, T) ? be->ops->graph_begin(be, (uint64_t)T) : EM_GRAPH_NONE;
-    em_status s = issue_step(m, t, b, T, gm != EM_GRAPH_REPLAY);
-    if (gm == EM_GRAPH_NONE) return s;
-    bool ran = false;
-    em_status e = be->ops->graph_end(be, &ran);
-    if (s == EM_OK) s = e;
-    if (s == EM_OK && !ran) s = issue_step(m, t, b, T, true);
+    rank_mask all = ALL_RANKS(t->n);
+    if (!recordable(t, b, T)) return issue_step(m, t, b, T, all, true);
+    em_graph_mode modes[64];
+    bool same = true;
+    for (int r = 0; r < t->n; r++) {
+        em_backend *be = t->r[r].be;
+        modes[r] = be->ops->graph_begin(be, (uint64_t)T);
+        same = same && modes[r] == modes[0];
+    }
+    if (!same) {
+        for (int r = 0; r < t->n; r++) {
+            em_backend *be = t->r[r].be;
+            bool ran;
+            /* nothing issued: an empty recording, or a replay that does not
+             * match and is dropped; then every recording is forgotten */
+            if (modes[r] != EM_GRAPH_NONE) EM_TRY(be->ops->graph_end(be, &ran));
+            be->ops->graph_reset(be);
+        }
+        return issue_step(m, t, b, T, all, true);
+    }
+    if (modes[0] == EM_GRAPH_NONE) return issue_step(m, t, b, T, all, true);
+    em_status s = issue_step(m, t, b, T, all, modes[0] != EM_GRAPH_REPLAY);
+    rank_mask missed = 0;
+    for (int r = 0; r < t->n; r++) {
+        em_backend *be = t->r[r].be;
+        bool ran = false;
+        em_status e = be->ops->graph_end(be, &ran);
+        if (s == EM_OK) s = e;
+        if (!ran) missed |= (rank_mask)1 << r;
+    }
+    if (s == EM_OK && missed) s = issue_step(m, t, b, T, missed, true);
     return s;
 }
 

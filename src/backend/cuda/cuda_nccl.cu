@@ -316,13 +316,19 @@ static bool timed_mark(nccl_comm *c, int slot) {
     return cudaEventRecord(*e, cb->stream) == cudaSuccess;
 }
 
-/* Issues one grouped collective over the local ranks; issue(i, comm,
- * stream) queues rank i's call. */
-template <typename F> static em_status grouped(nccl_comm *c, const char *what, bool timed, F issue) {
+/* Issues one grouped collective over the local ranks wants(i) names;
+ * issue(i, comm, stream) queues rank i's call. A rank left out has its part
+ * queued already (inside a recorded step). */
+template <typename W, typename F>
+static em_status grouped(nccl_comm *c, const char *what, bool timed, W wants, F issue) {
     if (c->dead) return dead_error(c);
-    bool t = timed && timed_mark(c, 0);
+    int n = 0;
+    for (int i = 0; i < c->n_local; i++) n += wants(i);
+    if (!n) return EM_OK;
+    bool t = timed && wants(0) && timed_mark(c, 0);
     EM_TRY(check_call(c, g_nccl.group_start(), what));
     for (int i = 0; i < c->n_local; i++) {
+        if (!wants(i)) continue;
         cuda_backend *cb = cuda_enter(c->bes[i]);
         cuda_stage_flush(cb);
         ncclResult_t r = issue(i, c->comms[i], cb->stream);
@@ -337,13 +343,15 @@ template <typename F> static em_status grouped(nccl_comm *c, const char *what, b
 }
 
 extern "C" em_status nccl_comm_allreduce_sum(nccl_comm *c, float *const *bufs, size_t n) {
-    return grouped(c, "an all-reduce", true, [&](int i, ncclComm_t comm, cudaStream_t st) {
+    return grouped(c, "an all-reduce", true, [&](int i) { return bufs[i] != NULL; },
+                   [&](int i, ncclComm_t comm, cudaStream_t st) {
         return g_nccl.all_reduce(bufs[i], bufs[i], n, ncclFloat32, ncclSum, comm, st);
     });
 }
 
 extern "C" em_status nccl_comm_allgather(nccl_comm *c, const float *const *send, float *const *recv, size_t n) {
-    return grouped(c, "an all-gather", false, [&](int i, ncclComm_t comm, cudaStream_t st) {
+    return grouped(c, "an all-gather", false, [&](int i) { return recv[i] != NULL; },
+                   [&](int i, ncclComm_t comm, cudaStream_t st) {
         return g_nccl.all_gather(send[i], recv[i], n, ncclFloat32, comm, st);
     });
 }
