@@ -46,6 +46,11 @@ for d in "$EMBER_SRC"/tests/golden/dense/*/; do
     fi
   done
 done
+# prefill over several KV blocks, then batched decode steps (recorded) of two
+# sequences: every golden that splits, one GPU against two
+if [ -x "${EMBER_BUILD:-}/tests/test_dense_tp" ]; then
+  "$EMBER_BUILD/tests/test_dense_tp" --device cuda --ranks 2 || { echo "FAIL test_dense_tp on cuda"; fail=1; }
+fi
 # several sequences per step (the batched attention and block tables of
 # every rank), with the all-reduce figure (timed when steps are not recorded)
 out=$(EMBER_CUDA_GRAPHS=0 "$EMBER_BIN" bench "$first" --device cuda --tensor-parallel 2 --prompt-tokens 40 \
@@ -53,6 +58,10 @@ out=$(EMBER_CUDA_GRAPHS=0 "$EMBER_BIN" bench "$first" --device cuda --tensor-par
 echo "$out"
 if ! grep -q "all-reduce [0-9.]* ms per decode step" <<<"$out"; then
   echo "FAIL bench --tensor-parallel 2 printed no all-reduce figure"; fail=1
+fi
+# the same batch with recorded decode steps
+if ! "$EMBER_BIN" bench "$first" --device cuda --tensor-parallel 2 --prompt-tokens 40 --gen-tokens 16 --batch 4; then
+  echo "FAIL bench --tensor-parallel 2 --batch 4 with recorded steps"; fail=1
 fi
 # refusals
 if "$EMBER_BIN" logits "$first" --ids 1 --out "$tmp/x.bin" --device cpu --tensor-parallel 2 2>"$tmp/cpu.err" ||

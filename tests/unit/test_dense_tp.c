@@ -3,7 +3,11 @@
  * (model_open_host_split): every golden dense checkpoint that splits over 2
  * (and 4) ranks must give the unsplit logits within f32 summation-order
  * tolerance — a prefill over several KV blocks, then batched decode steps of
- * two sequences — and the shapes that do not split must be refused. */
+ * two sequences — and the shapes that do not split must be refused.
+ *
+ * `test_dense_tp --device cuda [--ranks N] [DIR...]` runs the same
+ * comparison on GPUs (NCCL, recorded decode steps): one GPU against N
+ * (tests/cuda/test_tensor_parallel.sh runs it where there are two). */
 #include "test.h"
 
 #include "model/model.h"
@@ -42,8 +46,12 @@ static float *run_script(em_model *m, int *rows_out) {
     return out;
 }
 
+static const char *g_device = "cpu";
+static int g_max_ranks = 4;
+
 static void check_model(const char *dir) {
-    em_open_options o = {.n_threads = 1, .precision = EM_PRECISION_EXACT, .max_sequences = 2, .device = "cpu"};
+    bool cuda = strcmp(g_device, "cpu") != 0;
+    em_open_options o = {.n_threads = 1, .precision = EM_PRECISION_EXACT, .max_sequences = 2, .device = g_device};
     em_model *m;
     if (em_model_open(dir, &o, &m) != EM_OK) {
         fprintf(stderr, "%s: %s\n", dir, em_last_error());
@@ -57,11 +65,11 @@ static void check_model(const char *dir) {
     em_model_free(m);
     double range = 0;
     for (size_t i = 0; i < (size_t)rows * V; i++) range = fmax(range, fabs(want[i]));
-    for (int n = 2; n <= 4; n *= 2) {
+    for (int n = 2; n <= g_max_ranks; n *= 2) {
         bool splits = n_heads % n == 0 && ff % n == 0 && (n_kv % n == 0 || n % n_kv == 0);
         em_open_options so = o;
         so.tensor_parallel = n;
-        em_status s = model_open_host_split(dir, &so, &m);
+        em_status s = cuda ? em_model_open(dir, &so, &m) : model_open_host_split(dir, &so, &m);
         if (!splits) {
             CHECKF(s == EM_ERR_UNSUPPORTED, "%s over %d ranks should be refused", dir, n);
             if (s == EM_OK) em_model_free(m);
@@ -79,7 +87,7 @@ static void check_model(const char *dir) {
         float *got = run_script(m, &rows2);
         long calls = 0;
         model_tp_take_time(m, &calls);
-        CHECKF(calls == 2L * m->cfg.n_layers * (2 + N_STEPS), "%ld all-reduces", calls);
+        if (!cuda) CHECKF(calls == 2L * m->cfg.n_layers * (2 + N_STEPS), "%ld all-reduces", calls);
         double worst = 0;
         for (size_t i = 0; i < (size_t)rows * V; i++) worst = fmax(worst, fabs(got[i] - want[i]));
         CHECKF(worst <= 2e-5 * range + 1e-5, "%s over %d ranks: max err %g (range %g)", dir, n, worst, range);
@@ -99,8 +107,15 @@ static void cpu_refused(const char *dir) {
 }
 
 int main(int argc, char **argv) {
-    if (argc > 1) {
-        for (int i = 1; i < argc; i++) check_model(argv[i]);
+    int first = 1;
+    while (first + 1 < argc && argv[first][0] == '-') {
+        if (!strcmp(argv[first], "--device")) g_device = argv[first + 1];
+        else if (!strcmp(argv[first], "--ranks")) g_max_ranks = atoi(argv[first + 1]);
+        else break;
+        first += 2;
+    }
+    if (first < argc) {
+        for (int i = first; i < argc; i++) check_model(argv[i]);
         return test_summary();
     }
     char pat[4096];
@@ -111,7 +126,7 @@ int main(int argc, char **argv) {
     /* the demo model: bf16 weights */
     snprintf(pat, sizeof pat, "%s/models/demo", test_src_dir());
     check_model(pat);
-    cpu_refused(g.gl_pathv[0]);
+    if (!strcmp(g_device, "cpu")) cpu_refused(g.gl_pathv[0]);
     globfree(&g);
     return test_summary();
 }
