@@ -333,16 +333,19 @@ static em_status dense_tp_load(em_model *m) {
 }
 
 /* One process per rank: the ranks agree on the KV blocks every one of them
- * holds (the fewest) and on the sequence slots (equal), through an
- * all-reduce that is also the barrier after loading. */
+ * holds (the fewest) and check that their sequence slots and context are
+ * equal, through an all-reduce that is also the barrier after loading. */
+#define KV_FACTS 3
 static em_status agree_kv(em_model *m, tp_impl *t) {
     em_backend *be = m->be;
-    size_t n = 2 * (size_t)t->world;
+    size_t n = KV_FACTS * (size_t)t->world;
     float *h = em_calloc(n, sizeof *h), *d = be->ops->alloc(be, n * sizeof(float));
     em_status s = h && d ? EM_OK : em_fail(EM_ERR_NOMEM, "out of memory");
     if (s == EM_OK) {
-        h[2 * t->rank0] = (float)m->kv->max_blocks;
-        h[2 * t->rank0 + 1] = (float)m->kv->max_seqs;
+        /* small integers: exact in f32 (blocks up to 2^24) */
+        h[KV_FACTS * t->rank0] = (float)m->kv->max_blocks;
+        h[KV_FACTS * t->rank0 + 1] = (float)m->kv->max_seqs;
+        h[KV_FACTS * t->rank0 + 2] = (float)m->kv->max_ctx;
         s = be->ops->upload(be, d, h, n * sizeof(float));
     }
     if (s == EM_OK) s = em_comm_allreduce_sum(t->comm, &d, n);
@@ -351,10 +354,12 @@ static em_status agree_kv(em_model *m, tp_impl *t) {
     if (s == EM_OK) s = be->ops->download(be, h, d, n * sizeof(float));
     int blocks = m->kv->max_blocks;
     for (int r = 0; s == EM_OK && r < t->world; r++) {
-        if ((int)h[2 * r] < blocks) blocks = (int)h[2 * r];
-        if ((int)h[2 * r + 1] != m->kv->max_seqs)
-            s = em_fail(EM_ERR_INVALID, "tensor parallelism: rank %d has %d sequence slots, rank %d has %d: start "
-                        "every rank with the same options", r, (int)h[2 * r + 1], t->rank0, m->kv->max_seqs);
+        const float *f = h + KV_FACTS * r;
+        if ((int)f[0] < blocks) blocks = (int)f[0];
+        if ((int)f[1] != m->kv->max_seqs || (int)f[2] != m->kv->max_ctx)
+            s = em_fail(EM_ERR_INVALID, "tensor parallelism: rank %d has %d sequence slots of %d positions, rank %d "
+                        "has %d of %d: start every rank with the same options", r, (int)f[1], (int)f[2], t->rank0,
+                        m->kv->max_seqs, m->kv->max_ctx);
     }
     free(h);
     if (d) be->ops->free(be, d);
