@@ -28,6 +28,7 @@
 #include "model/batch_rows.h"
 #include "model/rope.h"
 #include "model/tp_plan.h"
+#include "model/tp_step.h"
 #include "model/weights_shard.h"
 
 #include <math.h>
@@ -96,13 +97,6 @@ typedef struct tp_impl {
 
 #define LNAME(buf, i, suffix) snprintf(buf, sizeof buf, "model.layers.%d.%s", i, suffix)
 
-/* Step descriptors rank 0 sends the other processes (int32 words):
- *   magic, kind, n_spans, tokens
- *   per span: seq, n, start position, logits mode, n_blocks,
- *             block ids[n_blocks], token ids[n] */
-#define TP_STEP_MAGIC 0x54505354 /* "TPST" */
-#define TP_STEP_RUN 1
-#define TP_STEP_STOP 2
 
 static int tp_timeout_ms(const em_model *m) { return (int)em_config_int(m->config, EMC_TP_TIMEOUT) * 1000; }
 
@@ -226,7 +220,8 @@ static void dense_tp_free(em_model *m) {
     if (t->boot && t->rank0 == 0) {
         /* tells the other processes to stop (best effort: they also stop
          * when the connection closes) */
-        int32_t stop[4] = {TP_STEP_MAGIC, TP_STEP_STOP, 0, 0};
+        int32_t stop[TP_STEP_HEADER];
+        tp_step_stop(stop);
         if (boot_broadcast(t->boot, stop, sizeof stop, 1000) != EM_OK) EM_LOGW("%s", em_last_error());
     }
     boot_close(t->boot);
@@ -725,27 +720,16 @@ static em_status run_step(em_model *m, tp_impl *t, const em_batch *b, int T, flo
 }
 
 /* Rank 0 of a multi-process group: sends the step (spans, their start
- * positions, block tables and tokens) to the other ranks. */
-static em_status send_step(em_model *m, tp_impl *t, const em_batch *b, int T) {
-    size_t words = 4;
-    for (int s = 0; s < b->n_spans; s++)
-        words += 5 + (size_t)m->kv->seqs[b->spans[s].seq].n_blocks + (size_t)b->spans[s].n;
+ * positions, block tables and tokens) to the other ranks (tp_step.h). */
+static em_status send_step(em_model *m, tp_impl *t, const em_batch *b) {
+    size_t words = tp_step_encode(NULL, b, t->span_len0, m->kv);
     if (words > t->frame_cap) {
         int32_t *f = realloc(t->frame, words * sizeof *f);
         if (!f) return em_fail(EM_ERR_NOMEM, "out of memory for a step of %zu words", words);
         t->frame = f;
         t->frame_cap = words;
     }
-    int32_t *w = t->frame;
-    *w++ = TP_STEP_MAGIC, *w++ = TP_STEP_RUN, *w++ = b->n_spans, *w++ = T;
-    for (int s = 0; s < b->n_spans; s++) {
-        const em_span *sp = &b->spans[s];
-        const kv_seq *q = &m->kv->seqs[sp->seq];
-        *w++ = sp->seq, *w++ = sp->n, *w++ = t->span_len0[s], *w++ = (int32_t)sp->logits, *w++ = q->n_blocks;
-        for (int i = 0; i < q->n_blocks; i++) *w++ = q->blocks[i];
-        memcpy(w, sp->tokens, (size_t)sp->n * sizeof *w);
-        w += sp->n;
-    }
+    tp_step_encode(t->frame, b, t->span_len0, m->kv);
     return boot_broadcast(t->boot, t->frame, words * sizeof(int32_t), tp_timeout_ms(m));
 }
 
@@ -777,52 +761,13 @@ static em_status dense_tp_forward(em_model *m, const em_batch *b, float *logits)
     /* everything that can fail on this side before the others start */
     int rows = batch_logit_rows(b);
     if (rows) EM_TRY(ensure_logits(m, t, rows));
-    if (t->boot) EM_TRY(send_step(m, t, b, T));
+    if (t->boot) EM_TRY(send_step(m, t, b));
     EM_TRY(run_step(m, t, b, T, logits));
     for (int s = 0; s < b->n_spans; s++) m->kv->seqs[b->spans[s].seq].len += b->spans[s].n;
     return EM_OK;
 }
 
 /* ---- the other processes of a group ---- */
-
-static em_status bad_step(const tp_impl *t, const char *what) {
-    return em_fail(EM_ERR_FORMAT, "rank %d: malformed step from rank 0: %s", t->rank0, what);
-}
-
-/* Checks a received step word by word; *T its tokens, or -1 for a stop. */
-static em_status check_step(const em_model *m, const tp_impl *t, const int32_t *w, size_t words, int *n_spans, int *T) {
-    const kv_cache *kv = m->kv;
-    if (words < 4 || w[0] != TP_STEP_MAGIC) return bad_step(t, "bad header");
-    if (w[1] == TP_STEP_STOP) {
-        *T = -1;
-        return EM_OK;
-    }
-    if (w[1] != TP_STEP_RUN || w[2] < 1 || w[2] > 65536 || w[3] < 1) return bad_step(t, "bad counts");
-    int max_blocks_seq = (kv->max_ctx + kv->block_size - 1) / kv->block_size;
-    size_t at = 4;
-    long tokens = 0;
-    for (int s = 0; s < w[2]; s++) {
-        if (words - at < 5) return bad_step(t, "truncated span");
-        int32_t seq = w[at], n = w[at + 1], len0 = w[at + 2], lg = w[at + 3], nb = w[at + 4];
-        if (seq < 0 || seq >= kv->max_seqs || n < 1 || len0 < 0 || n > kv->max_ctx || len0 > kv->max_ctx - n ||
-            lg < LOGITS_NONE || lg > LOGITS_ALL || nb < (len0 + n + kv->block_size - 1) / kv->block_size ||
-            nb > max_blocks_seq)
-            return bad_step(t, "span out of range");
-        at += 5;
-        if (words - at < (size_t)nb + (size_t)n) return bad_step(t, "truncated span");
-        for (int i = 0; i < nb; i++)
-            if (w[at + i] < 0 || w[at + i] >= t->kv_blocks) return bad_step(t, "block id out of range");
-        at += (size_t)nb;
-        for (int i = 0; i < n; i++)
-            if (w[at + i] < 0 || w[at + i] >= m->cfg.vocab) return bad_step(t, "token id out of range");
-        at += (size_t)n;
-        tokens += n;
-    }
-    if (at != words || tokens != w[3]) return bad_step(t, "length mismatch");
-    *n_spans = w[2];
-    *T = w[3];
-    return EM_OK;
-}
 
 /* Runs one checked step: spans over the received words, positions from
  * their start, block tables translated into this rank's storage. */
@@ -832,19 +777,18 @@ static em_status follow_step(em_model *m, tp_impl *t, const int32_t *w, int n_sp
         if (!sp) return em_fail(EM_ERR_NOMEM, "out of memory");
         t->rx_spans = sp;
     }
-    size_t at = 4;
+    size_t at = TP_STEP_HEADER;
     int row = 0;
     EM_TRY(ensure_workspace(m, t, T));
     for (int s = 0; s < n_spans; s++) {
-        int32_t seq = w[at], n = w[at + 1], len0 = w[at + 2], nb = w[at + 4];
-        const int32_t *blocks = w + at + 5, *tokens = blocks + nb;
-        t->rx_spans[s] = (em_span){seq, tokens, n, (logits_mode)w[at + 3]};
-        EM_TRY(map_update(m->kv, &t->r[0], seq, blocks, nb));
-        for (int i = 0; i < n; i++) {
-            t->ids[row] = tokens[i];
-            t->pos[row++] = len0 + i;
+        tp_step_span sp;
+        at = tp_step_span_at(w, at, &sp);
+        t->rx_spans[s] = (em_span){sp.seq, sp.tokens, sp.n, (logits_mode)sp.logits};
+        EM_TRY(map_update(m->kv, &t->r[0], sp.seq, sp.blocks, sp.n_blocks));
+        for (int i = 0; i < sp.n; i++) {
+            t->ids[row] = sp.tokens[i];
+            t->pos[row++] = sp.len0 + i;
         }
-        at += 5 + (size_t)nb + (size_t)n;
     }
     em_batch b = {t->rx_spans, n_spans};
     EM_TRY(ensure_spans(t, &b));
@@ -864,9 +808,12 @@ em_status model_tp_follow(em_model *m) {
         size_t len;
         em_status s = boot_receive(t->boot, &t->rx, &t->rx_cap, &len, -1);
         if (s != EM_OK) return em_fail_prefix(s, "rank %d: rank 0 is gone", t->rank0);
-        if (len % sizeof(int32_t)) return bad_step(t, "not whole words");
+        const kv_cache *kv = m->kv;
+        tp_step_limits lim = {kv->max_seqs, kv->max_ctx, kv->block_size, t->kv_blocks, m->cfg.vocab};
         int n_spans = 0, T = 0;
-        EM_TRY(check_step(m, t, t->rx, len / sizeof(int32_t), &n_spans, &T));
+        s = len % sizeof(int32_t) ? em_fail(EM_ERR_FORMAT, "malformed step from rank 0: not whole words")
+                                  : tp_step_check(t->rx, len / sizeof(int32_t), &lim, &n_spans, &T);
+        if (s != EM_OK) return em_fail_prefix(s, "rank %d", t->rank0);
         if (T < 0) {
             EM_LOGI("tensor parallelism: rank 0 stopped; rank %d stops", t->rank0);
             return EM_OK;
