@@ -18,391 +18,17 @@
  * logits. The embedding is replicated: a lookup of T rows costs nothing
  * next to a layer, and splitting it by vocabulary would add a collective per
  * step to save one table's memory per GPU. */
-#include "model/model.h"
+#include "model/dense_tp_internal.h"
 
-#include "backend/collective.h"
 #include "base/alloc.h"
-#include "base/bootstrap.h"
-#include "base/config.h"
-#include "base/log.h"
-#include "model/batch_rows.h"
-#include "model/rope.h"
-#include "model/tp_plan.h"
 #include "model/tp_step.h"
-#include "model/weights_shard.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct tp_layer {
-    em_weight wq, wk, wv, wo, wg, wu, wd;
-    float *bq, *bk, *bv, *bo, *bg, *bu, *bd; /* bo, bd: rank 0 only */
-    float *attn_norm, *mlp_norm, *q_norm, *k_norm;
-} tp_layer;
-
-/* A sequence's block table translated into one rank's KV storage. */
-typedef struct tp_seq_map {
-    int *ids;
-    int n, cap;
-    float **k, **v; /* [layer][cap] */
-} tp_seq_map;
-
-typedef struct tp_rank {
-    em_backend *be; /* rank 0: m->be (the model's); others owned here */
-    tp_shard sh;
-    dev_list wl;    /* weight slices and vectors */
-    tp_layer *layers;
-    em_weight embed, head;
-    float *final_norm;
-    float *x, *h, *q, *k, *v, *att, *gate, *up, *act; /* workspace */
-    float *logits;                                       /* [rows, vocab_pad] */
-    /* KV storage in m->kv's layout: ranks > 0 of one process own theirs;
-     * a follower process uses its own m->kv's */
-    float **k_layer, **v_layer;
-    bool own_kv;
-    tp_seq_map *maps; /* per sequence slot; NULL: m->kv's own tables */
-    em_kv_view *views;
-} tp_rank;
-
-typedef struct tp_impl {
-    int n;            /* ranks this process drives */
-    int world, rank0; /* ranks in all; the global rank of local rank 0 */
-    tp_rank *r;
-    em_comm *comm;
-    /* one process per rank: the control channel from rank 0, the step
-     * descriptor sent (rank 0) or received (others), the blocks every rank
-     * may use, and the gathered logits of all ranks */
-    boot_group *boot;
-    int32_t *frame;
-    size_t frame_cap;
-    void *rx;
-    size_t rx_cap;
-    em_span *rx_spans;
-    int kv_blocks;
-    float **gathered;
-    bool graphs; /* record decode steps */
-    float **sum_bufs; /* per rank, for the all-reduces */
-    int *window;      /* per layer */
-    float *inv_freq;
-    float attn_factor;
-    int rot_dim;
-    int cap_tokens, cap_spans, cap_logit_rows;
-    int32_t *pos, *ids;
-    row_runs runs;
-    int *span_rows, *span_len0;
-    float *host_slice; /* one rank's logit columns on the host */
-} tp_impl;
-
-#define LNAME(buf, i, suffix) snprintf(buf, sizeof buf, "model.layers.%d.%s", i, suffix)
-
-
-static int tp_timeout_ms(const em_model *m) { return (int)em_config_int(m->config, EMC_TP_TIMEOUT) * 1000; }
-
-/* ---- loading ---- */
-
-static em_status vec(em_model *m, tp_rank *R, const char *name, int64_t n_full, int64_t off, int64_t n, float **out) {
-    EM_TRY(weight_load_vector_shard(m, R->be, name, n_full, off, n, out));
-    em_status s = dev_list_add(&R->wl, *out);
-    if (s != EM_OK) {
-        R->be->ops->free(R->be, *out);
-        *out = NULL;
-    }
-    return s;
-}
-
-static em_status bind_rows(em_model *m, tp_rank *R, const char *name, int64_t rows, int64_t cols, int64_t r0,
-                           int64_t n, em_weight *w) {
-    tp_slice s = {r0, n, 0, cols, n};
-    return weight_bind_shard(m, &R->wl, name, rows, cols, &s, w);
-}
-
-static em_status bind_cols(em_model *m, tp_rank *R, const char *name, int64_t rows, int64_t cols, int64_t c0,
-                           int64_t n, em_weight *w) {
-    tp_slice s = {0, rows, c0, n, rows};
-    return weight_bind_shard(m, &R->wl, name, rows, cols, &s, w);
-}
-
-static em_status bind_layer(em_model *m, tp_rank *R, int i, tp_layer *L) {
-    const model_config *c = &m->cfg;
-    const tp_shard *sh = &R->sh;
-    int64_t H = c->hidden, hd = c->head_dim, F = c->intermediate;
-    int64_t qd = (int64_t)c->n_heads * hd, kvd = (int64_t)c->n_kv_heads * hd;
-    int64_t q0 = sh->q_head0 * hd, qn = sh->n_q_heads * hd, k0 = sh->kv_head0 * hd, kn = sh->n_kv_heads * hd;
-    char name[160];
-#define NM(suffix) (LNAME(name, i, suffix), name)
-    EM_TRY(bind_rows(m, R, NM("self_attn.q_proj.weight"), qd, H, q0, qn, &L->wq));
-    EM_TRY(bind_rows(m, R, NM("self_attn.k_proj.weight"), kvd, H, k0, kn, &L->wk));
-    EM_TRY(bind_rows(m, R, NM("self_attn.v_proj.weight"), kvd, H, k0, kn, &L->wv));
-    EM_TRY(bind_cols(m, R, NM("self_attn.o_proj.weight"), H, qd, q0, qn, &L->wo));
-    EM_TRY(bind_rows(m, R, NM("mlp.gate_proj.weight"), F, H, sh->ff0, sh->n_ff, &L->wg));
-    EM_TRY(bind_rows(m, R, NM("mlp.up_proj.weight"), F, H, sh->ff0, sh->n_ff, &L->wu));
-    EM_TRY(bind_cols(m, R, NM("mlp.down_proj.weight"), H, F, sh->ff0, sh->n_ff, &L->wd));
-    if (c->qkv_bias) {
-        EM_TRY(vec(m, R, NM("self_attn.q_proj.bias"), qd, q0, qn, &L->bq));
-        EM_TRY(vec(m, R, NM("self_attn.k_proj.bias"), kvd, k0, kn, &L->bk));
-        EM_TRY(vec(m, R, NM("self_attn.v_proj.bias"), kvd, k0, kn, &L->bv));
-    }
-    /* summed over ranks after the all-reduce: added once, by rank 0 */
-    if (c->o_bias && sh->rank == 0) EM_TRY(vec(m, R, NM("self_attn.o_proj.bias"), H, 0, H, &L->bo));
-    if (c->mlp_bias) {
-        EM_TRY(vec(m, R, NM("mlp.gate_proj.bias"), F, sh->ff0, sh->n_ff, &L->bg));
-        EM_TRY(vec(m, R, NM("mlp.up_proj.bias"), F, sh->ff0, sh->n_ff, &L->bu));
-        if (sh->rank == 0) EM_TRY(vec(m, R, NM("mlp.down_proj.bias"), H, 0, H, &L->bd));
-    }
-    EM_TRY(vec(m, R, NM("input_layernorm.weight"), H, 0, H, &L->attn_norm));
-    EM_TRY(vec(m, R, NM("post_attention_layernorm.weight"), H, 0, H, &L->mlp_norm));
-    if (c->qk_norm) {
-        EM_TRY(vec(m, R, NM("self_attn.q_norm.weight"), hd, 0, hd, &L->q_norm));
-        EM_TRY(vec(m, R, NM("self_attn.k_norm.weight"), hd, 0, hd, &L->k_norm));
-    }
-#undef NM
-    return EM_OK;
-}
-
-static em_status bind_rank(em_model *m, tp_rank *R) {
-    const model_config *c = &m->cfg;
-    R->layers = em_calloc((size_t)c->n_layers, sizeof *R->layers);
-    if (!R->layers) return em_fail(EM_ERR_NOMEM, "out of memory");
-    EM_TRY(bind_rows(m, R, "model.embed_tokens.weight", c->vocab, c->hidden, 0, c->vocab, &R->embed));
-    const char *head = "lm_head.weight";
-    if (c->tied_embeddings || !st_find(m->st, head)) {
-        if (!c->tied_embeddings)
-            return em_fail(EM_ERR_FORMAT, "%s: tensor lm_head.weight is missing and tie_word_embeddings is false", m->dir);
-        head = "model.embed_tokens.weight";
-    }
-    tp_slice hs = {R->sh.vocab0, R->sh.n_vocab, 0, c->hidden, R->sh.vocab_pad};
-    EM_TRY(weight_bind_shard(m, &R->wl, head, c->vocab, c->hidden, &hs, &R->head));
-    EM_TRY(vec(m, R, "model.norm.weight", c->hidden, 0, c->hidden, &R->final_norm));
-    for (int i = 0; i < c->n_layers; i++) EM_TRY(bind_layer(m, R, i, &R->layers[i]));
-    EM_LOGI("%s: rank %d on %s: query heads %d..%d, KV heads %d..%d%s, features %lld..%lld, vocabulary %lld..%lld",
-            m->dir, R->sh.rank, R->be->desc, R->sh.q_head0, R->sh.q_head0 + R->sh.n_q_heads - 1, R->sh.kv_head0,
-            R->sh.kv_head0 + R->sh.n_kv_heads - 1, R->sh.kv_replicated ? " (replicated)" : "", (long long)R->sh.ff0,
-            (long long)(R->sh.ff0 + R->sh.n_ff - 1), (long long)R->sh.vocab0,
-            (long long)(R->sh.vocab0 + R->sh.n_vocab - 1));
-    return EM_OK;
-}
-
-static void free_workspace(tp_rank *R) {
-    float **ws[] = {&R->x, &R->h, &R->q, &R->k, &R->v, &R->att, &R->gate, &R->up, &R->act, &R->logits};
-    for (size_t k = 0; k < sizeof ws / sizeof ws[0]; k++) {
-        if (*ws[k]) R->be->ops->free(R->be, *ws[k]);
-        *ws[k] = NULL;
-    }
-}
-
-static void free_rank(em_model *m, tp_rank *R) {
-    if (!R->be) return;
-    free_workspace(R);
-    dev_list_free(&R->wl);
-    free(R->layers);
-    for (int l = 0; R->own_kv && R->k_layer && l < m->kv->n_layers; l++) {
-        if (R->k_layer[l]) R->be->ops->release(R->be, R->k_layer[l], m->kv->layer_bytes);
-        if (R->v_layer[l]) R->be->ops->release(R->be, R->v_layer[l], m->kv->layer_bytes);
-    }
-    if (R->own_kv) {
-        free(R->k_layer);
-        free(R->v_layer);
-    }
-    for (int s = 0; R->maps && s < m->kv->max_seqs; s++) {
-        free(R->maps[s].ids);
-        free(R->maps[s].k);
-        free(R->maps[s].v);
-    }
-    free(R->maps);
-    free(R->views);
-}
-
-static void dense_tp_free(em_model *m) {
-    tp_impl *t = m->impl;
-    if (!t) return;
-    if (t->boot && t->rank0 == 0) {
-        /* tells the other processes to stop (best effort: they also stop
-         * when the connection closes) */
-        int32_t stop[TP_STEP_HEADER];
-        tp_step_stop(stop);
-        if (boot_broadcast(t->boot, stop, sizeof stop, 1000) != EM_OK) EM_LOGW("%s", em_last_error());
-    }
-    boot_close(t->boot);
-    for (int r = 0; t->r && r < t->n; r++) {
-        if (t->gathered && t->gathered[r]) t->r[r].be->ops->free(t->r[r].be, t->gathered[r]);
-        free_rank(m, &t->r[r]);
-    }
-    free(t->gathered);
-    em_comm_free(t->comm); /* before the backends it queues on */
-    for (int r = 1; t->r && r < t->n; r++) em_backend_free(t->r[r].be);
-    free(t->r);
-    free(t->sum_bufs);
-    free(t->window);
-    free(t->inv_freq);
-    free(t->pos);
-    free(t->ids);
-    row_runs_free(&t->runs);
-    free(t->span_rows);
-    free(t->span_len0);
-    free(t->host_slice);
-    free(t->frame);
-    free(t->rx);
-    free(t->rx_spans);
-    free(t);
-    m->impl = NULL;
-}
-
-/* Opens the backends of ranks 1.., then the communicator over all. */
-static em_status open_ranks(em_model *m, tp_impl *t) {
-    em_backend **bes = em_calloc((size_t)t->n, sizeof *bes);
-    if (!bes) return em_fail(EM_ERR_NOMEM, "out of memory");
-    em_status s = EM_OK;
-    bes[0] = m->be;
-    for (int r = 1; r < t->n && s == EM_OK; r++) {
-        char dev[32];
-        /* host-memory ranks: the CPU (tests of the split graph) */
-        if (m->be->ops->host_memory) snprintf(dev, sizeof dev, "cpu");
-        else snprintf(dev, sizeof dev, "cuda:%d", m->tp_device0 + r);
-        s = em_backend_open(dev, m->be->n_threads, &t->r[r].be);
-        bes[r] = t->r[r].be;
-    }
-    if (s == EM_OK) s = em_comm_init_all(bes, t->n, tp_timeout_ms(m), &t->comm);
-    free(bes);
-    return s;
-}
-
-/* One process per rank: the rendezvous at EMBER_MASTER_ADDR:PORT hands
- * rank 0's NCCL id to the others, then each joins the communicator. */
-static em_status open_procs(em_model *m, tp_impl *t) {
-    const char *addr = em_config_str(m->config, EMC_MASTER_ADDR);
-    int port = (int)em_config_int(m->config, EMC_MASTER_PORT), timeout = tp_timeout_ms(m);
-    uint8_t id[EM_COMM_ID_BYTES];
-    if (t->rank0 == 0) {
-        EM_TRY(em_comm_unique_id(id));
-        boot_listener *l;
-        EM_TRY(boot_listen(addr, port, &l));
-        EM_LOGI("tensor parallelism: rank 0 waits for %d more ranks on %s:%d", t->world - 1, addr, port);
-        em_status s = boot_accept(l, t->world, id, sizeof id, timeout, &t->boot);
-        boot_listener_close(l);
-        EM_TRY(s);
-    } else {
-        size_t len;
-        EM_TRY(boot_join(addr, port, t->rank0, t->world, id, sizeof id, &len, timeout, &t->boot));
-        if (len != sizeof id)
-            return em_fail(EM_ERR_FORMAT, "rendezvous: rank 0 sent %zu bytes where an NCCL id has %d", len,
-                           EM_COMM_ID_BYTES);
-    }
-    return em_comm_init_rank(m->be, t->rank0, t->world, id, timeout, &t->comm);
-}
-
-static em_status dense_tp_load(em_model *m) {
-    const model_config *c = &m->cfg;
-    tp_impl *t = em_calloc(1, sizeof *t);
-    if (!t) return em_fail(EM_ERR_NOMEM, "out of memory");
-    m->impl = t;
-    t->world = m->tp_size;
-    t->n = m->tp_procs ? 1 : t->world;
-    t->rank0 = m->tp_procs ? m->tp_rank : 0;
-    t->r = em_calloc((size_t)t->n, sizeof *t->r);
-    t->sum_bufs = em_calloc((size_t)t->n, sizeof *t->sum_bufs);
-    t->window = em_calloc((size_t)c->n_layers, sizeof *t->window);
-    if (!t->r || !t->sum_bufs || !t->window) return em_fail(EM_ERR_NOMEM, "out of memory");
-    for (int r = 0; r < t->n; r++)
-        EM_TRY(tp_plan_make(c->n_heads, c->n_kv_heads, c->intermediate, c->vocab, t->rank0 + r, t->world, &t->r[r].sh));
-    t->r[0].be = m->be;
-    EM_TRY(m->tp_procs ? open_procs(m, t) : open_ranks(m, t));
-    for (int r = 0; r < t->n; r++) {
-        t->r[r].wl.be = t->r[r].be;
-        EM_TRY(bind_rank(m, &t->r[r]));
-    }
-    for (int i = 0; i < c->n_layers; i++)
-        t->window[i] = c->sliding_window > 0 && c->layer_sliding[i] ? c->sliding_window : 0;
-    t->rot_dim = (int)(c->head_dim * c->rope.partial_rotary_factor);
-    t->rot_dim &= ~1;
-    t->inv_freq = em_calloc((size_t)t->rot_dim / 2 + 1, sizeof *t->inv_freq);
-    if (!t->inv_freq) return em_fail(EM_ERR_NOMEM, "out of memory");
-    rope_inv_freq(&c->rope, t->rot_dim, c->max_pos, t->inv_freq, &t->attn_factor);
-    /* decode steps are recorded as the one-GPU graph records them */
-    t->graphs = m->be->ops->graph_begin && m->be->ops->graph_end && m->be->ops->graph_reset &&
-                em_config_flag(m->config, EMC_CUDA_GRAPHS) && t->n <= 64;
-    /* the cache holds a rank's KV heads */
-    m->kv_heads = t->r[0].sh.n_kv_heads;
-    return EM_OK;
-}
-
-/* One process per rank: the ranks agree on the KV blocks every one of them
- * holds (the fewest) and check that their sequence slots and context are
- * equal, through an all-reduce that is also the barrier after loading. */
-#define KV_FACTS 3
-static em_status agree_kv(em_model *m, tp_impl *t) {
-    em_backend *be = m->be;
-    size_t n = KV_FACTS * (size_t)t->world;
-    float *h = em_calloc(n, sizeof *h), *d = be->ops->alloc(be, n * sizeof(float));
-    em_status s = h && d ? EM_OK : em_fail(EM_ERR_NOMEM, "out of memory");
-    if (s == EM_OK) {
-        /* small integers: exact in f32 (blocks up to 2^24) */
-        h[KV_FACTS * t->rank0] = (float)m->kv->max_blocks;
-        h[KV_FACTS * t->rank0 + 1] = (float)m->kv->max_seqs;
-        h[KV_FACTS * t->rank0 + 2] = (float)m->kv->max_ctx;
-        s = be->ops->upload(be, d, h, n * sizeof(float));
-    }
-    if (s == EM_OK) s = em_comm_allreduce_sum(t->comm, &d, n);
-    if (s == EM_OK && (s = em_comm_wait(t->comm)) != EM_OK)
-        em_fail_prefix(s, "waiting for every rank to finish loading");
-    if (s == EM_OK) s = be->ops->download(be, h, d, n * sizeof(float));
-    int blocks = m->kv->max_blocks;
-    for (int r = 0; s == EM_OK && r < t->world; r++) {
-        const float *f = h + KV_FACTS * r;
-        if ((int)f[0] < blocks) blocks = (int)f[0];
-        if ((int)f[1] != m->kv->max_seqs || (int)f[2] != m->kv->max_ctx)
-            s = em_fail(EM_ERR_INVALID, "tensor parallelism: rank %d has %d sequence slots of %d positions, rank %d "
-                        "has %d of %d: start every rank with the same options", r, (int)f[1], (int)f[2], t->rank0,
-                        m->kv->max_seqs, m->kv->max_ctx);
-    }
-    free(h);
-    if (d) be->ops->free(be, d);
-    EM_TRY(s);
-    if (t->rank0 == 0 && blocks < m->kv->max_blocks) {
-        EM_LOGI("tensor parallelism: KV cache of %d blocks, the smallest among the ranks", blocks);
-        EM_TRY(kv_cache_limit_blocks(m->kv, blocks));
-    }
-    t->kv_blocks = blocks;
-    /* a follower translates rank 0's block ids into its own storage */
-    if (t->rank0 != 0) {
-        tp_rank *R = &t->r[0];
-        R->k_layer = m->kv->k_layer;
-        R->v_layer = m->kv->v_layer;
-        R->maps = em_calloc((size_t)m->kv->max_seqs, sizeof *R->maps);
-        if (!R->maps) return em_fail(EM_ERR_NOMEM, "out of memory");
-    }
-    return EM_OK;
-}
-
-/* Gives ranks 1.. of this process KV storage in the layout of the model's
- * cache. */
-static em_status dense_tp_kv_ready(em_model *m) {
-    tp_impl *t = m->impl;
-    const kv_cache *kv = m->kv;
-    if (t->boot) return agree_kv(m, t);
-    t->kv_blocks = kv->max_blocks;
-    for (int r = 1; r < t->n; r++) {
-        tp_rank *R = &t->r[r];
-        R->own_kv = true;
-        R->k_layer = em_calloc((size_t)kv->n_layers, sizeof *R->k_layer);
-        R->v_layer = em_calloc((size_t)kv->n_layers, sizeof *R->v_layer);
-        R->maps = em_calloc((size_t)kv->max_seqs, sizeof *R->maps);
-        if (!R->k_layer || !R->v_layer || !R->maps) return em_fail(EM_ERR_NOMEM, "out of memory");
-        for (int l = 0; l < kv->n_layers; l++) {
-            R->k_layer[l] = R->be->ops->reserve(R->be, kv->layer_bytes);
-            R->v_layer[l] = R->be->ops->reserve(R->be, kv->layer_bytes);
-            if (!R->k_layer[l] || !R->v_layer[l])
-                return em_fail(EM_ERR_NOMEM, "%s: cannot reserve %zu bytes of KV cache on %s (rank %d)", m->dir,
-                               kv->layer_bytes, R->be->desc, r);
-        }
-    }
-    return EM_OK;
-}
-
-/* ---- the step ---- */
-
-static em_status ensure_workspace(em_model *m, tp_impl *t, int T) {
+em_status dense_tp_ensure_workspace(em_model *m, tp_impl *t, int T) {
     if (T <= t->cap_tokens) return EM_OK;
     const model_config *c = &m->cfg;
     t->cap_tokens = 0;
@@ -413,7 +39,7 @@ static em_status ensure_workspace(em_model *m, tp_impl *t, int T) {
         if (be->ops->graph_reset) be->ops->graph_reset(be);
         float *keep_logits = R->logits;
         R->logits = NULL;
-        free_workspace(R);
+        dense_tp_free_workspace(R);
         R->logits = keep_logits;
         float **bufs[] = {&R->x, &R->h, &R->q, &R->k, &R->v, &R->att, &R->gate, &R->up, &R->act};
         size_t qd = (size_t)R->sh.n_q_heads * c->head_dim, kvd = (size_t)R->sh.n_kv_heads * c->head_dim;
@@ -463,7 +89,7 @@ static em_status ensure_logits(em_model *m, tp_impl *t, int rows) {
     return EM_OK;
 }
 
-static em_status ensure_spans(tp_impl *t, const em_batch *b) {
+em_status dense_tp_ensure_spans(tp_impl *t, const em_batch *b) {
     if (b->n_spans > t->cap_spans) {
         int *rows = realloc(t->span_rows, (size_t)b->n_spans * sizeof *rows);
         if (rows) t->span_rows = rows;
@@ -484,7 +110,7 @@ static em_status ensure_spans(tp_impl *t, const em_batch *b) {
 /* Brings a rank's translation of a sequence's block table (ids[0..n)) up
  * to date: entries whose block id changed (or are new) get this rank's
  * pointers. */
-static em_status map_update(const kv_cache *kv, tp_rank *R, int seq, const int32_t *ids, int n) {
+em_status dense_tp_map_update(const kv_cache *kv, tp_rank *R, int seq, const int32_t *ids, int n) {
     tp_seq_map *mp = &R->maps[seq];
     int L = kv->n_layers;
     if (n > mp->cap) {
@@ -699,7 +325,7 @@ static em_status issue_recorded(em_model *m, tp_impl *t, const em_batch *b, int 
 
 /* Issues the step, waits for every stream (or a clear error) and brings
  * the logits home (logits NULL: a follower, whose columns went to rank 0). */
-static em_status run_step(em_model *m, tp_impl *t, const em_batch *b, int T, float *logits) {
+em_status dense_tp_run_step(em_model *m, tp_impl *t, const em_batch *b, int T, float *logits) {
     int rows = batch_logit_rows(b);
     if (rows) EM_TRY(ensure_logits(m, t, rows));
     EM_TRY(issue_recorded(m, t, b, T));
@@ -730,7 +356,7 @@ static em_status send_step(em_model *m, tp_impl *t, const em_batch *b) {
         t->frame_cap = words;
     }
     tp_step_encode(t->frame, b, t->span_len0, m->kv);
-    return boot_broadcast(t->boot, t->frame, words * sizeof(int32_t), tp_timeout_ms(m));
+    return boot_broadcast(t->boot, t->frame, words * sizeof(int32_t), dense_tp_timeout_ms(m));
 }
 
 static em_status dense_tp_forward(em_model *m, const em_batch *b, float *logits) {
@@ -740,8 +366,8 @@ static em_status dense_tp_forward(em_model *m, const em_batch *b, float *logits)
         return em_fail(EM_ERR_INTERNAL, "rank %d of a multi-process group runs only the steps rank 0 sends", t->rank0);
     int T = batch_tokens(b);
     if (T == 0) return EM_OK;
-    EM_TRY(ensure_workspace(m, t, T));
-    EM_TRY(ensure_spans(t, b));
+    EM_TRY(dense_tp_ensure_workspace(m, t, T));
+    EM_TRY(dense_tp_ensure_spans(t, b));
     EM_TRY(row_runs_plan_batch(&t->runs, b, m->prefill_math));
     int row = 0;
     for (int s = 0; s < b->n_spans; s++) {
@@ -756,70 +382,15 @@ static em_status dense_tp_forward(em_model *m, const em_batch *b, float *logits)
             t->pos[row++] = len + i;
         }
         const kv_seq *q = &m->kv->seqs[sp->seq];
-        for (int r = 1; r < t->n; r++) EM_TRY(map_update(m->kv, &t->r[r], sp->seq, q->blocks, q->n_blocks));
+        for (int r = 1; r < t->n; r++) EM_TRY(dense_tp_map_update(m->kv, &t->r[r], sp->seq, q->blocks, q->n_blocks));
     }
     /* everything that can fail on this side before the others start */
     int rows = batch_logit_rows(b);
     if (rows) EM_TRY(ensure_logits(m, t, rows));
     if (t->boot) EM_TRY(send_step(m, t, b));
-    EM_TRY(run_step(m, t, b, T, logits));
+    EM_TRY(dense_tp_run_step(m, t, b, T, logits));
     for (int s = 0; s < b->n_spans; s++) m->kv->seqs[b->spans[s].seq].len += b->spans[s].n;
     return EM_OK;
-}
-
-/* ---- the other processes of a group ---- */
-
-/* Runs one checked step: spans over the received words, positions from
- * their start, block tables translated into this rank's storage. */
-static em_status follow_step(em_model *m, tp_impl *t, const int32_t *w, int n_spans, int T) {
-    if (n_spans > t->cap_spans) {
-        em_span *sp = realloc(t->rx_spans, (size_t)n_spans * sizeof *sp);
-        if (!sp) return em_fail(EM_ERR_NOMEM, "out of memory");
-        t->rx_spans = sp;
-    }
-    size_t at = TP_STEP_HEADER;
-    int row = 0;
-    EM_TRY(ensure_workspace(m, t, T));
-    for (int s = 0; s < n_spans; s++) {
-        tp_step_span sp;
-        at = tp_step_span_at(w, at, &sp);
-        t->rx_spans[s] = (em_span){sp.seq, sp.tokens, sp.n, (logits_mode)sp.logits};
-        EM_TRY(map_update(m->kv, &t->r[0], sp.seq, sp.blocks, sp.n_blocks));
-        for (int i = 0; i < sp.n; i++) {
-            t->ids[row] = sp.tokens[i];
-            t->pos[row++] = sp.len0 + i;
-        }
-    }
-    em_batch b = {t->rx_spans, n_spans};
-    EM_TRY(ensure_spans(t, &b));
-    EM_TRY(row_runs_plan_batch(&t->runs, &b, m->prefill_math));
-    return run_step(m, t, &b, T, NULL);
-}
-
-bool model_tp_follower(const em_model *m) {
-    return m->family == &dense_tp_family && m->impl && ((const tp_impl *)m->impl)->rank0 != 0;
-}
-
-em_status model_tp_follow(em_model *m) {
-    if (!model_tp_follower(m)) return em_fail(EM_ERR_INTERNAL, "only ranks > 0 of a multi-process group follow");
-    tp_impl *t = m->impl;
-    EM_LOGI("tensor parallelism: rank %d of %d ready, running rank 0's steps", t->rank0, t->world);
-    for (;;) {
-        size_t len;
-        em_status s = boot_receive(t->boot, &t->rx, &t->rx_cap, &len, -1);
-        if (s != EM_OK) return em_fail_prefix(s, "rank %d: rank 0 is gone", t->rank0);
-        const kv_cache *kv = m->kv;
-        tp_step_limits lim = {kv->max_seqs, kv->max_ctx, kv->block_size, t->kv_blocks, m->cfg.vocab};
-        int n_spans = 0, T = 0;
-        s = len % sizeof(int32_t) ? em_fail(EM_ERR_FORMAT, "malformed step from rank 0: not whole words")
-                                  : tp_step_check(t->rx, len / sizeof(int32_t), &lim, &n_spans, &T);
-        if (s != EM_OK) return em_fail_prefix(s, "rank %d", t->rank0);
-        if (T < 0) {
-            EM_LOGI("tensor parallelism: rank 0 stopped; rank %d stops", t->rank0);
-            return EM_OK;
-        }
-        EM_TRY(follow_step(m, t, t->rx, n_spans, T));
-    }
 }
 
 const family_ops dense_tp_family = {
