@@ -72,6 +72,8 @@ typedef struct em_open_options {
                                 its own reference */
     const char *device;      /* "cpu", "cuda" or "cuda:N"; NULL: EMBER_DEVICE
                                 (default cpu) */
+    int tensor_parallel;     /* GPUs to split the model over (cuda:N..N+k-1);
+                                0: EMBER_TENSOR_PARALLEL (default 1) */
 } em_open_options;
 
 /* Opens a model directory (config.json + *.safetensors [+ tokenizer.json]).

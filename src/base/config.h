@@ -37,6 +37,12 @@
     X(CTX, "EMBER_CTX", NUMBER, "0", 0, 1 << 24, NULL, "--ctx", "context length; 0 = the model's max_position_embeddings") \
     X(PRECISION, "EMBER_PRECISION", VALUE, "auto", 0, 0, "auto|exact|fast", "--precision", "activation precision; auto = the verb's default") \
     X(DEVICE, "EMBER_DEVICE", VALUE, "cpu", 0, 0, "cpu|cuda|cuda:N", "--device", "where models run: cpu, or the GPU cuda[:N]") \
+    X(TENSOR_PARALLEL, "EMBER_TENSOR_PARALLEL", NUMBER, "1", 1, 64, NULL, "--tensor-parallel", "GPUs one model is split over (Llama family, --device cuda)") \
+    X(TP_TIMEOUT, "EMBER_TP_TIMEOUT", NUMBER, "60", 1, 86400, NULL, NULL, "seconds a tensor-parallel step or rendezvous may wait for a peer rank") \
+    X(RANK, "EMBER_RANK", NUMBER, "0", 0, 4095, NULL, NULL, "this process's rank in a multi-process tensor-parallel group") \
+    X(WORLD_SIZE, "EMBER_WORLD_SIZE", NUMBER, "0", 0, 4096, NULL, NULL, "ranks (processes) of a multi-process tensor-parallel group; 0 = none") \
+    X(MASTER_ADDR, "EMBER_MASTER_ADDR", VALUE, "127.0.0.1", 0, 0, NULL, NULL, "address of rank 0's rendezvous (multi-process tensor parallelism)") \
+    X(MASTER_PORT, "EMBER_MASTER_PORT", NUMBER, "29500", 1, 65535, NULL, NULL, "port of rank 0's rendezvous (multi-process tensor parallelism)") \
     X(CUDA_GRAPHS, "EMBER_CUDA_GRAPHS", FLAG, "1", 0, 0, NULL, NULL, "record decode steps as CUDA graphs and replay them") \
     X(CPU_ISA, "EMBER_CPU_ISA", VALUE, "auto", 0, 0, "auto|portable|avx2|avx512", NULL, "widest CPU kernels allowed") \
     X(PREFAULT, "EMBER_PREFAULT", FLAG, "0", 0, 0, NULL, "--prefault", "read every weight page while opening a model") \

@@ -59,4 +59,5 @@ void cli_config_help(FILE *f, const char *const *names);
  * false. */
 bool cli_resolve_model(const char *arg, char **dir, const char *verb);
 
+
 #endif

@@ -3,10 +3,11 @@
  * verbs that call cli_config_opt. A flag builds a new process snapshot with
  * the value recorded as coming from a flag; verbs parse their arguments
  * before any thread starts, so replacing the process snapshot is safe. */
-#include "cli/cli.h"
+#include "cli/cli_model.h"
 
 #include "base/config.h"
 #include "io/hf_cache.h"
+#include "model/model.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -47,4 +48,19 @@ bool cli_resolve_model(const char *arg, char **dir, const char *verb) {
     if (hf_resolve_model(arg, dir) == EM_OK) return true;
     cli_error(verb, "%s", em_last_error());
     return false;
+}
+
+bool cli_tp_follow(const char *verb, const char *dir, const em_open_options *o, int *rc) {
+    const em_config *c = em_config_global();
+    if (em_config_int(c, EMC_WORLD_SIZE) <= 1 || em_config_int(c, EMC_RANK) == 0) return false;
+    em_model *m;
+    em_status s = em_model_open(dir, o, &m);
+    if (s == EM_OK) {
+        s = model_tp_follower(m) ? model_tp_follow(m)
+                                 : em_fail(EM_ERR_INTERNAL, "the model did not open as a tensor-parallel rank");
+        em_model_free(m);
+    }
+    if (s != EM_OK) cli_error(verb, "%s", em_last_error());
+    *rc = s == EM_OK ? CLI_OK : CLI_FAIL;
+    return true;
 }

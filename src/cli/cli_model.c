@@ -74,6 +74,8 @@ const char *cli_model_opts_help(void) {
            "  --ctx N               context length (default: the model's; EMBER_CTX)\n"
            "  --precision P         exact (f32 activations) or fast (bf16 dot products in prefill)\n"
            "  --device D            cpu (default), cuda or cuda:N (EMBER_DEVICE)\n"
+           "  --tensor-parallel N   split the model over N GPUs, cuda:D..D+N-1 (Llama family;\n"
+           "                        EMBER_TENSOR_PARALLEL, default 1)\n"
            "  --profiles DIR        extra model profiles (EMBER_PROFILES_DIR); see `ember config`\n"
            "  --temperature T       0 = greedy (default: generation_config.json, else 1)\n"
            "  --top-p P, --top-k K, --min-p P, --repetition-penalty R\n"

@@ -20,5 +20,10 @@ void cli_model_opts_init(cli_model_opts *o, em_precision default_precision);
 int cli_model_opt(cli_model_opts *o, int argc, char **argv, int *i, const char *verb);
 em_sampling cli_model_sampling(const cli_model_opts *o, const em_model *m);
 const char *cli_model_opts_help(void);
+/* A rank > 0 of a multi-process tensor-parallel group (EMBER_WORLD_SIZE > 1,
+ * EMBER_RANK > 0) does not run the verb: it opens the model with the same
+ * options as rank 0 and runs the steps rank 0 sends until rank 0 stops.
+ * True when this process is such a rank, with its exit code in *rc. */
+bool cli_tp_follow(const char *verb, const char *dir, const em_open_options *o, int *rc);
 
 #endif

@@ -18,7 +18,8 @@ static void bench_help(void) {
     printf("usage: ember bench MODEL [--prompt-tokens 512] [--gen-tokens 128] [--repeat 1] [options]\n\n"
            "Measures prefill tokens/s, decode tokens/s and time to first token on random\n"
            "token ids, the machine's memory read bandwidth, and decode as a fraction of the\n"
-           "bandwidth roofline (bytes of weights read per token / bandwidth).\n\n%s"
+           "bandwidth roofline (bytes of weights read per token / bandwidth). With\n"
+           "--tensor-parallel N it also reports the time spent in all-reduces per decode step.\n\n%s"
            "  --prompt-file FILE    the prompt is FILE's text through the model's tokenizer (its first\n"
            "                        --prompt-tokens tokens, or all if fewer) instead of random ids;\n"
            "                        speculation's acceptance is only meaningful on real text\n"
@@ -47,6 +48,8 @@ static double decode_bytes(const em_model *m) {
 
 typedef struct bench_result {
     double prefill_tps, decode_tps, ttft, bw, bytes_per_token;
+    double allreduce_ms;  /* per decode step (tensor parallelism) */
+    double allreduce_calls;
     size_t spec_steps, spec_drafted, spec_accepted, spec_tokens;
 } bench_result;
 
@@ -104,6 +107,8 @@ static em_status run_once(em_model *m, const int32_t *prompt, int n_prompt, int 
         if (q == 0) r->ttft = em_now() - t0;
     }
     double t1 = em_now();
+    model_tp_take_time(m, NULL);
+    model_tp_timing(m, true);
     for (int i = 0; s == EM_OK && i < n_gen; i++) {
         for (int q = 0; q < batch; q++)
             spans[q] = (em_span){seqs[q], ids + n_prompt + i, 1, LOGITS_LAST, SPAN_MATH_MODEL};
@@ -111,6 +116,11 @@ static em_status run_once(em_model *m, const int32_t *prompt, int n_prompt, int 
         s = model_forward(m, &b, logits);
     }
     double t2 = em_now();
+    model_tp_timing(m, false);
+    long calls = 0;
+    double ms = model_tp_take_time(m, &calls);
+    r->allreduce_ms = n_gen ? ms / n_gen : 0;
+    r->allreduce_calls = n_gen ? (double)calls / n_gen : 0;
     for (int q = 0; q < n_seqs; q++) kv_seq_release(m->kv, seqs[q]);
     r->prefill_tps = (double)n_prompt * batch / (t1 - t0);
     r->decode_tps = (double)n_gen * batch / (t2 - t1);
@@ -222,6 +232,7 @@ static int cmd_bench(int argc, char **argv) {
         s = run_once(m, prompt, (int)n_prompt, (int)n_gen, spec ? (int)draft_tokens : 0, (int)batch, &r);
         if (r.decode_tps > best.decode_tps) {
             best.decode_tps = r.decode_tps;
+            best.allreduce_ms = r.allreduce_ms, best.allreduce_calls = r.allreduce_calls;
             best.spec_steps = r.spec_steps, best.spec_drafted = r.spec_drafted;
             best.spec_accepted = r.spec_accepted, best.spec_tokens = r.spec_tokens;
         }
@@ -233,15 +244,19 @@ static int cmd_bench(int argc, char **argv) {
         rc = CLI_FAIL;
     } else {
         /* a step reads the weights once whatever the batch: the roofline
-         * bounds steps per second */
-        double bpt = decode_bytes(m), roof = bw > 0 ? bw / bpt : 0, steps = best.decode_tps / (double)batch;
+         * bounds steps per second; every GPU of a tensor-parallel group
+         * reads its share of the weights */
+        int tp = model_tp_size(m);
+        double bpt = decode_bytes(m), roof = bw > 0 ? bw * tp / bpt : 0, steps = best.decode_tps / (double)batch;
         const char *prec = m->prefill_math == EM_MATH_FAST ? "fast" : "exact";
         if (json)
             printf("{\"model\":\"%s\",\"device\":\"%s\",\"threads\":%d,\"precision\":\"%s\",\"batch\":%ld,\"prompt\":\"%s\",\"prompt_tokens\":%ld,\"gen_tokens\":%ld,"
                    "\"prefill_tps\":%.2f,\"decode_tps\":%.3f,\"ttft_s\":%.4f,\"bandwidth_gbs\":%.2f,"
-                   "\"bytes_per_token\":%.0f,\"roofline_tps\":%.3f,\"roofline_fraction\":%.4f}\n",
+                   "\"bytes_per_token\":%.0f,\"roofline_tps\":%.3f,\"roofline_fraction\":%.4f,"
+                   "\"tensor_parallel\":%d,\"allreduce_ms_per_step\":%.4f,\"allreduces_per_step\":%.1f}\n",
                    m->name, m->be->ops->name, m->be->n_threads, prec, batch, prompt ? "file" : "random", n_prompt, n_gen,
-                   best.prefill_tps, best.decode_tps, best.ttft, bw / 1e9, bpt, roof, roof > 0 ? steps / roof : 0);
+                   best.prefill_tps, best.decode_tps, best.ttft, bw / 1e9, bpt, roof, roof > 0 ? steps / roof : 0, tp,
+                   best.allreduce_ms, best.allreduce_calls);
         else
             printf("model %s (%s) on %s, precision %s\n"
                    "prefill: %ld tokens at %.1f tokens/s (time to first token %.3f s)\n"
@@ -250,6 +265,12 @@ static int cmd_bench(int argc, char **argv) {
                    "decode steps reach %.1f%% of the memory roofline\n",
                    m->name, m->cfg.model_type, m->be->desc, prec, n_prompt, best.prefill_tps, best.ttft, n_gen, batch,
                    best.decode_tps, bw / 1e9, bpt / 1e9, roof, roof > 0 ? 100 * steps / roof : 0);
+        if (!json && tp > 1 && best.allreduce_calls > 0)
+            printf("tensor parallel: %d GPUs (bandwidth per GPU; roofline over all), all-reduce %.3f ms per decode "
+                   "step (%.0f calls)\n", tp, best.allreduce_ms, best.allreduce_calls);
+        else if (!json && tp > 1)
+            printf("tensor parallel: %d GPUs (bandwidth per GPU; roofline over all); all-reduces inside recorded "
+                   "decode steps are not timed (EMBER_CUDA_GRAPHS=0 times them)\n", tp);
         if (spec && best.spec_steps) {
             double rate = best.spec_drafted ? (double)best.spec_accepted / (double)best.spec_drafted : 0;
             double per_step = (double)best.spec_tokens / (double)best.spec_steps;

@@ -237,6 +237,12 @@ static int cmd_generate(int argc, char **argv) {
         free(ids);
         return CLI_FAIL;
     }
+    int follow_rc;
+    if (cli_tp_follow("generate", model_dir, &mo.open, &follow_rc)) {
+        free(model_dir);
+        free(ids);
+        return follow_rc;
+    }
     em_status open_s = em_model_open(model_dir, &mo.open, &m);
     free(model_dir);
     if (open_s != EM_OK) {

@@ -1,6 +1,6 @@
 /* cmd_logits.c — `ember logits MODEL --ids 1,2,3 --out FILE`: the logits of
  * every position, little-endian f32 [n_ids, vocab], f32 activations. */
-#include "cli/cli.h"
+#include "cli/cli_model.h"
 
 #include "model/model.h"
 
@@ -11,11 +11,13 @@
 #include <string.h>
 
 static void logits_help(void) {
-    printf("usage: ember logits MODEL --ids 1,2,3 --out FILE [--threads N] [--device cpu|cuda[:N]]\n\n"
+    printf("usage: ember logits MODEL --ids 1,2,3 --out FILE [--threads N] [--device cpu|cuda[:N]]\n"
+           "                   [--tensor-parallel N]\n\n"
            "Runs the model over the ids with f32 activations (on the CPU unless --device\n"
            "names a GPU) and writes the\n"
            "logits of every position to FILE as little-endian float32, row-major\n"
-           "[n_ids, vocab]. For parity tests against reference implementations.\n");
+           "[n_ids, vocab]. For parity tests against reference implementations.\n"
+           "--tensor-parallel N splits the model over N GPUs (EMBER_TENSOR_PARALLEL).\n");
 }
 
 static int write_all(const char *path, const float *data, size_t n) {
@@ -38,13 +40,16 @@ static int cmd_logits(int argc, char **argv) {
         return CLI_OK;
     }
     const char *model = NULL, *out = NULL, *ids_s = NULL, *device = NULL;
-    long threads = 0;
+    long threads = 0, tp = 0;
     for (int i = 1; i < argc; i++) {
         if (cli_common_flag(argc, argv, &i)) continue;
         if (cli_arg_is(argv[i], "--ids")) { if (!(ids_s = cli_take_value(argc, argv, &i, "logits"))) return CLI_USAGE; }
         else if (cli_arg_is(argv[i], "--out")) { if (!(out = cli_take_value(argc, argv, &i, "logits"))) return CLI_USAGE; }
         else if (cli_arg_is(argv[i], "--device")) { if (!(device = cli_take_value(argc, argv, &i, "logits"))) return CLI_USAGE; }
-        else if (cli_arg_is(argv[i], "--threads")) {
+        else if (cli_arg_is(argv[i], "--tensor-parallel")) {
+            const char *v = cli_take_value(argc, argv, &i, "logits");
+            if (!v || !cli_parse_int(v, 1, 64, &tp)) { cli_error("logits", "--tensor-parallel needs a number in [1, 64]"); return CLI_USAGE; }
+        } else if (cli_arg_is(argv[i], "--threads")) {
             const char *v = cli_take_value(argc, argv, &i, "logits");
             if (!v || !cli_parse_int(v, 0, 1024, &threads)) { cli_error("logits", "--threads needs a number"); return CLI_USAGE; }
         } else if (argv[i][0] == '-') { cli_error("logits", "unknown option %s", argv[i]); return CLI_USAGE; }
@@ -62,12 +67,18 @@ static int cmd_logits(int argc, char **argv) {
         return CLI_USAGE;
     }
     em_open_options o = {.n_threads = (int)threads, .precision = EM_PRECISION_EXACT, .max_sequences = 1,
-                         .device = device};
+                         .device = device, .tensor_parallel = (int)tp};
     em_model *m;
     char *model_dir;
     if (!cli_resolve_model(model, &model_dir, "logits")) {
         free(ids);
         return CLI_FAIL;
+    }
+    int follow_rc;
+    if (cli_tp_follow("logits", model_dir, &o, &follow_rc)) {
+        free(model_dir);
+        free(ids);
+        return follow_rc;
     }
     em_status s = em_model_open(model_dir, &o, &m);
     free(model_dir);

@@ -4,7 +4,7 @@
  * "loading" until then), loads on a helper thread, and serves until SIGINT
  * or SIGTERM; then it stops accepting, gives in-flight generations a
  * bounded grace period, cancels the rest and exits 0. */
-#include "cli/cli.h"
+#include "cli/cli_model.h"
 
 #include "base/config.h"
 #include "base/log.h"
@@ -36,6 +36,8 @@ static void serve_usage(FILE *f) {
             "  --ctx N                context length (default: the model's)\n"
             "  --threads N            compute threads (default: one per core)\n"
             "  --device D             cpu (default), cuda or cuda:N (EMBER_DEVICE)\n"
+            "  --tensor-parallel N    split the model over N GPUs, cuda:D..D+N-1 (Llama family;\n"
+            "                         EMBER_TENSOR_PARALLEL, default 1)\n"
             "  --max-batch N          sequences decoded together per step (default 8)\n"
             "  --prefill-chunk N      prompt tokens prefilled per step (default 512)\n"
             "  --memory-budget BYTES  cap on weights + KV cache + workspace; refuses a model that cannot\n"
@@ -128,6 +130,9 @@ static int parse_args(int argc, char **argv, srv_config *cfg, loader *l) {
             l->opts.n_threads = (int)v;
         } else if (cli_arg_is(a, "--device")) {
             if (!(l->opts.device = cli_take_value(argc, argv, &i, "serve"))) return CLI_USAGE;
+        } else if (cli_arg_is(a, "--tensor-parallel")) {
+            if (!int_opt(argc, argv, &i, 1, 64, &v)) return CLI_USAGE;
+            l->opts.tensor_parallel = (int)v;
         } else if (cli_arg_is(a, "--max-batch")) {
             if (!int_opt(argc, argv, &i, 1, 1024, &v)) return CLI_USAGE;
             l->opts.max_sequences = (int)v;
@@ -228,6 +233,8 @@ static int cmd_serve(int argc, char **argv) {
     l.opts.precision = EM_PRECISION_FAST;
     int rc = parse_args(argc, argv, &cfg, &l);
     if (rc != CLI_OK) return rc;
+    /* ranks > 0 of a multi-process group serve nothing: rank 0 drives them */
+    if (cli_tp_follow("serve", l.path, &l.opts, &rc)) return rc;
     /* Signals go to the main thread only: block them before any thread starts. */
     sigset_t set;
     sigemptyset(&set);

@@ -6,6 +6,9 @@
 #include "engine/grammar/grammar.h"
 #include "model/model.h"
 #include "model/registry.h"
+#include "model/tp_plan.h"
+
+#include "backend/collective.h"
 
 #include "base/alloc.h"
 #include "base/config.h"
@@ -44,9 +47,57 @@ static em_status resolve_options(em_model *m, em_open_options *o) {
     if (o->precision == EM_PRECISION_AUTO)
         o->precision = !strcmp(em_config_str(c, EMC_PRECISION), "fast") ? EM_PRECISION_FAST : EM_PRECISION_EXACT;
     if (!o->device) o->device = em_config_str(c, EMC_DEVICE);
+    if (!o->tensor_parallel) o->tensor_parallel = (int)em_config_int(c, EMC_TENSOR_PARALLEL);
+    if (o->tensor_parallel < 1 || o->tensor_parallel > 64)
+        return em_fail(EM_ERR_INVALID, "tensor parallelism over %d GPUs: expected 1 to 64", o->tensor_parallel);
     bool cuda;
     int index;
     return em_device_parse(o->device, &cuda, &index);
+}
+
+/* Tensor parallelism is asked for: refuses what it cannot split, before
+ * any weight is read, and switches the model to the split graph. */
+static em_status tp_choose(em_model *m, const em_open_options *o, bool host_split) {
+    int n = o->tensor_parallel;
+    int world = (int)em_config_int(m->config, EMC_WORLD_SIZE), rank = (int)em_config_int(m->config, EMC_RANK);
+    if (world > 1) {
+        /* one process per rank: this process drives rank EMBER_RANK */
+        if (n > 1 && n != world)
+            return em_fail(EM_ERR_INVALID, "--tensor-parallel %d disagrees with EMBER_WORLD_SIZE=%d", n, world);
+        if (rank >= world)
+            return em_fail(EM_ERR_INVALID, "EMBER_RANK=%d is outside EMBER_WORLD_SIZE=%d", rank, world);
+        n = world;
+        m->tp_procs = true;
+        m->tp_rank = rank;
+    }
+    bool cuda;
+    int index;
+    EM_TRY(em_device_parse(o->device, &cuda, &index));
+    if (!cuda && !host_split)
+        return em_fail(EM_ERR_UNSUPPORTED, "tensor parallelism (--tensor-parallel %d) needs --device cuda: it splits a "
+                       "model over GPUs", n);
+    if (m->family != &dense_family)
+        return em_fail(EM_ERR_UNSUPPORTED, "%s: tensor parallelism runs the Llama family (implementation dense) only; "
+                       "this model uses %s, which runs on one GPU (splitting the Qwen3.5 hybrid family is future "
+                       "work)", m->dir, m->identity.impl->name);
+    if (m->qcfg.present)
+        return em_fail(EM_ERR_UNSUPPORTED, "%s: tensor parallelism runs f32/f16/bf16 weights only; this checkpoint is "
+                       "quantized", m->dir);
+    tp_shard sh;
+    EM_TRY(tp_plan_make(m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.intermediate, m->cfg.vocab, 0, n, &sh));
+    m->tp_size = n;
+    m->tp_device0 = index;
+    m->family = &dense_tp_family;
+    return EM_OK;
+}
+
+/* The GPUs tensor parallelism needs are present (after the first opened). */
+static em_status tp_check_gpus(const em_model *m) {
+    int have = em_gpu_count(), last = m->tp_device0 + m->tp_size - 1;
+    if (last >= have)
+        return em_fail(EM_ERR_UNSUPPORTED, "tensor parallelism over %d GPUs needs cuda:%d..cuda:%d; %d GPU(s) found",
+                       m->tp_size, m->tp_device0, last, have);
+    return EM_OK;
 }
 
 /* KV room on a device with bounded memory: every sequence at full context
@@ -57,7 +108,7 @@ static size_t device_kv_budget(const em_model *m, int kv_layers, int seqs) {
     size_t avail = m->be->ops->mem_free(m->be), headroom = avail / 10, full;
     if (headroom < ((size_t)1 << 30)) headroom = (size_t)1 << 30;
     if (avail <= headroom) return 1; /* fails in kv_cache_create, with the sizes in its message */
-    size_t per_tok = kv_bytes_per_token(kv_layers, m->cfg.n_kv_heads, m->cfg.head_dim);
+    size_t per_tok = kv_bytes_per_token(kv_layers, m->kv_heads, m->cfg.head_dim);
     if (!em_mul(per_tok, (size_t)m->max_ctx, &full) || !em_mul(full, (size_t)seqs, &full)) return avail - headroom;
     return full <= avail - headroom ? 0 : avail - headroom;
 }
@@ -84,7 +135,7 @@ static void prefault(const st_set *st) {
 static em_status kv_budget_from_memory(const em_model *m, int kv_layers, size_t budget, size_t *kv_bytes) {
     if (!budget) return EM_OK;
     size_t weights = (size_t)st_data_bytes(m->st),
-           need_one = kv_bytes_per_token(kv_layers, m->cfg.n_kv_heads, m->cfg.head_dim) * (size_t)m->max_ctx;
+           need_one = kv_bytes_per_token(kv_layers, m->kv_heads, m->cfg.head_dim) * (size_t)m->max_ctx;
     size_t fixed = weights + BUDGET_WORKSPACE_MARGIN;
     if (budget < fixed + need_one)
         return em_fail(EM_ERR_LIMIT,
@@ -96,7 +147,7 @@ static em_status kv_budget_from_memory(const em_model *m, int kv_layers, size_t 
     return EM_OK;
 }
 
-static em_status open_parts(em_model *m, const em_open_options *o) {
+static em_status open_parts(em_model *m, const em_open_options *o, bool host_split) {
     EM_TRY(model_config_load(m->dir, &m->cfg));
     EM_TRY(quant_config_load(m->dir, &m->qcfg));
     EM_TRY(generation_defaults_load(m->dir, &m->gen));
@@ -108,26 +159,31 @@ static em_status open_parts(em_model *m, const em_open_options *o) {
     EM_TRY(registry_identify(m->dir, &m->cfg, m->st, em_config_str(m->config, EMC_PROFILES_DIR), &m->identity));
     m->family = m->identity.impl->ops;
     EM_LOGI("%s: implementation %s: %s", m->dir, m->identity.impl->name, m->identity.why);
+    m->tp_size = 1;
+    if (o->tensor_parallel > 1 || em_config_int(m->config, EMC_WORLD_SIZE) > 1) EM_TRY(tp_choose(m, o, host_split));
     if (em_config_flag(m->config, EMC_PREFAULT)) prefault(m->st);
     EM_TRY(em_backend_open(o->device, o->n_threads, &m->be));
+    if (m->tp_size > 1 && !m->tp_procs && !m->be->ops->host_memory) EM_TRY(tp_check_gpus(m));
     m->max_ctx = o->max_context > 0 && o->max_context < m->cfg.max_pos ? o->max_context : m->cfg.max_pos;
     int seqs = o->max_sequences > 0 ? o->max_sequences : 8;
     m->max_seqs = seqs;
     /* hybrid families keep KV only for their attention layers */
     int kv_layers = m->cfg.n_kv_layers > 0 ? m->cfg.n_kv_layers : m->cfg.n_layers;
     m->prefill_math = o->precision == EM_PRECISION_FAST ? EM_MATH_FAST : EM_MATH_EXACT;
+    m->kv_heads = m->cfg.n_kv_heads;
     /* weights first: on a GPU the KV cache takes what they leave free */
     EM_TRY(m->family->load(m));
     size_t kv_bytes = o->kv_cache_bytes ? o->kv_cache_bytes : device_kv_budget(m, kv_layers, seqs);
     EM_TRY(kv_budget_from_memory(m, kv_layers, o->memory_budget, &kv_bytes));
-    EM_TRY(kv_cache_create(m->be, kv_layers, m->cfg.n_kv_heads, m->cfg.head_dim, m->max_ctx, seqs, kv_bytes, &m->kv));
+    EM_TRY(kv_cache_create(m->be, kv_layers, m->kv_heads, m->cfg.head_dim, m->max_ctx, seqs, kv_bytes, &m->kv));
+    if (m->family->kv_ready) EM_TRY(m->family->kv_ready(m));
     EM_TRY(model_text_open(m));
     EM_LOGI("%s: %s, %d layers, hidden %d, vocab %d, loaded in %.2fs on %s", m->dir, m->cfg.model_type,
             m->cfg.n_layers, m->cfg.hidden, m->cfg.vocab, em_now() - t0, m->be->desc);
     return EM_OK;
 }
 
-em_status em_model_open(const char *path, const em_open_options *opts, em_model **out) {
+static em_status model_open_as(const char *path, const em_open_options *opts, bool host_split, em_model **out) {
     em_open_options o = {0};
     if (opts) o = *opts;
     *out = NULL;
@@ -144,13 +200,21 @@ em_status em_model_open(const char *path, const em_open_options *opts, em_model 
     }
     m->config = em_config_retain(o.config ? o.config : em_config_global());
     em_status s = resolve_options(m, &o);
-    if (s == EM_OK) s = open_parts(m, &o);
+    if (s == EM_OK) s = open_parts(m, &o, host_split);
     if (s != EM_OK) {
         em_model_free(m);
         return s;
     }
     *out = m;
     return EM_OK;
+}
+
+em_status em_model_open(const char *path, const em_open_options *opts, em_model **out) {
+    return model_open_as(path, opts, false, out);
+}
+
+em_status model_open_host_split(const char *path, const em_open_options *opts, em_model **out) {
+    return model_open_as(path, opts, true, out);
 }
 
 void em_model_free(em_model *m) {

@@ -73,6 +73,23 @@ em_status kv_cache_create(em_backend *be, int n_layers, int n_kv, int head_dim, 
     return EM_OK;
 }
 
+em_status kv_cache_limit_blocks(kv_cache *c, int n) {
+    if (n >= c->max_blocks) return EM_OK;
+    int per_seq = (c->max_ctx + c->block_size - 1) / c->block_size;
+    if (n < per_seq)
+        return em_fail(EM_ERR_LIMIT, "a KV cache of %d blocks cannot hold one full context of %d positions", n,
+                       c->max_ctx);
+    pthread_mutex_lock(&c->mu);
+    bool untouched = c->n_free == c->max_blocks;
+    if (untouched) {
+        c->max_blocks = n;
+        for (int i = 0; i < n; i++) c->free_list[i] = n - 1 - i;
+        c->n_free = n;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return untouched ? EM_OK : em_fail(EM_ERR_INTERNAL, "the KV cache cannot shrink once blocks are in use");
+}
+
 void kv_cache_free(kv_cache *c) {
     if (!c) return;
     for (int l = 0; l < c->n_layers; l++) {

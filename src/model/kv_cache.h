@@ -72,6 +72,12 @@ em_status kv_cache_create(em_backend *be, int n_layers, int n_kv, int head_dim, 
                           kv_cache **out);
 void kv_cache_free(kv_cache *c);
 
+/* Lowers the number of blocks the cache hands out to n (< max_blocks),
+ * before any is used: the ranks of a multi-process group agree on the
+ * smallest cache among them. EM_ERR_LIMIT when n cannot hold one full
+ * context, EM_ERR_INTERNAL when blocks are already in use. */
+em_status kv_cache_limit_blocks(kv_cache *c, int n);
+
 /* Claims a free sequence slot (empty). EM_ERR_LIMIT when none is free. */
 em_status kv_seq_alloc(kv_cache *c, int *seq);
 /* Returns a sequence's blocks to the pool and frees the slot. */

@@ -46,6 +46,9 @@ typedef struct family_ops {
      * sequence's length by its span. */
     em_status (*forward)(em_model *m, const em_batch *b, float *logits);
     void (*free)(em_model *m);
+    /* Optional: called once the KV cache exists (m->kv), before the first
+     * forward (tensor parallelism gives its other ranks storage there). */
+    em_status (*kv_ready)(em_model *m);
 
     /* Optional, for families with per-sequence recurrent state (NULL: the
      * KV cache is the whole state). mark: the next forwards of seq (up to
@@ -73,6 +76,9 @@ typedef struct family_ops {
 
 extern const family_ops dense_family;
 extern const family_ops qwen3_5_family;
+/* The dense family split over GPUs (dense_tp.c), chosen by model_open when
+ * tensor parallelism is asked for. */
+extern const family_ops dense_tp_family;
 
 /* Everything the registry knows about a model directory: its fingerprints
  * and the implementation chosen for it, with the reason (registry.h). */
@@ -98,6 +104,11 @@ struct em_model {
     size_t n_weight_bufs, cap_weight_bufs;
     size_t weight_uploaded, weight_progress; /* bytes, for load progress */
     kv_cache *kv;
+    int kv_heads; /* KV heads per position the cache holds: the model's, or one rank's share */
+    /* tensor parallelism: GPUs the model spans (1: none) and the first one;
+     * tp_procs: one process per rank (EMBER_WORLD_SIZE), this one tp_rank */
+    int tp_size, tp_device0, tp_rank;
+    bool tp_procs;
     const family_ops *family;
     model_identity identity;
     void *impl;
@@ -115,6 +126,24 @@ struct em_model {
      * whose checkpoints come in several layouts (NULL: names as given). */
     const char *(*weight_name)(const em_model *m, const char *name, char *buf, size_t len);
 };
+
+/* Tensor parallelism (dense_tp.c): GPUs the model spans (1 without);
+ * all-reduce timing on or off; milliseconds spent in all-reduces and their
+ * count since the last take. */
+int model_tp_size(const em_model *m);
+void model_tp_timing(em_model *m, bool on);
+double model_tp_take_time(em_model *m, long *calls);
+/* A rank > 0 of a multi-process group: it serves nothing itself, but runs
+ * the steps rank 0 sends (model_tp_follow) until rank 0 stops (EM_OK) or
+ * fails or goes away (an error saying so). */
+bool model_tp_follower(const em_model *m);
+em_status model_tp_follow(em_model *m);
+
+/* Opens a model like em_model_open, except that opts->tensor_parallel > 1
+ * with --device cpu splits it over that many CPU backends joined by host
+ * collectives instead of being refused: the split graph's arithmetic,
+ * tested without GPUs. Not for serving (nothing runs in parallel). */
+em_status model_open_host_split(const char *path, const em_open_options *opts, em_model **out);
 
 /* Rows of logits a batch produces. */
 int batch_logit_rows(const em_batch *b);
