@@ -69,6 +69,9 @@ typedef struct em_backend_ops {
     em_status (*download)(em_backend *be, void *dst, const void *src, size_t bytes);
     /* Copy within backend memory (regions may overlap). */
     void (*copy)(em_backend *be, void *dst, const void *src, size_t bytes);
+    /* Strided copy within backend memory: rows of n floats from src (rows
+     * ld_src floats apart) to dst (ld_dst apart); the regions do not overlap. */
+    void (*copy_rows)(em_backend *be, float *dst, int ld_dst, const float *src, int ld_src, int rows, int n);
     /* Bytes of backend memory still free, or 0 when not bounded apart from
      * the host's (CPU). Optional (NULL: 0). */
     size_t (*mem_free)(em_backend *be);

@@ -1,0 +1,285 @@
+/* cuda_gdn.cu — the Gated DeltaNet operations on the GPU: the sigmoid
+ * output gate, the fused causal conv1d + SiLU with its state tail, the
+ * decay/strength gates, the gated delta rule and the gated RMSNorm. Each
+ * mirrors its CPU counterpart in cpu_gdn.c (f32 arithmetic; the norm's sum
+ * of squares in double).
+ *
+ * The delta rule is a per-column recurrence: for value column c of head h,
+ *     S[:,c] <- exp(g) S[:,c];  u = beta (v[c] - S[:,c].k);  S[:,c] += k u;
+ *     o[c] = S[:,c].q
+ * so columns never talk to each other, only share the normalised q and k
+ * of the token. A block owns DR_COLS columns of one value head; each column
+ * is split over DR_PARTS lanes of a warp that hold its dk rows in
+ * registers (row i with i % DR_PARTS == part), so the state is read from
+ * memory once and written once per call however many tokens it runs —
+ * decode and prefill alike. The chunked form of the CPU computes the same
+ * function; on the GPU the recurrence over a block's tokens is cheap next
+ * to the projections around it, so `chunk` only matters to the CPU. */
+#include "backend/cuda/cuda_internal.cuh"
+
+#define GDN_THREADS 256
+#define DR_PARTS 4                   /* lanes per state column */
+#define DR_COLS 32                   /* columns per block */
+#define DR_THREADS (DR_COLS * DR_PARTS)
+#define DR_MAX_DK 256                /* register-resident state up to this dk */
+#define CONV_THREADS 128
+#define CONV_MAX_KERNEL 64
+
+__device__ __forceinline__ float gdn_silu(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float gdn_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* ---- sigmoid_mul ---- */
+
+__global__ void sigmoid_mul_kernel(float *y, const float *gate, int rows, int n, int ld) {
+    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x, total = (size_t)rows * n;
+    if (t >= total) return;
+    size_t r = t / n, i = t % n;
+    y[t] *= gdn_sigmoid(gate[r * ld + i]);
+}
+
+void cuda_sigmoid_mul(em_backend *be, float *y, const float *gate, int rows, int n, int ld_gate) {
+    cuda_backend *cb = cuda_enter(be);
+    if (rows <= 0 || n <= 0) return;
+    size_t total = (size_t)rows * n;
+    sigmoid_mul_kernel<<<cuda_blocks(total, GDN_THREADS), GDN_THREADS, 0, cb->stream>>>(y, gate, rows, n, ld_gate);
+    CUDA_LAUNCHED(cb, "sigmoid_mul");
+}
+
+/* ---- conv1d_silu ---- */
+
+/* One thread per channel walks the tokens in order with the last K-1
+ * inputs in a window (registers when KMAX is small): y may alias x because
+ * a channel's input is read before its output is written, and no other
+ * thread touches that channel. */
+template <int KMAX>
+__global__ void conv_kernel(float *y, const float *x, int n, int C, int ld, const float *w, int K, float *state) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float win[KMAX > 1 ? KMAX - 1 : 1];
+    float wc[KMAX];
+#pragma unroll
+    for (int r = 0; r < KMAX; r++) wc[r] = r < K ? w[(size_t)c * K + r] : 0.0f;
+#pragma unroll
+    for (int r = 0; r < KMAX - 1; r++) win[r] = r < K - 1 ? state[(size_t)r * C + c] : 0.0f;
+    for (int t = 0; t < n; t++) {
+        float cur = x[(size_t)t * ld + c], acc = 0;
+#pragma unroll
+        for (int r = 0; r < KMAX - 1; r++)
+            if (r < K - 1) acc += wc[r] * win[r];
+        acc += wc[K - 1] * cur;
+#pragma unroll
+        for (int r = 0; r + 1 < KMAX - 1; r++)
+            if (r + 1 < K - 1) win[r] = win[r + 1];
+        if (K > 1) {
+#pragma unroll
+            for (int r = 0; r < KMAX - 1; r++)
+                if (r == K - 2) win[r] = cur;
+        }
+        y[(size_t)t * ld + c] = gdn_silu(acc);
+    }
+#pragma unroll
+    for (int r = 0; r < KMAX - 1; r++)
+        if (r < K - 1) state[(size_t)r * C + c] = win[r];
+}
+
+void cuda_conv1d_silu(em_backend *be, float *y, const float *x, int n, int C, int ld, const float *w, int K,
+                      float *state) {
+    cuda_backend *cb = cuda_enter(be);
+    if (C <= 0 || K <= 0) return;
+    if (K > CONV_MAX_KERNEL) { /* the config parser bounds the kernel to 64 */
+        cuda_note(cb, cudaErrorInvalidValue, "conv1d_silu (kernel wider than 64)");
+        return;
+    }
+    if (n <= 0) return;
+    dim3 grid(cuda_blocks((size_t)C, CONV_THREADS));
+    if (K <= 4) conv_kernel<4><<<grid, CONV_THREADS, 0, cb->stream>>>(y, x, n, C, ld, w, K, state);
+    else if (K <= 8) conv_kernel<8><<<grid, CONV_THREADS, 0, cb->stream>>>(y, x, n, C, ld, w, K, state);
+    else conv_kernel<CONV_MAX_KERNEL><<<grid, CONV_THREADS, 0, cb->stream>>>(y, x, n, C, ld, w, K, state);
+    CUDA_LAUNCHED(cb, "conv1d_silu");
+}
+
+/* ---- gdn_gates ---- */
+
+__global__ void gates_kernel(float *g, float *beta, const float *a, const float *b, int ld, const float *A_log,
+                             const float *dt_bias, int n, int Hv) {
+    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (size_t)n * Hv) return;
+    size_t tok = t / Hv;
+    int h = (int)(t % Hv);
+    float av = a[tok * ld + h] + dt_bias[h], bv = b[tok * ld + h];
+    float sp = av > 20.0f ? av : log1pf(expf(av));
+    g[t] = -expf(A_log[h]) * sp;
+    beta[t] = gdn_sigmoid(bv);
+}
+
+void cuda_gdn_gates(em_backend *be, float *g, float *beta, const float *a, const float *b, int ld_in,
+                    const float *A_log, const float *dt_bias, int n, int Hv) {
+    cuda_backend *cb = cuda_enter(be);
+    if (n <= 0 || Hv <= 0) return;
+    size_t total = (size_t)n * Hv;
+    gates_kernel<<<cuda_blocks(total, GDN_THREADS), GDN_THREADS, 0, cb->stream>>>(g, beta, a, b, ld_in, A_log, dt_bias,
+                                                                                  n, Hv);
+    CUDA_LAUNCHED(cb, "gdn_gates");
+}
+
+/* ---- gated_delta_rule ---- */
+
+/* Sum over the block (blockDim.x threads); every thread gets the result.
+ * red holds 32 floats. */
+__device__ float gdn_block_sum(float v, float *red) {
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < (int)(blockDim.x / 32) ? red[lane] : 0.0f;
+        for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (lane == 0) red[0] = v;
+    }
+    __syncthreads();
+    float r = red[0];
+    __syncthreads();
+    return r;
+}
+
+/* Loads token t's q and k of key head kh into shared memory, normalised
+ * (q also scaled by 1/sqrt(dk)) the way the CPU does: x / sqrt(sum x^2 + 1e-6). */
+__device__ void load_qk(float *qs, float *ks, float *red, const float *q, const float *k, int dk, float qscale) {
+    float sq = 0, sk = 0;
+    for (int i = threadIdx.x; i < dk; i += blockDim.x) {
+        float a = q[i], b = k[i];
+        qs[i] = a;
+        ks[i] = b;
+        sq += a * a;
+        sk += b * b;
+    }
+    sq = gdn_block_sum(sq, red);
+    sk = gdn_block_sum(sk, red);
+    float iq = qscale / sqrtf(sq + 1e-6f), ik = 1.0f / sqrtf(sk + 1e-6f);
+    for (int i = threadIdx.x; i < dk; i += blockDim.x) {
+        qs[i] *= iq;
+        ks[i] *= ik;
+    }
+    __syncthreads();
+}
+
+/* Sum over the DR_PARTS lanes of one column (adjacent lanes). */
+__device__ __forceinline__ float parts_sum(float v) {
+#pragma unroll
+    for (int o = 1; o < DR_PARTS; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* Grid (Hv, ceil(dv / DR_COLS)); NJ = rows of the column each lane holds
+ * (ceil(dk / DR_PARTS) rounded up to the instantiation). */
+template <int NJ>
+__global__ void __launch_bounds__(DR_THREADS) delta_rule_kernel(float *out, const float *qkv, int ld, const float *g,
+                                                                const float *beta, float *state, int n, int Hk, int Hv,
+                                                                int dk, int dv) {
+    __shared__ float qs[DR_MAX_DK], ks[DR_MAX_DK], red[32];
+    int h = blockIdx.x, kh = h / (Hv / Hk);
+    int part = threadIdx.x % DR_PARTS, c = blockIdx.y * DR_COLS + threadIdx.x / DR_PARTS;
+    bool col = c < dv;
+    float *S = state + (size_t)h * dk * dv;
+    float s[NJ];
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        int i = part + DR_PARTS * j;
+        s[j] = col && i < dk ? S[(size_t)i * dv + c] : 0.0f;
+    }
+    const float *q0 = qkv + (size_t)kh * dk, *k0 = qkv + (size_t)Hk * dk + (size_t)kh * dk;
+    const float *v0 = qkv + (size_t)2 * Hk * dk + (size_t)h * dv;
+    float qscale = 1.0f / sqrtf((float)dk);
+    for (int t = 0; t < n; t++) {
+        load_qk(qs, ks, red, q0 + (size_t)t * ld, k0 + (size_t)t * ld, dk, qscale);
+        float decay = expf(g[(size_t)t * Hv + h]), b = beta[(size_t)t * Hv + h];
+        float kv = 0;
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+            int i = part + DR_PARTS * j;
+            s[j] *= decay;
+            if (i < dk) kv += s[j] * ks[i];
+        }
+        kv = parts_sum(kv);
+        float u = col ? b * (v0[(size_t)t * ld + c] - kv) : 0.0f;
+        float o = 0;
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+            int i = part + DR_PARTS * j;
+            if (i < dk) {
+                s[j] += ks[i] * u;
+                o += s[j] * qs[i];
+            }
+        }
+        o = parts_sum(o);
+        if (col && part == 0) out[(size_t)t * Hv * dv + (size_t)h * dv + c] = o;
+        __syncthreads(); /* qs/ks are rewritten by the next token */
+    }
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        int i = part + DR_PARTS * j;
+        if (col && i < dk) S[(size_t)i * dv + c] = s[j];
+    }
+}
+
+void cuda_gated_delta_rule(em_backend *be, float *out, const float *qkv, int ld, const float *g, const float *beta,
+                           float *state, int n, int Hk, int Hv, int dk, int dv, int chunk) {
+    (void)chunk; /* both forms compute the same function; the GPU runs the recurrence */
+    cuda_backend *cb = cuda_enter(be);
+    if (n <= 0 || Hv <= 0 || dv <= 0 || dk <= 0) return;
+    if (Hk <= 0 || Hv % Hk != 0 || dk > DR_MAX_DK) {
+        cuda_note(cb, cudaErrorInvalidValue, "gated_delta_rule (head counts or key width out of range)");
+        return;
+    }
+    dim3 grid((unsigned)Hv, (unsigned)((dv + DR_COLS - 1) / DR_COLS));
+    int nj = (dk + DR_PARTS - 1) / DR_PARTS;
+    if (nj <= 8)
+        delta_rule_kernel<8><<<grid, DR_THREADS, 0, cb->stream>>>(out, qkv, ld, g, beta, state, n, Hk, Hv, dk, dv);
+    else if (nj <= 16)
+        delta_rule_kernel<16><<<grid, DR_THREADS, 0, cb->stream>>>(out, qkv, ld, g, beta, state, n, Hk, Hv, dk, dv);
+    else if (nj <= 32)
+        delta_rule_kernel<32><<<grid, DR_THREADS, 0, cb->stream>>>(out, qkv, ld, g, beta, state, n, Hk, Hv, dk, dv);
+    else
+        delta_rule_kernel<64><<<grid, DR_THREADS, 0, cb->stream>>>(out, qkv, ld, g, beta, state, n, Hk, Hv, dk, dv);
+    CUDA_LAUNCHED(cb, "gated_delta_rule");
+}
+
+/* ---- rmsnorm_gated ---- */
+
+__device__ double gdn_block_sum_d(double v, double *red) {
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < (int)(blockDim.x / 32) ? red[lane] : 0.0;
+        for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (lane == 0) red[0] = v;
+    }
+    __syncthreads();
+    double r = red[0];
+    __syncthreads();
+    return r;
+}
+
+/* One block per row; y may alias x (every read of x precedes the barrier). */
+__global__ void rmsnorm_gated_kernel(float *y, const float *x, const float *z, const float *gain, int n, float eps) {
+    __shared__ double red[32];
+    size_t off = (size_t)blockIdx.x * n;
+    const float *xr = x + off, *zr = z + off;
+    float *yr = y + off;
+    double ss = 0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) ss += (double)xr[i] * xr[i];
+    ss = gdn_block_sum_d(ss, red);
+    float inv = (float)(1.0 / sqrt(ss / n + (double)eps));
+    for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * inv * gain[i] * gdn_silu(zr[i]);
+}
+
+void cuda_rmsnorm_gated(em_backend *be, float *y, const float *x, const float *z, const float *gain, int rows, int n,
+                        float eps) {
+    cuda_backend *cb = cuda_enter(be);
+    if (rows <= 0 || n <= 0) return;
+    int threads = n >= 256 ? 256 : n >= 128 ? 128 : 64;
+    rmsnorm_gated_kernel<<<rows, threads, 0, cb->stream>>>(y, x, z, gain, n, eps);
+    CUDA_LAUNCHED(cb, "rmsnorm_gated");
+}
