@@ -12,7 +12,7 @@
  * is split over DR_PARTS lanes of a warp that hold its dk rows in
  * registers (row i with i % DR_PARTS == part), so the state is read from
  * memory once and written once per call however many tokens it runs —
- * decode and prefill alike. The chunked form of the CPU computes the same
+ * decode and prefill alike — and no barrier stands between tokens. The chunked form of the CPU computes the same
  * function; on the GPU the recurrence over a block's tokens is cheap next
  * to the projections around it, so `chunk` only matters to the CPU. */
 #include "backend/cuda/cuda_internal.cuh"
@@ -21,7 +21,7 @@
 #define DR_PARTS 4                   /* lanes per state column */
 #define DR_COLS 32                   /* columns per block */
 #define DR_THREADS (DR_COLS * DR_PARTS)
-#define DR_MAX_DK 256                /* register-resident state up to this dk */
+#define DR_MAX_DK 256                /* register-resident state up to this dk (NJ <= 64) */
 #define CONV_THREADS 128
 #define CONV_MAX_KERNEL 64
 
@@ -124,43 +124,10 @@ void cuda_gdn_gates(em_backend *be, float *g, float *beta, const float *a, const
 
 /* ---- gated_delta_rule ---- */
 
-/* Sum over the block (blockDim.x threads); every thread gets the result.
- * red holds 32 floats. */
-__device__ float gdn_block_sum(float v, float *red) {
+/* Sum over the warp; every lane gets the result. */
+__device__ __forceinline__ float warp_sum(float v) {
     for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (lane == 0) red[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        v = lane < (int)(blockDim.x / 32) ? red[lane] : 0.0f;
-        for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        if (lane == 0) red[0] = v;
-    }
-    __syncthreads();
-    float r = red[0];
-    __syncthreads();
-    return r;
-}
-
-/* Loads token t's q and k of key head kh into shared memory, normalised
- * (q also scaled by 1/sqrt(dk)) the way the CPU does: x / sqrt(sum x^2 + 1e-6). */
-__device__ void load_qk(float *qs, float *ks, float *red, const float *q, const float *k, int dk, float qscale) {
-    float sq = 0, sk = 0;
-    for (int i = threadIdx.x; i < dk; i += blockDim.x) {
-        float a = q[i], b = k[i];
-        qs[i] = a;
-        ks[i] = b;
-        sq += a * a;
-        sk += b * b;
-    }
-    sq = gdn_block_sum(sq, red);
-    sk = gdn_block_sum(sk, red);
-    float iq = qscale / sqrtf(sq + 1e-6f), ik = 1.0f / sqrtf(sk + 1e-6f);
-    for (int i = threadIdx.x; i < dk; i += blockDim.x) {
-        qs[i] *= iq;
-        ks[i] *= ik;
-    }
-    __syncthreads();
+    return v;
 }
 
 /* Sum over the DR_PARTS lanes of one column (adjacent lanes). */
@@ -171,13 +138,15 @@ __device__ __forceinline__ float parts_sum(float v) {
 }
 
 /* Grid (Hv, ceil(dv / DR_COLS)); NJ = rows of the column each lane holds
- * (ceil(dk / DR_PARTS) rounded up to the instantiation). */
+ * (ceil(dk / DR_PARTS) rounded up to the instantiation). Every warp
+ * normalises the token's q and k itself (a warp reduction over dk), so
+ * warps never wait on each other; the lanes then read the k and q entries
+ * of their rows from L1 and scale them as the CPU's l2norm does. */
 template <int NJ>
 __global__ void __launch_bounds__(DR_THREADS) delta_rule_kernel(float *out, const float *qkv, int ld, const float *g,
                                                                 const float *beta, float *state, int n, int Hk, int Hv,
                                                                 int dk, int dv) {
-    __shared__ float qs[DR_MAX_DK], ks[DR_MAX_DK], red[32];
-    int h = blockIdx.x, kh = h / (Hv / Hk);
+    int h = blockIdx.x, kh = h / (Hv / Hk), lane = threadIdx.x % 32;
     int part = threadIdx.x % DR_PARTS, c = blockIdx.y * DR_COLS + threadIdx.x / DR_PARTS;
     bool col = c < dv;
     float *S = state + (size_t)h * dk * dv;
@@ -191,14 +160,23 @@ __global__ void __launch_bounds__(DR_THREADS) delta_rule_kernel(float *out, cons
     const float *v0 = qkv + (size_t)2 * Hk * dk + (size_t)h * dv;
     float qscale = 1.0f / sqrtf((float)dk);
     for (int t = 0; t < n; t++) {
-        load_qk(qs, ks, red, q0 + (size_t)t * ld, k0 + (size_t)t * ld, dk, qscale);
+        const float *qt = q0 + (size_t)t * ld, *kt = k0 + (size_t)t * ld;
+        float sq = 0, sk = 0;
+        for (int i = lane; i < dk; i += 32) {
+            float a = qt[i], b = kt[i];
+            sq += a * a;
+            sk += b * b;
+        }
+        sq = warp_sum(sq);
+        sk = warp_sum(sk);
+        float iq = qscale / sqrtf(sq + 1e-6f), ik = 1.0f / sqrtf(sk + 1e-6f);
         float decay = expf(g[(size_t)t * Hv + h]), b = beta[(size_t)t * Hv + h];
         float kv = 0;
 #pragma unroll
         for (int j = 0; j < NJ; j++) {
             int i = part + DR_PARTS * j;
             s[j] *= decay;
-            if (i < dk) kv += s[j] * ks[i];
+            if (i < dk) kv += s[j] * (kt[i] * ik);
         }
         kv = parts_sum(kv);
         float u = col ? b * (v0[(size_t)t * ld + c] - kv) : 0.0f;
@@ -207,13 +185,12 @@ __global__ void __launch_bounds__(DR_THREADS) delta_rule_kernel(float *out, cons
         for (int j = 0; j < NJ; j++) {
             int i = part + DR_PARTS * j;
             if (i < dk) {
-                s[j] += ks[i] * u;
-                o += s[j] * qs[i];
+                s[j] += (kt[i] * ik) * u;
+                o += s[j] * (qt[i] * iq);
             }
         }
         o = parts_sum(o);
         if (col && part == 0) out[(size_t)t * Hv * dv + (size_t)h * dv + c] = o;
-        __syncthreads(); /* qs/ks are rewritten by the next token */
     }
 #pragma unroll
     for (int j = 0; j < NJ; j++) {
