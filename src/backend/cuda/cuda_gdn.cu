@@ -55,18 +55,21 @@ template <int KMAX>
 __global__ void conv_kernel(float *y, const float *x, int n, int C, int ld, const float *w, int K, float *state) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
-    float win[KMAX > 1 ? KMAX - 1 : 1];
-    float wc[KMAX];
+    /* every index below is a compile-time constant after unrolling, so
+     * the window and the taps stay in registers */
+    float win[KMAX > 1 ? KMAX - 1 : 1], wc[KMAX > 1 ? KMAX - 1 : 1];
+    float wlast = w[(size_t)c * K + K - 1];
 #pragma unroll
-    for (int r = 0; r < KMAX; r++) wc[r] = r < K ? w[(size_t)c * K + r] : 0.0f;
-#pragma unroll
-    for (int r = 0; r < KMAX - 1; r++) win[r] = r < K - 1 ? state[(size_t)r * C + c] : 0.0f;
+    for (int r = 0; r < KMAX - 1; r++) {
+        wc[r] = r < K - 1 ? w[(size_t)c * K + r] : 0.0f;
+        win[r] = r < K - 1 ? state[(size_t)r * C + c] : 0.0f;
+    }
     for (int t = 0; t < n; t++) {
         float cur = x[(size_t)t * ld + c], acc = 0;
 #pragma unroll
         for (int r = 0; r < KMAX - 1; r++)
             if (r < K - 1) acc += wc[r] * win[r];
-        acc += wc[K - 1] * cur;
+        acc += wlast * cur;
 #pragma unroll
         for (int r = 0; r + 1 < KMAX - 1; r++)
             if (r + 1 < K - 1) win[r] = win[r + 1];
