@@ -24,6 +24,7 @@
 #define DR_MAX_DK 256                /* register-resident state up to this dk (NJ <= 64) */
 #define CONV_THREADS 128
 #define CONV_MAX_KERNEL 64
+#define CONV_TOKENS 8 /* inputs in flight per thread */
 
 __device__ __forceinline__ float gdn_silu(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float gdn_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
@@ -64,21 +65,32 @@ __global__ void conv_kernel(float *y, const float *x, int n, int C, int ld, cons
         wc[r] = r < K - 1 ? w[(size_t)c * K + r] : 0.0f;
         win[r] = r < K - 1 ? state[(size_t)r * C + c] : 0.0f;
     }
-    for (int t = 0; t < n; t++) {
-        float cur = x[(size_t)t * ld + c], acc = 0;
+    for (int t0 = 0; t0 < n; t0 += CONV_TOKENS) {
+        /* the next inputs are loaded together so their latencies overlap;
+         * reading rows ahead of writing this one is safe in place, as a
+         * row of y aliases only the same row of x */
+        float in[CONV_TOKENS];
 #pragma unroll
-        for (int r = 0; r < KMAX - 1; r++)
-            if (r < K - 1) acc += wc[r] * win[r];
-        acc += wlast * cur;
+        for (int u = 0; u < CONV_TOKENS; u++)
+            if (t0 + u < n) in[u] = x[(size_t)(t0 + u) * ld + c];
 #pragma unroll
-        for (int r = 0; r + 1 < KMAX - 1; r++)
-            if (r + 1 < K - 1) win[r] = win[r + 1];
-        if (K > 1) {
+        for (int u = 0; u < CONV_TOKENS; u++) {
+            if (t0 + u >= n) break;
+            float cur = in[u], acc = 0;
 #pragma unroll
             for (int r = 0; r < KMAX - 1; r++)
-                if (r == K - 2) win[r] = cur;
+                if (r < K - 1) acc += wc[r] * win[r];
+            acc += wlast * cur;
+#pragma unroll
+            for (int r = 0; r + 1 < KMAX - 1; r++)
+                if (r + 1 < K - 1) win[r] = win[r + 1];
+            if (K > 1) {
+#pragma unroll
+                for (int r = 0; r < KMAX - 1; r++)
+                    if (r == K - 2) win[r] = cur;
+            }
+            y[(size_t)(t0 + u) * ld + c] = gdn_silu(acc);
         }
-        y[(size_t)t * ld + c] = gdn_silu(acc);
     }
 #pragma unroll
     for (int r = 0; r < KMAX - 1; r++)
