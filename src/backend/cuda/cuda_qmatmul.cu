@@ -148,7 +148,8 @@ __device__ __forceinline__ float q_element(const uint8_t *words, const void *sca
     return q_scalar(scales, sdt, g) * (float)q + q_scalar(biases, sdt, g);
 }
 
-/* Rows [r0, r0 + rows) dequantized into f32 (bf16 == false) or bf16. */
+/* Rows [r0, r0 + rows) dequantized into f32 (bf16 == false) or bf16, one
+ * element per thread: for words without the alignment of the wide loads. */
 __global__ void qdequant_kernel(void *dst, bool bf16, const uint8_t *words, const void *scales, const void *biases,
                                 int sdt, int bits, int group, size_t K, size_t r0, size_t rows) {
     size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -156,6 +157,35 @@ __global__ void qdequant_kernel(void *dst, bool bf16, const uint8_t *words, cons
     float v = q_element(words, scales, biases, sdt, bits, group, K, r0 + t / K, t % K);
     if (bf16) ((__nv_bfloat16 *)dst)[t] = __float2bfloat16_rn(v);
     else ((float *)dst)[t] = v;
+}
+
+/* The same by segments: a thread unpacks one segment of 32 values with the
+ * GEMV's loads and writes them out (rows [r0, r0 + rows)). */
+template <int BITS>
+__global__ void qdequant_seg_kernel(void *dst, bool bf16, const uint32_t *w, const void *scales, const void *biases,
+                                    int sdt, int group, size_t K, size_t r0, size_t rows) {
+    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x, segs = K / QG_SEG;
+    if (t >= rows * segs) return;
+    size_t r = r0 + t / segs, seg = t % segs;
+    uint32_t words[BITS];
+    load_segment<BITS>(w + r * segs * BITS, seg, words);
+    size_t gi = r * (K / (size_t)group) + seg * QG_SEG / (size_t)group;
+    float s = q_scalar(scales, sdt, gi), b = q_scalar(biases, sdt, gi);
+    size_t o = t * QG_SEG; /* == (r - r0) * K + seg * 32 */
+    if (bf16) {
+        __nv_bfloat162 *d = (__nv_bfloat162 *)((__nv_bfloat16 *)dst + o);
+#pragma unroll
+        for (int e = 0; e < QG_SEG; e += 2)
+            d[e / 2] = __floats2bfloat162_rn(s * (float)seg_value<BITS>(words, e) + b,
+                                             s * (float)seg_value<BITS>(words, e + 1) + b);
+    } else {
+        float4 *d = (float4 *)((float *)dst + o);
+#pragma unroll
+        for (int e = 0; e < QG_SEG; e += 4)
+            d[e / 4] = make_float4(s * (float)seg_value<BITS>(words, e) + b, s * (float)seg_value<BITS>(words, e + 1) + b,
+                                   s * (float)seg_value<BITS>(words, e + 2) + b,
+                                   s * (float)seg_value<BITS>(words, e + 3) + b);
+    }
 }
 
 __global__ void qembed_kernel(float *out, const uint8_t *words, const void *scales, const void *biases, int sdt,
@@ -201,8 +231,28 @@ static bool qgemv(cuda_backend *cb, float *y, const float *x, int M, const em_we
     }
 }
 
+template <int BITS>
+static void qdequant_seg(cuda_backend *cb, void *dst, bool bf16, const em_weight *w, size_t r0, size_t rows) {
+    size_t K = (size_t)w->cols, segs = rows * (K / QG_SEG);
+    qdequant_seg_kernel<BITS><<<cuda_blocks(segs, 256), 256, 0, cb->stream>>>(
+        dst, bf16, (const uint32_t *)w->data, w->scales, w->biases, (int)w->scale_dtype, w->group_size, K, r0, rows);
+    CUDA_LAUNCHED(cb, "quantized matmul (dequantizing weights)");
+}
+
+/* dst (scratch from cudaMalloc, so aligned) receives rows [r0, r0 + rows). */
 static void qdequant(cuda_backend *cb, void *dst, bool bf16, const em_weight *w, size_t r0, size_t rows) {
     size_t K = (size_t)w->cols, elems = rows * K;
+    if (words_aligned(w->data, w->bits)) {
+        switch (w->bits) {
+        case 2: qdequant_seg<2>(cb, dst, bf16, w, r0, rows); return;
+        case 3: qdequant_seg<3>(cb, dst, bf16, w, r0, rows); return;
+        case 4: qdequant_seg<4>(cb, dst, bf16, w, r0, rows); return;
+        case 5: qdequant_seg<5>(cb, dst, bf16, w, r0, rows); return;
+        case 6: qdequant_seg<6>(cb, dst, bf16, w, r0, rows); return;
+        case 8: qdequant_seg<8>(cb, dst, bf16, w, r0, rows); return;
+        default: break;
+        }
+    }
     qdequant_kernel<<<cuda_blocks(elems, 256), 256, 0, cb->stream>>>(dst, bf16, (const uint8_t *)w->data, w->scales,
                                                                      w->biases, (int)w->scale_dtype, w->bits,
                                                                      w->group_size, K, r0, rows);
