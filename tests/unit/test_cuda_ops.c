@@ -258,15 +258,16 @@ static void test_qmatmul_case(int M, int N, int K, int bits, int group, em_dtype
 static void test_qmatmul(void) {
     int bits[] = {2, 3, 4, 5, 6, 8}, groups[] = {32, 64, 128};
     em_dtype sdts[] = {EM_BF16, EM_F16, EM_F32};
-    /* M: decode, a partial 8-row pass, a full pass, two passes, FAST range,
-     * beyond the GEMV (dequantized slices + cuBLAS) */
-    int Ms[] = {1, 3, 8, 9, 17, 70};
+    /* M: decode, the 2- and 4-row passes, a full pass, a full pass and a
+     * 2-row one, FAST range, beyond the GEMV (dequantized slices + cuBLAS) */
+    int Ms[] = {1, 2, 3, 8, 10, 17, 70};
+    int nM = (int)(sizeof Ms / sizeof Ms[0]);
     int v = 0;
     for (int b = 0; b < 6; b++)
         for (int g = 0; g < 3; g++, v++) {
             em_dtype sdt = sdts[v % 3];
             int K = g == 2 ? 1152 : 384; /* 1152: more than one staged chunk of 1024 */
-            for (int m = 0; m < 6; m++) {
+            for (int m = 0; m < nM; m++) {
                 int N = m % 2 ? 37 : 130; /* odd row counts: partial blocks */
                 test_qmatmul_case(Ms[m], N, K, bits[b], groups[g], sdt, m % 3 == 1, EM_MATH_EXACT, 0);
                 if (Ms[m] >= 16) test_qmatmul_case(Ms[m], N, K, bits[b], groups[g], sdt, m % 3 == 1, EM_MATH_FAST, 0);
@@ -278,6 +279,33 @@ static void test_qmatmul(void) {
     test_qmatmul_case(2, 33, 256, 6, 128, EM_F32, false, EM_MATH_EXACT, 1);
     /* a single row, a single group of 32 inputs */
     test_qmatmul_case(1, 1, 32, 3, 32, EM_BF16, true, EM_MATH_EXACT, 0);
+}
+
+/* A row's product does not depend on the other rows of its batch: a verified
+ * speculative span (M rows) must compute what single decode steps did. */
+static void test_qgemv_rows_independent(void) {
+    int bits[] = {4, 3, 8}, N = 50, K = 4096, M = 11;
+    for (int b = 0; b < 3; b++) {
+        qw q = qw_make(N, K, bits[b], 64, EM_BF16, 0);
+        em_weight wc, wg;
+        qw_weights(&q, N, K, bits[b], 64, EM_BF16, 0, &wc, &wg);
+        float *x = rand_f32((size_t)M * K, 1.0f);
+        float *xd = up(x, (size_t)M * K * 4), *yd = gpu->ops->alloc(gpu, (size_t)M * N * 4), *y1d = gpu->ops->alloc(gpu, (size_t)N * 4);
+        gpu->ops->matmul(gpu, yd, xd, M, &wg, NULL, EM_MATH_EXACT);
+        float *y = down(yd, (size_t)M * N);
+        int differ = 0;
+        for (int m = 0; m < M; m++) {
+            gpu->ops->matmul(gpu, y1d, xd + (size_t)m * K, 1, &wg, NULL, EM_MATH_EXACT);
+            float *y1 = down(y1d, (size_t)N);
+            differ += memcmp(y1, y + (size_t)m * N, (size_t)N * 4) != 0;
+            free(y1);
+        }
+        CHECKF(differ == 0, "qmatmul bits=%d: %d of %d rows differ between M=%d and M=1", bits[b], differ, M, M);
+        qw_weight_free(&wg, 0);
+        gpu->ops->free(gpu, xd), gpu->ops->free(gpu, yd), gpu->ops->free(gpu, y1d);
+        qw_free(&q);
+        free(x), free(y);
+    }
 }
 
 static void test_qembed(void) {
@@ -422,6 +450,28 @@ static void test_delta_case(int Hk, int Hv, int dk, int dv, int n, int step, int
     free(qkv), free(S), free(g), free(beta), free(oc), free(og), free(Sg);
 }
 
+/* On the GPU one call over n tokens and n calls of one token compute the
+ * same bits (decode after a prefill continues exactly). */
+static void test_delta_steps_exact(void) {
+    int Hk = 2, Hv = 4, dk = 128, dv = 128, n = 7, ld = 2 * Hk * dk + Hv * dv;
+    size_t sn = (size_t)Hv * dk * dv, on = (size_t)n * Hv * dv;
+    float *qkv = rand_f32((size_t)n * ld, 1.0f), *S = rand_f32(sn, 0.3f);
+    float *g = malloc((size_t)n * Hv * 4), *beta = malloc((size_t)n * Hv * 4);
+    for (int i = 0; i < n * Hv; i++) g[i] = -1.0f - frand(), beta[i] = 0.5f + 0.5f * frand();
+    float *qd = up(qkv, (size_t)n * ld * 4), *gd = up(g, (size_t)n * Hv * 4), *bd = up(beta, (size_t)n * Hv * 4);
+    float *S1 = up(S, sn * 4), *S2 = up(S, sn * 4);
+    float *o1 = gpu->ops->alloc(gpu, on * 4), *o2 = gpu->ops->alloc(gpu, on * 4);
+    gpu->ops->gated_delta_rule(gpu, o1, qd, ld, gd, bd, S1, n, Hk, Hv, dk, dv, 0);
+    for (int t = 0; t < n; t++)
+        gpu->ops->gated_delta_rule(gpu, o2 + (size_t)t * Hv * dv, qd + (size_t)t * ld, ld, gd + (size_t)t * Hv,
+                                   bd + (size_t)t * Hv, S2, 1, Hk, Hv, dk, dv, 0);
+    float *a = down(o1, on), *b = down(o2, on), *sa = down(S1, sn), *sb = down(S2, sn);
+    CHECKF(!memcmp(a, b, on * 4) && !memcmp(sa, sb, sn * 4), "gated_delta_rule: %d tokens in one call differ from %d single steps", n, n);
+    gpu->ops->free(gpu, qd), gpu->ops->free(gpu, gd), gpu->ops->free(gpu, bd), gpu->ops->free(gpu, S1);
+    gpu->ops->free(gpu, S2), gpu->ops->free(gpu, o1), gpu->ops->free(gpu, o2);
+    free(qkv), free(S), free(g), free(beta), free(a), free(b), free(sa), free(sb);
+}
+
 static void test_delta_rule(void) {
     test_delta_case(2, 4, 128, 128, 1, 1, 0);     /* decode, Qwen3.5 head sizes, ratio 2 */
     test_delta_case(2, 4, 128, 128, 6, 1, 0);     /* six decode steps */
@@ -538,11 +588,13 @@ int main(void) {
     test_embed();
     test_attention();
     test_qmatmul();
+    test_qgemv_rows_independent();
     test_qembed();
     test_sigmoid_mul();
     test_conv();
     test_gdn_gates();
     test_delta_rule();
+    test_delta_steps_exact();
     test_rmsnorm_gated();
     test_copy_rows();
     em_backend_free(gpu);

@@ -14,7 +14,8 @@
  * Decode (M <= 8, and EXACT batches up to 64 rows, 8 at a time): one warp
  * per weight row, 16 rows per block sharing activations staged in shared
  * memory (segments padded to 36 floats so the lanes' 16-byte reads hit
- * distinct banks). The weights cross the bus once per 8 activation rows.
+ * distinct banks), up to 4 segment loads in flight per lane. The weights
+ * cross the bus once per 8 activation rows.
  * Larger batches dequantize slices of W once (f32 for EXACT, then cuBLAS
  * SGEMM; bf16 for FAST, then the bf16 tensor-core GEMM over activations
  * rounded to bf16), the regimes of the CPU's quantized matmul. */
@@ -22,7 +23,6 @@
 
 #define QG_ROWS 8      /* activation rows per pass */
 #define QG_WARPS 16    /* weight rows per block */
-#define QG_KC 1024     /* activation columns staged per step: one segment per lane */
 #define QG_SEG 32      /* values per segment */
 #define QG_PAD 36      /* floats per staged segment (bank-conflict-free float4 reads) */
 #define QG_MAX_EXACT_M 64
@@ -72,55 +72,75 @@ static bool words_aligned(const void *p, int bits) {
     return (a & 3) == 0;
 }
 
-template <int BITS>
-__global__ void __launch_bounds__(QG_WARPS * 32, 2) qgemv_kernel(float *y, const float *x, const uint32_t *w,
-                                                              const void *scales, const void *biases, int sdt,
-                                                              const float *bias, int M, int N, int K, int group) {
-    __shared__ __align__(16) float xs[QG_ROWS * (QG_KC / QG_SEG) * QG_PAD];
-    const int seg_row = (QG_KC / QG_SEG) * QG_PAD; /* staged floats per activation row */
+/* ROWS (1, 2, 4 or 8) bounds the activation rows of a pass; fewer rows
+ * stage more columns at once, so each lane issues SPL segment loads back to
+ * back before it computes (more weight bytes in flight per barrier). Lane
+ * L always takes the segments s with s % 32 == L in ascending order,
+ * whatever ROWS is, so a row's sum does not depend on which other rows share
+ * its pass (a verified span computes what single decode steps do). */
+template <int BITS, int ROWS>
+__global__ void __launch_bounds__(QG_WARPS * 32, ROWS == 8 ? 1 : 2)
+    qgemv_kernel(float *y, const float *x, const uint32_t *w, const void *scales, const void *biases, int sdt,
+                 const float *bias, int M, int N, int K, int group) {
+    constexpr int SPL = ROWS == 1 ? 4 : ROWS == 2 ? 2 : 1;           /* segments per lane per chunk */
+    constexpr int KC = SPL * 32 * QG_SEG;                            /* columns staged per chunk */
+    constexpr int SEG_ROW = (KC / QG_SEG) * QG_PAD;                  /* staged floats per activation row */
+    __shared__ __align__(16) float xs[ROWS * SEG_ROW];
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int n = blockIdx.x * QG_WARPS + warp;
     bool active = n < N;
     size_t words_per_row = (size_t)K / 32 * BITS, groups_per_row = (size_t)(K / group);
     const uint32_t *wr = w + (size_t)(active ? n : 0) * words_per_row;
     size_t g0 = (size_t)(active ? n : 0) * groups_per_row;
-    float acc[QG_ROWS];
+    float acc[ROWS];
 #pragma unroll
-    for (int m = 0; m < QG_ROWS; m++) acc[m] = 0.0f;
-    for (int k0 = 0; k0 < K; k0 += QG_KC) {
-        int kc = K - k0 < QG_KC ? K - k0 : QG_KC; /* a multiple of 32 */
+    for (int m = 0; m < ROWS; m++) acc[m] = 0.0f;
+    for (int k0 = 0; k0 < K; k0 += KC) {
+        int kc = K - k0 < KC ? K - k0 : KC; /* a multiple of 32 */
         __syncthreads();
         for (int i = threadIdx.x; i < M * kc; i += blockDim.x) {
             int m = i / kc, k = i % kc;
-            xs[m * seg_row + (k / QG_SEG) * QG_PAD + k % QG_SEG] = x[(size_t)m * K + k0 + k];
+            xs[m * SEG_ROW + (k / QG_SEG) * QG_PAD + k % QG_SEG] = x[(size_t)m * K + k0 + k];
         }
         __syncthreads();
-        if (!active || lane * QG_SEG >= kc) continue;
-        size_t seg = (size_t)(k0 / QG_SEG + lane);
-        uint32_t words[BITS];
-        load_segment<BITS>(wr, seg, words);
-        size_t gi = g0 + seg * QG_SEG / group;
-        float s = q_scalar(scales, sdt, gi), b = q_scalar(biases, sdt, gi);
-        float wv[QG_SEG];
+        if (!active) continue;
+        uint32_t words[SPL][BITS];
+        float sc[SPL], bi[SPL];
 #pragma unroll
-        for (int e = 0; e < QG_SEG; e++) wv[e] = s * (float)seg_value<BITS>(words, e) + b;
+        for (int p = 0; p < SPL; p++) {
+            int ls = p * 32 + lane; /* segment within the chunk */
+            if (ls * QG_SEG < kc) {
+                size_t seg = (size_t)(k0 / QG_SEG + ls), gi = g0 + seg * QG_SEG / group;
+                load_segment<BITS>(wr, seg, words[p]);
+                sc[p] = q_scalar(scales, sdt, gi);
+                bi[p] = q_scalar(biases, sdt, gi);
+            }
+        }
 #pragma unroll
-        for (int m = 0; m < QG_ROWS; m++) {
-            if (m < M) {
-                const float *xr = xs + m * seg_row + lane * QG_PAD;
-                float a = acc[m];
+        for (int p = 0; p < SPL; p++) {
+            int ls = p * 32 + lane;
+            if (ls * QG_SEG >= kc) break;
+            float wv[QG_SEG];
 #pragma unroll
-                for (int e = 0; e < QG_SEG; e += 4) {
-                    float4 v = *(const float4 *)(xr + e);
-                    a += wv[e] * v.x + wv[e + 1] * v.y + wv[e + 2] * v.z + wv[e + 3] * v.w;
+            for (int e = 0; e < QG_SEG; e++) wv[e] = sc[p] * (float)seg_value<BITS>(words[p], e) + bi[p];
+#pragma unroll
+            for (int m = 0; m < ROWS; m++) {
+                if (m < M) {
+                    const float *xr = xs + m * SEG_ROW + ls * QG_PAD;
+                    float a = acc[m];
+#pragma unroll
+                    for (int e = 0; e < QG_SEG; e += 4) {
+                        float4 v = *(const float4 *)(xr + e);
+                        a += wv[e] * v.x + wv[e + 1] * v.y + wv[e + 2] * v.z + wv[e + 3] * v.w;
+                    }
+                    acc[m] = a;
                 }
-                acc[m] = a;
             }
         }
     }
     if (!active) return;
 #pragma unroll
-    for (int m = 0; m < QG_ROWS; m++) {
+    for (int m = 0; m < ROWS; m++) {
         float v = acc[m];
         for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
         acc[m] = v;
@@ -128,7 +148,7 @@ __global__ void __launch_bounds__(QG_WARPS * 32, 2) qgemv_kernel(float *y, const
     if (lane == 0) {
         float b = bias ? bias[n] : 0.0f;
 #pragma unroll
-        for (int m = 0; m < QG_ROWS; m++)
+        for (int m = 0; m < ROWS; m++)
             if (m < M) y[(size_t)m * N + n] = acc[m] + b;
     }
 }
@@ -205,16 +225,27 @@ __global__ void qbias_kernel(float *y, const float *bias, int M, int N) {
     if (t < (size_t)M * N) y[t] += bias[t % N];
 }
 
+template <int BITS, int ROWS>
+static void qgemv_pass(cuda_backend *cb, float *y, const float *x, int M, const em_weight *w, const float *bias) {
+    int N = (int)w->rows, K = (int)w->cols;
+    dim3 grid((unsigned)((N + QG_WARPS - 1) / QG_WARPS));
+    qgemv_kernel<BITS, ROWS><<<grid, QG_WARPS * 32, 0, cb->stream>>>(y, x, (const uint32_t *)w->data, w->scales,
+                                                                     w->biases, (int)w->scale_dtype, bias, M, N, K,
+                                                                     w->group_size);
+    CUDA_LAUNCHED(cb, "quantized matmul (gemv)");
+}
+
 template <int BITS>
 static void qgemv_launch(cuda_backend *cb, float *y, const float *x, int M, const em_weight *w, const float *bias) {
     int N = (int)w->rows, K = (int)w->cols;
-    dim3 grid((unsigned)((N + QG_WARPS - 1) / QG_WARPS));
     for (int m0 = 0; m0 < M; m0 += QG_ROWS) {
         int mr = M - m0 < QG_ROWS ? M - m0 : QG_ROWS;
-        qgemv_kernel<BITS><<<grid, QG_WARPS * 32, 0, cb->stream>>>(y + (size_t)m0 * N, x + (size_t)m0 * K,
-                                                                   (const uint32_t *)w->data, w->scales, w->biases,
-                                                                   (int)w->scale_dtype, bias, mr, N, K, w->group_size);
-        CUDA_LAUNCHED(cb, "quantized matmul (gemv)");
+        float *ym = y + (size_t)m0 * N;
+        const float *xm = x + (size_t)m0 * K;
+        if (mr == 1) qgemv_pass<BITS, 1>(cb, ym, xm, mr, w, bias);
+        else if (mr == 2) qgemv_pass<BITS, 2>(cb, ym, xm, mr, w, bias);
+        else if (mr <= 4) qgemv_pass<BITS, 4>(cb, ym, xm, mr, w, bias);
+        else qgemv_pass<BITS, 8>(cb, ym, xm, mr, w, bias);
     }
 }
 
