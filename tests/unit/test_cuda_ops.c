@@ -481,6 +481,7 @@ static void test_delta_rule(void) {
     test_delta_case(2, 2, 37, 33, 9, 4, 0);       /* odd widths, uneven calls */
     test_delta_case(1, 1, 200, 40, 17, 17, 16);   /* dk past 128: the widest register tile */
     test_delta_case(1, 2, 16, 1, 3, 3, 0);        /* one value column */
+    test_delta_case(1, 2, 300, 40, 5, 3, 0);      /* dk past 256: the state stays in memory */
     test_delta_case(3, 3, 128, 128, 65, 65, 64);  /* chunk + 1 */
 }
 
