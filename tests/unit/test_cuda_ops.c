@@ -36,15 +36,25 @@ static float *rand_f32(size_t n, float scale) {
 static void *up(const void *h, size_t bytes) {
     void *d = gpu->ops->alloc(gpu, bytes);
     REQUIRE(d);
-    REQUIRE(gpu->ops->upload(gpu, d, h, bytes) == EM_OK);
+    if (gpu->ops->upload(gpu, d, h, bytes) != EM_OK) {
+        fprintf(stderr, "upload failed: %s\n", em_last_error());
+        REQUIRE(!"device operation failed");
+    }
     return d;
 }
 
+/* A failed download reports the first failed operation queued before it
+ * (the device error and where it happened); the test stops there. */
 static float *down(const void *d, size_t n) {
     float *h = malloc(n * sizeof *h);
-    REQUIRE(gpu->ops->download(gpu, h, d, n * sizeof *h) == EM_OK);
+    if (gpu->ops->download(gpu, h, d, n * sizeof *h) != EM_OK) {
+        fprintf(stderr, "download failed: %s\n", em_last_error());
+        REQUIRE(!"device operation failed");
+    }
     return h;
 }
+
+#define RUN(test) (fprintf(stderr, "-- %s\n", #test), test())
 
 /* Largest |a-b| relative to the largest |b| (at least 1e-30). */
 static double rel_err(const float *a, const float *b, size_t n) {
@@ -582,22 +592,22 @@ int main(void) {
     REQUIRE(cpu_backend_create(2, &cpu) == EM_OK);
     REQUIRE(cuda_backend_create(0, &gpu) == EM_OK);
     fprintf(stderr, "comparing %s against %s\n", gpu->desc, cpu->desc);
-    test_matmul();
-    test_rmsnorm();
-    test_rope();
-    test_elementwise();
-    test_embed();
-    test_attention();
-    test_qmatmul();
-    test_qgemv_rows_independent();
-    test_qembed();
-    test_sigmoid_mul();
-    test_conv();
-    test_gdn_gates();
-    test_delta_rule();
-    test_delta_steps_exact();
-    test_rmsnorm_gated();
-    test_copy_rows();
+    RUN(test_matmul);
+    RUN(test_rmsnorm);
+    RUN(test_rope);
+    RUN(test_elementwise);
+    RUN(test_embed);
+    RUN(test_attention);
+    RUN(test_qmatmul);
+    RUN(test_qgemv_rows_independent);
+    RUN(test_qembed);
+    RUN(test_sigmoid_mul);
+    RUN(test_conv);
+    RUN(test_gdn_gates);
+    RUN(test_delta_rule);
+    RUN(test_delta_steps_exact);
+    RUN(test_rmsnorm_gated);
+    RUN(test_copy_rows);
     em_backend_free(gpu);
     em_backend_free(cpu);
     return test_summary();
