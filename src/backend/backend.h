@@ -84,6 +84,9 @@ typedef struct em_backend_ops {
      * for a GPU); optional (NULL: callers use malloc). */
     void *(*host_alloc)(em_backend *be, size_t bytes);
     void (*host_free)(em_backend *be, void *p);
+    /* Strided copy within backend memory: rows of n floats from src (rows
+     * ld_src floats apart) to dst (ld_dst apart); the regions do not overlap. */
+    void (*copy_rows)(em_backend *be, float *dst, int ld_dst, const float *src, int ld_src, int rows, int n);
     /* Bytes of backend memory still free, or 0 when not bounded apart from
      * the host's (CPU). Optional (NULL: 0). */
     size_t (*mem_free)(em_backend *be);

@@ -122,8 +122,7 @@ static em_status trunk(gen_seq *g, spec_state *s, const int32_t *tokens, int n, 
     else s->pair_t[s->n_pairs - 1] = tokens[0];
     pthread_mutex_lock(&m->compute_mu);
     em_status st = m->family->forward(m, &b, logits);
-    if (st == EM_OK)
-        memcpy(s->pair_h + (size_t)s->n_pairs * s->H, m->family->hidden_rows(m), (size_t)n * s->H * sizeof(float));
+    if (st == EM_OK) st = m->family->hidden_rows(m, s->pair_h + (size_t)s->n_pairs * s->H, n);
     pthread_mutex_unlock(&m->compute_mu);
     if (st != EM_OK) return st;
     for (int i = 0; i + 1 < n; i++) s->pair_t[s->n_pairs + i] = tokens[i + 1];

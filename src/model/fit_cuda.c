@@ -73,8 +73,8 @@ static em_status device_tensors(const char *dir, const fit_shape *s, uint64_t *w
     for (size_t i = 0; rc == EM_OK && i < st_count(st); i++) {
         const st_tensor *t = st_at(st, i);
         if (t->dtype == EM_U32)
-            rc = em_fail(EM_ERR_UNSUPPORTED, "%s: tensor %s is quantized; the CUDA backend runs only f32/f16/bf16 "
-                         "weights so far (fit it with --device cpu)", dir, t->name);
+            rc = em_fail(EM_ERR_UNSUPPORTED, "%s: tensor %s is quantized: fit's device memory model covers "
+                         "f32/f16/bf16 weights only so far (fit it with --device cpu)", dir, t->name);
         else if (t->ndim == 1) *vectors += dev_round(t->n_elements * 4u);
         else if (t->ndim == 2 && !(tied_head && !strcmp(t->name, "lm_head.weight"))) *weights += dev_round(t->nbytes);
     }
@@ -155,8 +155,8 @@ em_status fit_predict_cuda(const char *dir, const fit_request *r, fit_result *o)
     fit_shape s;
     EM_TRY(fit_read_shape(dir, &s));
     if (s.state_layers)
-        return em_fail(EM_ERR_UNSUPPORTED, "%s: %d recurrent (Gated DeltaNet) layers: the CUDA backend has no "
-                       "operations for them yet (fit it with --device cpu)", dir, s.state_layers);
+        return em_fail(EM_ERR_UNSUPPORTED, "%s: %d recurrent (Gated DeltaNet) layers: fit's device memory model "
+                       "does not cover their state yet (fit it with --device cpu)", dir, s.state_layers);
     uint64_t weights, vectors;
     em_dtype dt[2];
     EM_TRY(device_tensors(dir, &s, &weights, &vectors, dt));

@@ -10,7 +10,6 @@
 #include "model/qwen3_5_internal.h"
 
 #include <stdio.h>
-#include <string.h>
 
 em_status q35_gdn_bind(em_model *m, q35_impl *d, int i, q35_layer *L) {
     const model_config *c = &m->cfg;
@@ -43,16 +42,15 @@ void q35_gdn_free(em_backend *be, q35_gdn *g) {
         if (vs[k]) be->ops->free(be, vs[k]);
 }
 
-/* Journal row of one token: [conv input (channels) | g (Hv) | beta (Hv)]. */
-static void journal_write(q35_impl *d, int layer, int seq, int first, int row0, int n, int Hv) {
+/* Journal row of one token: [conv input (channels) | g (Hv) | beta (Hv)];
+ * the journal is backend memory, written with strided copies. */
+static void journal_write(em_backend *be, q35_impl *d, int layer, int seq, int first, int row0, int n, int Hv) {
     rstate *r = d->rs;
     float *rows = rstate_journal_rows(r, seq, layer) + (size_t)first * r->row_floats;
-    for (int t = 0; t < n; t++) {
-        float *o = rows + (size_t)t * r->row_floats;
-        memcpy(o, d->qkv + (size_t)(row0 + t) * d->channels, (size_t)d->channels * sizeof(float));
-        memcpy(o + d->channels, d->g + (size_t)(row0 + t) * Hv, (size_t)Hv * sizeof(float));
-        memcpy(o + d->channels + Hv, d->beta + (size_t)(row0 + t) * Hv, (size_t)Hv * sizeof(float));
-    }
+    int C = d->channels, ld = r->row_floats;
+    be->ops->copy_rows(be, rows, ld, d->qkv + (size_t)row0 * C, C, n, C);
+    be->ops->copy_rows(be, rows + C, ld, d->g + (size_t)row0 * Hv, Hv, n, Hv);
+    be->ops->copy_rows(be, rows + C + Hv, ld, d->beta + (size_t)row0 * Hv, Hv, n, Hv);
 }
 
 /* Conv + delta rule of n rows starting at row0 for one sequence. */
@@ -80,7 +78,7 @@ void q35_gdn_block(em_model *m, q35_impl *d, q35_layer *L, const q35_span *sp, i
     op->gdn_gates(be, d->g, d->beta, d->a, d->b, Hv, L->gdn.A_log, L->gdn.dt_bias, T, Hv);
     int row = 0;
     for (int s = 0; s < n_spans; s++) {
-        if (sp[s].journal_first >= 0) journal_write(d, L->slot, sp[s].seq, sp[s].journal_first, row, sp[s].n, Hv);
+        if (sp[s].journal_first >= 0) journal_write(be, d, L->slot, sp[s].seq, sp[s].journal_first, row, sp[s].n, Hv);
         /* journaled spans use the recurrence, which the replay repeats exactly */
         int chunk = sp[s].n > Q35_RECURRENT_MAX && sp[s].journal_first < 0 ? Q35_CHUNK : 0;
         if (sp[s].n) mix_rows(m, d, L, sp[s].seq, row, sp[s].n, chunk);
@@ -93,12 +91,11 @@ void q35_gdn_block(em_model *m, q35_impl *d, q35_layer *L, const q35_span *sp, i
 void q35_gdn_replay(em_model *m, q35_impl *d, q35_layer *L, int seq, int n) {
     int Hv = m->cfg.q35.lin_v_heads;
     rstate *r = d->rs;
+    em_backend *be = m->be;
     const float *rows = rstate_journal_rows(r, seq, L->slot);
-    for (int t = 0; t < n; t++) {
-        const float *in = rows + (size_t)t * r->row_floats;
-        memcpy(d->qkv + (size_t)t * d->channels, in, (size_t)d->channels * sizeof(float));
-        memcpy(d->g + (size_t)t * Hv, in + d->channels, (size_t)Hv * sizeof(float));
-        memcpy(d->beta + (size_t)t * Hv, in + d->channels + Hv, (size_t)Hv * sizeof(float));
-    }
+    int C = d->channels, ld = r->row_floats;
+    be->ops->copy_rows(be, d->qkv, C, rows, ld, n, C);
+    be->ops->copy_rows(be, d->g, Hv, rows + C, ld, n, Hv);
+    be->ops->copy_rows(be, d->beta, Hv, rows + C + Hv, ld, n, Hv);
     mix_rows(m, d, L, seq, 0, n, 0);
 }

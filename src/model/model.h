@@ -62,14 +62,15 @@ typedef struct family_ops {
     em_status (*state_save)(em_model *m, int seq, void *buf);
     em_status (*state_load)(em_model *m, int seq, const void *buf);
 
-    /* Optional multi-token-prediction head (NULL/0: none). hidden_rows: the
-     * final-normed hidden state of every token of the last forward, in batch
-     * order ([tokens, hidden], owned by the model, valid until the next
-     * forward). mtp_forward: runs the head over n (token, hidden) pairs of
-     * seq at positions pos0.., writing its own KV there; logits of the last
-     * pair go to logits[vocab], its output hidden row to hidden_out[hidden]. */
+    /* Optional multi-token-prediction head (NULL/0: none). hidden_rows:
+     * copies the final-normed hidden state of the first n tokens of the last
+     * forward, in batch order, to the host array dst[n, hidden].
+     * mtp_forward: runs the head over n (token, hidden) pairs of seq at
+     * positions pos0.., writing its own KV there; logits of the last pair go
+     * to logits[vocab], its output hidden row to hidden_out[hidden]. hidden,
+     * logits and hidden_out are host arrays. */
     int (*mtp_layers)(const em_model *m);
-    const float *(*hidden_rows)(em_model *m);
+    em_status (*hidden_rows)(em_model *m, float *dst, int n);
     em_status (*mtp_forward)(em_model *m, int seq, const int32_t *tokens, const float *hidden, int pos0, int n,
                              float *logits, float *hidden_out);
 } family_ops;
@@ -176,6 +177,10 @@ void weights_release(em_model *m);
 /* Loads a 1-D tensor of n elements as f32 into backend memory (owned by the
  * caller, free with be->ops->free). optional: absent → *out NULL, EM_OK. */
 em_status weight_load_vector(em_model *m, const char *name, int64_t n, bool optional, float **out);
+/* The same with `shift` added to every element on the host, before the
+ * vector enters backend memory (a norm gain stored as gamma - 1). */
+em_status weight_load_vector_shifted(em_model *m, const char *name, int64_t n, bool optional, float shift,
+                                     float **out);
 /* Loads a tensor of exactly `shape` (ndim dims) as f32, flattened (owned by
  * the caller, free with be->ops->free). */
 em_status weight_load_array(em_model *m, const char *name, int ndim, const int64_t *shape, float **out);

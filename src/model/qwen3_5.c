@@ -27,10 +27,8 @@ static const char *q35_weight_name(const em_model *m, const char *name, char *bu
 }
 
 em_status q35_gain(em_model *m, q35_impl *d, const char *name, int64_t n, float **out) {
-    EM_TRY(weight_load_vector(m, name, n, false, out));
-    if (d->layout.shift_gains && q35_is_centred_gain(name))
-        for (int64_t i = 0; i < n; i++) (*out)[i] += 1.0f;
-    return EM_OK;
+    float shift = d->layout.shift_gains && q35_is_centred_gain(name) ? 1.0f : 0.0f;
+    return weight_load_vector_shifted(m, name, n, false, shift, out);
 }
 
 static em_status opt_bias(em_model *m, const char *p, const char *what, int64_t n, float **out) {
@@ -94,7 +92,7 @@ static void q35_free(em_model *m) {
     row_runs_free(&d->runs);
     q35_mtp_free(m, d);
     float *ws[] = {d->final_norm, d->x, d->h, d->hid, d->cat, d->qg, d->q, d->gate, d->k, d->v, d->att,
-                   d->mg, d->mu, d->act, d->qkv, d->z, d->a, d->b, d->g, d->beta, d->core};
+                   d->mg, d->mu, d->act, d->qkv, d->z, d->a, d->b, d->g, d->beta, d->core, d->logits};
     for (size_t k = 0; k < sizeof ws / sizeof ws[0]; k++)
         if (ws[k]) be->ops->free(be, ws[k]);
     rstate_free(d->rs);
@@ -148,7 +146,7 @@ static em_status q35_load(em_model *m) {
         EM_TRY(L->linear ? q35_gdn_bind(m, d, i, L) : q35_bind_attn_layer(m, d, p, L));
     }
     EM_TRY(q35_mtp_bind(m, d));
-    if (n_lin) EM_TRY(rstate_create(n_lin, m->max_seqs, q->conv_kernel, d->channels, q->lin_v_heads, q->lin_k_dim,
+    if (n_lin) EM_TRY(rstate_create(m->be, n_lin, m->max_seqs, q->conv_kernel, d->channels, q->lin_v_heads, q->lin_k_dim,
                                     q->lin_v_dim, &d->rs));
     d->rot_dim = (int)(c->head_dim * c->rope.partial_rotary_factor) & ~1;
     d->inv_freq = em_calloc((size_t)d->rot_dim / 2 + 1, sizeof *d->inv_freq);
@@ -190,15 +188,31 @@ em_status q35_workspace(em_model *m, q35_impl *d, int T) {
     return EM_OK;
 }
 
-/* q_proj writes [query (head_dim) | gate (head_dim)] per head: split them. */
-static void split_query_gate(const model_config *c, q35_impl *d, int T) {
-    size_t hd = (size_t)c->head_dim;
-    for (int t = 0; t < T; t++)
-        for (int h = 0; h < c->n_heads; h++) {
-            const float *src = d->qg + ((size_t)t * c->n_heads + h) * 2 * hd;
-            memcpy(d->q + ((size_t)t * c->n_heads + h) * hd, src, hd * sizeof(float));
-            memcpy(d->gate + ((size_t)t * c->n_heads + h) * hd, src + hd, hd * sizeof(float));
-        }
+/* q_proj writes [query (head_dim) | gate (head_dim)] per head: split them
+ * (strided copies in backend memory). */
+static void split_query_gate(em_backend *be, const model_config *c, q35_impl *d, int T) {
+    int hd = c->head_dim, rows = T * c->n_heads;
+    be->ops->copy_rows(be, d->q, hd, d->qg, 2 * hd, rows, hd);
+    be->ops->copy_rows(be, d->gate, hd, d->qg + hd, 2 * hd, rows, hd);
+}
+
+em_status q35_logits(em_model *m, q35_impl *d, float *logits, const float *h, int rows, const em_weight *head) {
+    em_backend *be = m->be;
+    if (be->ops->host_memory) {
+        be->ops->matmul(be, logits, h, rows, head, NULL, EM_MATH_EXACT);
+        return EM_OK;
+    }
+    if (rows > d->cap_logit_rows) {
+        size_t bytes;
+        if (d->logits) be->ops->free(be, d->logits);
+        d->logits = NULL;
+        d->cap_logit_rows = 0;
+        if (!em_mul((size_t)rows * sizeof(float), (size_t)m->cfg.vocab, &bytes) || !(d->logits = be->ops->alloc(be, bytes)))
+            return em_fail(EM_ERR_NOMEM, "out of %s memory for %d rows of logits", be->desc, rows);
+        d->cap_logit_rows = rows;
+    }
+    be->ops->matmul(be, d->logits, h, rows, head, NULL, EM_MATH_EXACT);
+    return be->ops->download(be, logits, d->logits, (size_t)rows * (size_t)m->cfg.vocab * sizeof(float));
 }
 
 /* h (normed input) -> h (attention output), positions in d->pos. */
@@ -212,7 +226,7 @@ static void gated_attention(em_model *m, q35_impl *d, q35_layer *L, const q35_sp
     row_runs_matmul(be, &d->runs, d->qg, d->h, &A->wq, A->bq);
     row_runs_matmul(be, &d->runs, d->k, d->h, &A->wk, A->bk);
     row_runs_matmul(be, &d->runs, d->v, d->h, &A->wv, A->bv);
-    split_query_gate(c, d, T);
+    split_query_gate(be, c, d, T);
     op->rmsnorm(be, d->q, d->q, A->q_norm, T * c->n_heads, c->head_dim, eps, 0.0f);
     op->rmsnorm(be, d->k, d->k, A->k_norm, T * c->n_kv_heads, c->head_dim, eps, 0.0f);
     op->rope(be, d->q, T, c->n_heads, c->head_dim, d->rot_dim, d->pos, d->inv_freq, d->attn_factor);
@@ -328,7 +342,7 @@ static em_status q35_forward(em_model *m, const em_batch *b, float *logits) {
         /* every row normed: the MTP head reads the hidden state of each token */
         be->ops->rmsnorm(be, d->hid, d->x, d->final_norm, T, c->hidden, (float)c->rms_eps, 0.0f);
         int rows = batch_gather_logit_rows(m->be, b, d->hid, d->h, c->hidden);
-        if (rows) be->ops->matmul(be, logits, d->h, rows, &d->head, NULL, EM_MATH_EXACT);
+        if (rows) st = q35_logits(m, d, logits, d->h, rows, &d->head);
     }
     if (sp != stack) free(sp);
     return st;
@@ -367,17 +381,20 @@ static size_t q35_state_bytes(const em_model *m) {
 
 static em_status q35_state_save(em_model *m, int seq, void *buf) {
     q35_impl *d = m->impl;
-    if (d->rs) rstate_save(d->rs, seq, buf);
-    return EM_OK;
+    return d->rs ? rstate_save(d->rs, seq, buf) : EM_OK;
 }
 
 static em_status q35_state_load(em_model *m, int seq, const void *buf) {
     q35_impl *d = m->impl;
-    if (d->rs) rstate_load(d->rs, seq, buf);
-    return EM_OK;
+    return d->rs ? rstate_load(d->rs, seq, buf) : EM_OK;
 }
 
-static const float *q35_hidden_rows(em_model *m) { return ((q35_impl *)m->impl)->hid; }
+static em_status q35_hidden_rows(em_model *m, float *dst, int n) {
+    q35_impl *d = m->impl;
+    if (n <= 0) return EM_OK;
+    if (n > d->cap_tokens) return em_fail(EM_ERR_INVALID, "%d hidden rows asked of a batch of at most %d", n, d->cap_tokens);
+    return m->be->ops->download(m->be, dst, d->hid, (size_t)n * (size_t)m->cfg.hidden * sizeof(float));
+}
 
 const family_ops qwen3_5_family = {
     .name = "qwen3_5",

@@ -89,18 +89,18 @@ em_status q35_mtp_forward(em_model *m, int seq, const int32_t *tokens, const flo
     }
     op->embed(be, d->x, &d->embed, d->ids, n);
     op->rmsnorm(be, d->x, d->x, t->norm_emb, n, c->hidden, eps, 0.0f);
-    op->rmsnorm(be, d->h, hidden, t->norm_hid, n, c->hidden, eps, 0.0f);
-    for (int i = 0; i < n; i++) {
-        memcpy(d->cat + (size_t)i * 2 * H, d->x + (size_t)i * H, H * sizeof(float));
-        memcpy(d->cat + (size_t)i * 2 * H + H, d->h + (size_t)i * H, H * sizeof(float));
-    }
+    /* the hidden rows arrive from the host */
+    EM_TRY(op->upload(be, d->h, hidden, (size_t)n * H * sizeof(float)));
+    op->rmsnorm(be, d->h, d->h, t->norm_hid, n, c->hidden, eps, 0.0f);
+    op->copy_rows(be, d->cat, 2 * c->hidden, d->x, c->hidden, n, c->hidden);
+    op->copy_rows(be, d->cat + H, 2 * c->hidden, d->h, c->hidden, n, c->hidden);
     op->matmul(be, d->x, d->cat, n, &t->fc, NULL, n >= 16 ? m->prefill_math : EM_MATH_EXACT);
     q35_span sp = {seq, n, -1};
     EM_TRY(row_runs_plan(&d->runs, &n, NULL, NULL, 1, m->prefill_math)); /* the head's rows, not the last batch's */
     q35_attention_layer(m, d, &t->layers[0], &sp, 1, n);
     float *last = d->h; /* the normed output of the last pair */
     op->rmsnorm(be, last, d->x + (size_t)(n - 1) * H, t->final_norm, 1, c->hidden, eps, 0.0f);
-    if (hidden_out) memcpy(hidden_out, last, H * sizeof(float));
-    if (logits) op->matmul(be, logits, last, 1, t->has_own_head ? &t->own_head : &d->head, NULL, EM_MATH_EXACT);
+    if (logits) EM_TRY(q35_logits(m, d, logits, last, 1, t->has_own_head ? &t->own_head : &d->head));
+    if (hidden_out) EM_TRY(op->download(be, hidden_out, last, H * sizeof(float)));
     return EM_OK;
 }

@@ -6,11 +6,12 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
-em_status rstate_create(int n_layers, int max_seqs, int kernel, int channels, int heads, int dk, int dv, rstate **out) {
+em_status rstate_create(em_backend *be, int n_layers, int max_seqs, int kernel, int channels, int heads, int dk, int dv,
+                        rstate **out) {
     rstate *r = em_calloc(1, sizeof *r);
     if (!r) return em_fail(EM_ERR_NOMEM, "out of memory");
+    r->be = be;
     r->n_layers = n_layers;
     r->max_seqs = max_seqs;
     r->conv_rows = kernel - 1;
@@ -29,12 +30,15 @@ em_status rstate_create(int n_layers, int max_seqs, int kernel, int channels, in
         return em_fail(EM_ERR_LIMIT, "recurrent state of %d sequences is too large", max_seqs);
     }
     r->journal = em_calloc((size_t)max_seqs, sizeof *r->journal);
-    /* Reserved, committed by the OS as sequences touch it. */
-    void *p = bytes ? mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0) : NULL;
-    if (!r->journal || (bytes && p == MAP_FAILED)) {
+    /* Reserved: on the CPU committed by the OS as sequences touch it. */
+    void *p = bytes ? be->ops->reserve(be, bytes) : NULL;
+    if (!be->ops->host_memory && r->seq_floats) r->zeros = be->ops->alloc(be, r->seq_floats * sizeof(float));
+    if (!r->journal || (bytes && !p) || (!be->ops->host_memory && r->seq_floats && !r->zeros)) {
+        if (p) be->ops->release(be, p, bytes);
+        if (r->zeros) be->ops->free(be, r->zeros);
         free(r->journal);
         free(r);
-        return em_fail(EM_ERR_NOMEM, "cannot reserve %zu bytes of recurrent state", bytes);
+        return em_fail(EM_ERR_NOMEM, "cannot reserve %zu bytes of recurrent state in %s memory", bytes, be->desc);
     }
     r->data = p;
     r->data_bytes = bytes;
@@ -44,10 +48,12 @@ em_status rstate_create(int n_layers, int max_seqs, int kernel, int channels, in
 
 void rstate_free(rstate *r) {
     if (!r) return;
-    if (r->data) munmap(r->data, r->data_bytes);
+    em_backend *be = r->be;
+    if (r->data) be->ops->release(be, r->data, r->data_bytes);
+    if (r->zeros) be->ops->free(be, r->zeros);
     for (int s = 0; s < r->max_seqs; s++) {
-        free(r->journal[s].mark);
-        free(r->journal[s].rows);
+        if (r->journal[s].mark) be->ops->free(be, r->journal[s].mark);
+        if (r->journal[s].rows) be->ops->free(be, r->journal[s].rows);
     }
     free(r->journal);
     free(r);
@@ -61,34 +67,44 @@ float *rstate_ssm(rstate *r, int seq, int layer) { return rstate_conv(r, seq, la
 
 void rstate_journal_close(rstate *r, int seq) { r->journal[seq].cap = 0; }
 
-void rstate_reset(rstate *r, int seq) { memset(seq_base(r, seq), 0, r->seq_floats * sizeof(float)); }
-
 size_t rstate_seq_bytes(const rstate *r) { return r->seq_floats * sizeof(float); }
 
-void rstate_save(const rstate *r, int seq, void *buf) { memcpy(buf, seq_base(r, seq), rstate_seq_bytes(r)); }
+void rstate_reset(rstate *r, int seq) {
+    if (r->be->ops->host_memory) memset(seq_base(r, seq), 0, rstate_seq_bytes(r));
+    else r->be->ops->copy(r->be, seq_base(r, seq), r->zeros, rstate_seq_bytes(r));
+}
 
-void rstate_load(rstate *r, int seq, const void *buf) {
-    memcpy(seq_base(r, seq), buf, rstate_seq_bytes(r));
+em_status rstate_save(const rstate *r, int seq, void *buf) {
+    return r->be->ops->download(r->be, buf, seq_base(r, seq), rstate_seq_bytes(r));
+}
+
+em_status rstate_load(rstate *r, int seq, const void *buf) {
     rstate_journal_close(r, seq);
+    return r->be->ops->upload(r->be, seq_base(r, seq), buf, rstate_seq_bytes(r));
 }
 
 em_status rstate_mark(rstate *r, int seq, int len, int max_tokens) {
     rs_journal *j = &r->journal[seq];
+    em_backend *be = r->be;
     if (max_tokens <= 0) return em_fail(EM_ERR_INVALID, "a rollback mark needs a positive token budget");
-    if (!j->mark && !(j->mark = malloc(rstate_seq_bytes(r)))) return em_fail(EM_ERR_NOMEM, "out of memory");
-    if (max_tokens > j->cap) {
-        /* cap is reset to 0 on close; the allocation is kept in rows, grown here */
+    if (!j->mark && !(j->mark = be->ops->alloc(be, rstate_seq_bytes(r))))
+        return em_fail(EM_ERR_NOMEM, "out of %s memory for a rollback mark", be->desc);
+    if (max_tokens > j->rows_cap) {
+        /* kept across marks; grown here (its contents are dead between marks) */
         size_t n;
         if (!em_mul((size_t)r->n_layers * (size_t)max_tokens, (size_t)r->row_floats * sizeof(float), &n))
             return em_fail(EM_ERR_LIMIT, "rollback journal too large");
-        float *rows = realloc(j->rows, n ? n : 1);
-        if (!rows) return em_fail(EM_ERR_NOMEM, "out of memory for the rollback journal");
-        j->rows = rows;
+        if (j->rows) be->ops->free(be, j->rows);
+        j->rows_cap = 0;
+        j->cap = 0;
+        if (!(j->rows = be->ops->alloc(be, n ? n : 1)))
+            return em_fail(EM_ERR_NOMEM, "out of %s memory for the rollback journal", be->desc);
+        j->rows_cap = max_tokens;
     }
     j->cap = max_tokens;
     j->base_len = len;
     j->n = 0;
-    rstate_save(r, seq, j->mark);
+    be->ops->copy(be, j->mark, seq_base(r, seq), rstate_seq_bytes(r));
     return EM_OK;
 }
 
@@ -117,7 +133,7 @@ em_status rstate_rewind(rstate *r, int seq, int len, int *replay) {
     if (len < j->base_len || len > j->base_len + j->n)
         return em_fail(EM_ERR_INVALID, "cannot roll sequence %d back to %d: the mark covers %d..%d", seq, len,
                        j->base_len, j->base_len + j->n);
-    memcpy(seq_base(r, seq), j->mark, rstate_seq_bytes(r));
+    r->be->ops->copy(r->be, seq_base(r, seq), j->mark, rstate_seq_bytes(r));
     *replay = len - j->base_len;
     return EM_OK;
 }

@@ -75,9 +75,6 @@ static em_status check_shape(em_model *m, const st_tensor *t, int64_t rows, int6
 /* Binds the packed weight, scales and biases of a quantized module. */
 static em_status bind_quantized(em_model *m, const char *module, const st_tensor *t, int64_t rows, int64_t cols,
                                 int bits, int group, em_weight *w) {
-    if (!m->be->ops->host_memory)
-        return em_fail(EM_ERR_UNSUPPORTED, "%s: %s is %d-bit quantized; the %s backend runs only f32/f16/bf16 weights "
-                       "so far (use --device cpu)", m->dir, module, bits, m->be->desc);
     if (cols % group != 0)
         return em_fail(EM_ERR_FORMAT, "%s: %s has %lld input columns, not a multiple of its group size %d", m->dir,
                        module, (long long)cols, group);
@@ -104,6 +101,11 @@ static em_status bind_quantized(em_model *m, const char *module, const st_tensor
                        dtype_name(s->dtype), dtype_name(b->dtype));
     *w = (em_weight){.dtype = EM_U32, .rows = rows, .cols = cols, .data = t->data, .name = t->name, .bits = bits,
                      .group_size = group, .scales = s->data, .biases = b->data, .scale_dtype = s->dtype};
+    if (!m->be->ops->host_memory) { /* the packed words, scales and biases, as they are */
+        EM_TRY(upload_tensor(m, t, &w->data));
+        EM_TRY(upload_tensor(m, s, &w->scales));
+        EM_TRY(upload_tensor(m, b, &w->biases));
+    }
     return EM_OK;
 }
 
@@ -146,9 +148,10 @@ void weights_release(em_model *m) {
 }
 
 
-static em_status load_f32(em_model *m, const st_tensor *t, const char *name, int64_t n, float **out);
+static em_status load_f32(em_model *m, const st_tensor *t, const char *name, int64_t n, float shift, float **out);
 
-em_status weight_load_vector(em_model *m, const char *canonical, int64_t n, bool optional, float **out) {
+em_status weight_load_vector_shifted(em_model *m, const char *canonical, int64_t n, bool optional, float shift,
+                                     float **out) {
     char buf[256];
     const char *name = weight_resolve(m, canonical, buf, sizeof buf);
     *out = NULL;
@@ -160,7 +163,11 @@ em_status weight_load_vector(em_model *m, const char *canonical, int64_t n, bool
         return em_fail(EM_ERR_FORMAT, "%s: tensor %s has shape %s; the config implies [%lld]", m->dir, name, got,
                        (long long)n);
     }
-    return load_f32(m, t, name, n, out);
+    return load_f32(m, t, name, n, shift, out);
+}
+
+em_status weight_load_vector(em_model *m, const char *canonical, int64_t n, bool optional, float **out) {
+    return weight_load_vector_shifted(m, canonical, n, optional, 0.0f, out);
 }
 
 em_status weight_load_array(em_model *m, const char *canonical, int ndim, const int64_t *shape, float **out) {
@@ -180,14 +187,14 @@ em_status weight_load_array(em_model *m, const char *canonical, int ndim, const 
         shape_str(t, got, sizeof got);
         return em_fail(EM_ERR_FORMAT, "%s: tensor %s has shape %s, not the one the config implies", m->dir, name, got);
     }
-    return load_f32(m, t, name, n, out);
+    return load_f32(m, t, name, n, 0.0f, out);
 }
 
-static em_status load_f32(em_model *m, const st_tensor *t, const char *name, int64_t n, float **out) {
+static em_status load_f32(em_model *m, const st_tensor *t, const char *name, int64_t n, float shift, float **out) {
     if (t->dtype != EM_F32 && t->dtype != EM_BF16 && t->dtype != EM_F16)
         return em_fail(EM_ERR_UNSUPPORTED, "%s: tensor %s has dtype %s; expected a float type", m->dir, name,
                        dtype_name(t->dtype));
-    /* converted on the host, then uploaded (a plain copy on the CPU) */
+    /* converted (and shifted) on the host, then uploaded (a plain copy on the CPU) */
     float *h = em_mallocn((size_t)n, sizeof *h);
     float *v = m->be->ops->alloc(m->be, (size_t)n * sizeof(float));
     if (!h || !v) {
@@ -201,6 +208,7 @@ static em_status load_f32(em_model *m, const st_tensor *t, const char *name, int
         case EM_BF16: h[i] = bf16_to_f32(((const uint16_t *)t->data)[i]); break;
         default: h[i] = f16_to_f32(((const uint16_t *)t->data)[i]); break;
         }
+        h[i] += shift;
     }
     em_status s = m->be->ops->upload(m->be, v, h, (size_t)n * sizeof(float));
     free(h);

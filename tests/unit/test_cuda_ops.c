@@ -1,6 +1,8 @@
 /* test_cuda_ops.c — every CUDA operation against the CPU backend on random
  * inputs and edge shapes (odd widths, a single row, partial rotary, GQA,
- * sliding windows, scattered KV blocks). Skipped (77) when ember is built
+ * sliding windows, scattered KV blocks; quantized weights of every bit
+ * width, group size and scale dtype; the Gated DeltaNet operations over
+ * head ratios, chunk boundaries and calls that carry state over). Skipped (77) when ember is built
  * without CUDA or the machine has no GPU. */
 #include "test.h"
 
@@ -34,15 +36,25 @@ static float *rand_f32(size_t n, float scale) {
 static void *up(const void *h, size_t bytes) {
     void *d = gpu->ops->alloc(gpu, bytes);
     REQUIRE(d);
-    REQUIRE(gpu->ops->upload(gpu, d, h, bytes) == EM_OK);
+    if (gpu->ops->upload(gpu, d, h, bytes) != EM_OK) {
+        fprintf(stderr, "upload failed: %s\n", em_last_error());
+        REQUIRE(!"device operation failed");
+    }
     return d;
 }
 
+/* A failed download reports the first failed operation queued before it
+ * (the device error and where it happened); the test stops there. */
 static float *down(const void *d, size_t n) {
     float *h = malloc(n * sizeof *h);
-    REQUIRE(gpu->ops->download(gpu, h, d, n * sizeof *h) == EM_OK);
+    if (gpu->ops->download(gpu, h, d, n * sizeof *h) != EM_OK) {
+        fprintf(stderr, "download failed: %s\n", em_last_error());
+        REQUIRE(!"device operation failed");
+    }
     return h;
 }
+
+#define RUN(test) (fprintf(stderr, "-- %s\n", #test), test())
 
 /* Largest |a-b| relative to the largest |b| (at least 1e-30). */
 static double rel_err(const float *a, const float *b, size_t n) {
@@ -229,6 +241,340 @@ static void test_embed(void) {
         gpu->ops->free(gpu, (void *)tg.data), gpu->ops->free(gpu, od);
         free(th), free(oc), free(og);
     }
+}
+
+/* ---- MLX affine quantized weights ---- */
+
+static uint32_t rand_u32(void) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (uint32_t)(rng >> 17);
+}
+
+/* A random quantized [N, K] weight with `lead` spare words before the
+ * packed rows (to exercise unaligned word addresses); scales/biases in sdt. */
+typedef struct qw {
+    uint32_t *words; /* lead + N*K*bits/32 */
+    void *scales, *biases;
+    size_t n_words, n_groups;
+} qw;
+
+static qw qw_make(int N, int K, int bits, int group, em_dtype sdt, int lead) {
+    qw q;
+    q.n_words = (size_t)N * K * bits / 32 + (size_t)lead;
+    q.n_groups = (size_t)N * (K / group);
+    q.words = malloc(q.n_words * 4);
+    for (size_t i = 0; i < q.n_words; i++) q.words[i] = rand_u32() ^ (rand_u32() << 15);
+    size_t es = dtype_size(sdt);
+    q.scales = malloc(q.n_groups * es);
+    q.biases = malloc(q.n_groups * es);
+    for (size_t i = 0; i < q.n_groups; i++) {
+        float s = frand() * 0.05f, b = frand() * 0.2f;
+        if (sdt == EM_F32) ((float *)q.scales)[i] = s, ((float *)q.biases)[i] = b;
+        else if (sdt == EM_BF16) ((uint16_t *)q.scales)[i] = f32_to_bf16(s), ((uint16_t *)q.biases)[i] = f32_to_bf16(b);
+        else ((uint16_t *)q.scales)[i] = f32_to_f16(s), ((uint16_t *)q.biases)[i] = f32_to_f16(b);
+    }
+    return q;
+}
+
+static void qw_free(qw *q) { free(q->words), free(q->scales), free(q->biases); }
+
+/* The CPU view of q and its device copy (freed with qw_weight_free). */
+static void qw_weights(const qw *q, int N, int K, int bits, int group, em_dtype sdt, int lead, em_weight *wc,
+                       em_weight *wg) {
+    *wc = (em_weight){.dtype = EM_U32, .rows = N, .cols = K, .data = q->words + lead, .bits = bits,
+                      .group_size = group, .scales = q->scales, .biases = q->biases, .scale_dtype = sdt, .name = "qw"};
+    *wg = *wc;
+    uint32_t *d = up(q->words, q->n_words * 4);
+    wg->data = d + lead;
+    wg->scales = up(q->scales, q->n_groups * dtype_size(sdt));
+    wg->biases = up(q->biases, q->n_groups * dtype_size(sdt));
+}
+
+static void qw_weight_free(em_weight *wg, int lead) {
+    gpu->ops->free(gpu, (uint32_t *)wg->data - lead);
+    gpu->ops->free(gpu, (void *)wg->scales);
+    gpu->ops->free(gpu, (void *)wg->biases);
+}
+
+static void test_qmatmul_case(int M, int N, int K, int bits, int group, em_dtype sdt, bool with_bias, em_math math,
+                              int lead) {
+    qw q = qw_make(N, K, bits, group, sdt, lead);
+    em_weight wc, wg;
+    qw_weights(&q, N, K, bits, group, sdt, lead, &wc, &wg);
+    float *x = rand_f32((size_t)M * K, 1.0f), *bias = with_bias ? rand_f32((size_t)N, 1.0f) : NULL;
+    float *xd = up(x, (size_t)M * K * 4), *bd = bias ? up(bias, (size_t)N * 4) : NULL;
+    float *yd = gpu->ops->alloc(gpu, (size_t)M * N * 4), *yc = malloc((size_t)M * N * 4);
+    cpu->ops->matmul(cpu, yc, x, M, &wc, bias, math);
+    gpu->ops->matmul(gpu, yd, xd, M, &wg, bd, math);
+    float *yg = down(yd, (size_t)M * N);
+    double tol = math == EM_MATH_FAST && M >= 16 ? 2e-2 : 2e-5;
+    double e = rel_err(yg, yc, (size_t)M * N);
+    CHECKF(e <= tol, "qmatmul bits=%d group=%d scales=%s M=%d N=%d K=%d bias=%d %s lead=%d: rel err %.3g", bits, group,
+           dtype_name(sdt), M, N, K, with_bias, math == EM_MATH_FAST ? "fast" : "exact", lead, e);
+    qw_weight_free(&wg, lead);
+    gpu->ops->free(gpu, xd), gpu->ops->free(gpu, yd);
+    if (bd) gpu->ops->free(gpu, bd);
+    qw_free(&q);
+    free(x), free(bias), free(yc), free(yg);
+}
+
+static void test_qmatmul(void) {
+    int bits[] = {2, 3, 4, 5, 6, 8}, groups[] = {32, 64, 128};
+    em_dtype sdts[] = {EM_BF16, EM_F16, EM_F32};
+    /* M: decode, the 2- and 4-row passes, a full pass, a full pass and a
+     * 2-row one, FAST range, beyond the GEMV (dequantized slices + cuBLAS) */
+    int Ms[] = {1, 2, 3, 8, 10, 17, 70};
+    int nM = (int)(sizeof Ms / sizeof Ms[0]);
+    int v = 0;
+    for (int b = 0; b < 6; b++)
+        for (int g = 0; g < 3; g++, v++) {
+            em_dtype sdt = sdts[v % 3];
+            int K = g == 2 ? 1152 : 384; /* 1152: more than one staged chunk of 1024 */
+            for (int m = 0; m < nM; m++) {
+                int N = m % 2 ? 37 : 130; /* odd row counts: partial blocks */
+                test_qmatmul_case(Ms[m], N, K, bits[b], groups[g], sdt, m % 3 == 1, EM_MATH_EXACT, 0);
+                if (Ms[m] >= 16) test_qmatmul_case(Ms[m], N, K, bits[b], groups[g], sdt, m % 3 == 1, EM_MATH_FAST, 0);
+            }
+        }
+    /* words one u32 off 16-byte alignment: the GEMV's wide loads step aside */
+    test_qmatmul_case(1, 33, 256, 4, 64, EM_BF16, true, EM_MATH_EXACT, 1);
+    test_qmatmul_case(5, 33, 256, 8, 32, EM_F16, false, EM_MATH_EXACT, 1);
+    test_qmatmul_case(2, 33, 256, 6, 128, EM_F32, false, EM_MATH_EXACT, 1);
+    /* a single row, a single group of 32 inputs */
+    test_qmatmul_case(1, 1, 32, 3, 32, EM_BF16, true, EM_MATH_EXACT, 0);
+}
+
+/* A row's product does not depend on the other rows of its batch: a verified
+ * speculative span (M rows) must compute what single decode steps did. */
+static void test_qgemv_rows_independent(void) {
+    int bits[] = {4, 3, 8}, N = 50, K = 4096, M = 11;
+    for (int b = 0; b < 3; b++) {
+        qw q = qw_make(N, K, bits[b], 64, EM_BF16, 0);
+        em_weight wc, wg;
+        qw_weights(&q, N, K, bits[b], 64, EM_BF16, 0, &wc, &wg);
+        float *x = rand_f32((size_t)M * K, 1.0f);
+        float *xd = up(x, (size_t)M * K * 4), *yd = gpu->ops->alloc(gpu, (size_t)M * N * 4), *y1d = gpu->ops->alloc(gpu, (size_t)N * 4);
+        gpu->ops->matmul(gpu, yd, xd, M, &wg, NULL, EM_MATH_EXACT);
+        float *y = down(yd, (size_t)M * N);
+        int differ = 0;
+        for (int m = 0; m < M; m++) {
+            gpu->ops->matmul(gpu, y1d, xd + (size_t)m * K, 1, &wg, NULL, EM_MATH_EXACT);
+            float *y1 = down(y1d, (size_t)N);
+            differ += memcmp(y1, y + (size_t)m * N, (size_t)N * 4) != 0;
+            free(y1);
+        }
+        CHECKF(differ == 0, "qmatmul bits=%d: %d of %d rows differ between M=%d and M=1", bits[b], differ, M, M);
+        qw_weight_free(&wg, 0);
+        gpu->ops->free(gpu, xd), gpu->ops->free(gpu, yd), gpu->ops->free(gpu, y1d);
+        qw_free(&q);
+        free(x), free(y);
+    }
+}
+
+static void test_qembed(void) {
+    int bits[] = {2, 3, 4, 5, 6, 8};
+    int32_t ids[] = {0, 40, 3, 3, 17, 8, 40};
+    int V = 41, K = 256, n = 7;
+    for (int b = 0; b < 6; b++) {
+        int group = b % 2 ? 64 : 128;
+        em_dtype sdt = b % 3 == 0 ? EM_BF16 : b % 3 == 1 ? EM_F16 : EM_F32;
+        qw q = qw_make(V, K, bits[b], group, sdt, 0);
+        em_weight wc, wg;
+        qw_weights(&q, V, K, bits[b], group, sdt, 0, &wc, &wg);
+        float *oc = malloc((size_t)n * K * 4), *od = gpu->ops->alloc(gpu, (size_t)n * K * 4);
+        cpu->ops->embed(cpu, oc, &wc, ids, n);
+        gpu->ops->embed(gpu, od, &wg, ids, n);
+        float *og = down(od, (size_t)n * K);
+        double e = rel_err(og, oc, (size_t)n * K);
+        CHECKF(e <= 1e-6, "quantized embed bits=%d group=%d scales=%s: rel err %.3g", bits[b], group, dtype_name(sdt), e);
+        qw_weight_free(&wg, 0);
+        gpu->ops->free(gpu, od);
+        qw_free(&q);
+        free(oc), free(og);
+    }
+}
+
+/* ---- Gated DeltaNet operations ---- */
+
+static void test_sigmoid_mul(void) {
+    /* plain rows, and the gated-attention form: gates interleaved with queries */
+    int cases[][3] = {{5, 77, 100}, {1, 1, 1}, {24, 64, 128}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int rows = cases[c][0], n = cases[c][1], ld = cases[c][2];
+        float *y = rand_f32((size_t)rows * n, 2.0f), *g = rand_f32((size_t)rows * ld, 6.0f);
+        float *yd = up(y, (size_t)rows * n * 4), *gd = up(g, (size_t)rows * ld * 4);
+        cpu->ops->sigmoid_mul(cpu, y, g, rows, n, ld);
+        gpu->ops->sigmoid_mul(gpu, yd, gd, rows, n, ld);
+        float *yg = down(yd, (size_t)rows * n);
+        double e = rel_err(yg, y, (size_t)rows * n);
+        CHECKF(e <= 1e-6, "sigmoid_mul rows=%d n=%d ld=%d: rel err %.3g", rows, n, ld, e);
+        gpu->ops->free(gpu, yd), gpu->ops->free(gpu, gd);
+        free(y), free(g), free(yg);
+    }
+}
+
+/* Two calls in a row (the state carries over), in place or not. */
+static void test_conv_case(int C, int K, int ld, int n1, int n2, bool in_place) {
+    int n = n1 + n2;
+    float *x = rand_f32((size_t)n * ld, 2.0f), *w = rand_f32((size_t)C * K, 0.7f);
+    float *st = rand_f32((size_t)(K > 1 ? K - 1 : 1) * C, 1.0f);
+    size_t sn = (size_t)(K - 1) * C;
+    float *xd = up(x, (size_t)n * ld * 4), *wd = up(w, (size_t)C * K * 4), *sd = up(st, (sn ? sn : 1) * 4);
+    float *yc = in_place ? x : calloc((size_t)n * ld, 4);
+    float *yd = in_place ? xd : gpu->ops->alloc(gpu, (size_t)n * ld * 4);
+    cpu->ops->conv1d_silu(cpu, yc, x, n1, C, ld, w, K, st);
+    gpu->ops->conv1d_silu(gpu, yd, xd, n1, C, ld, wd, K, sd);
+    if (n2) {
+        size_t o = (size_t)n1 * ld;
+        cpu->ops->conv1d_silu(cpu, yc + o, x + o, n2, C, ld, w, K, st);
+        gpu->ops->conv1d_silu(gpu, yd + o, xd + o, n2, C, ld, wd, K, sd);
+    }
+    float *yg = down(yd, (size_t)n * ld);
+    double worst = 0;
+    for (int t = 0; t < n; t++) {
+        double e = rel_err(yg + (size_t)t * ld, yc + (size_t)t * ld, (size_t)C);
+        if (e > worst) worst = e;
+    }
+    CHECKF(worst <= 1e-5, "conv1d_silu C=%d K=%d ld=%d n=%d+%d in_place=%d: rel err %.3g", C, K, ld, n1, n2, in_place,
+           worst);
+    if (sn) {
+        float *sg = down(sd, sn);
+        double e = rel_err(sg, st, sn);
+        CHECKF(e == 0, "conv1d_silu C=%d K=%d n=%d+%d: state tail differs (rel err %.3g)", C, K, n1, n2, e);
+        free(sg);
+    }
+    gpu->ops->free(gpu, xd), gpu->ops->free(gpu, wd), gpu->ops->free(gpu, sd);
+    if (!in_place) gpu->ops->free(gpu, yd), free(yc);
+    free(x), free(w), free(st), free(yg);
+}
+
+static void test_conv(void) {
+    test_conv_case(131, 4, 140, 1, 0, true);   /* decode */
+    test_conv_case(131, 4, 131, 1, 1, true);   /* two decode steps */
+    test_conv_case(300, 4, 310, 20, 3, true);  /* prefill then decode */
+    test_conv_case(64, 4, 64, 2, 5, false);    /* fewer tokens than the window */
+    test_conv_case(1, 4, 3, 9, 1, true);       /* a single channel */
+    test_conv_case(70, 2, 70, 5, 2, true);     /* K = 2 */
+    test_conv_case(45, 7, 50, 12, 4, true);    /* K = 7 */
+    test_conv_case(33, 1, 33, 4, 0, false);    /* K = 1: no state */
+    test_conv_case(40, 12, 40, 30, 2, true);   /* the wide-kernel path */
+}
+
+static void test_gdn_gates(void) {
+    int cases[][3] = {{7, 5, 9}, {1, 32, 32}, {130, 16, 40}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int n = cases[c][0], Hv = cases[c][1], ld = cases[c][2];
+        float *a = rand_f32((size_t)n * ld, 12.0f), *b = rand_f32((size_t)n * ld, 8.0f); /* softplus both sides of 20 */
+        float *A = rand_f32((size_t)Hv, 2.0f), *dt = rand_f32((size_t)Hv, 12.0f);
+        float *gc = malloc((size_t)n * Hv * 4), *bc = malloc((size_t)n * Hv * 4);
+        float *ad = up(a, (size_t)n * ld * 4), *bd = up(b, (size_t)n * ld * 4), *Ad = up(A, (size_t)Hv * 4),
+              *dtd = up(dt, (size_t)Hv * 4);
+        float *gd = gpu->ops->alloc(gpu, (size_t)n * Hv * 4), *betad = gpu->ops->alloc(gpu, (size_t)n * Hv * 4);
+        cpu->ops->gdn_gates(cpu, gc, bc, a, b, ld, A, dt, n, Hv);
+        gpu->ops->gdn_gates(gpu, gd, betad, ad, bd, ld, Ad, dtd, n, Hv);
+        float *gg = down(gd, (size_t)n * Hv), *bg = down(betad, (size_t)n * Hv);
+        double eg = rel_err(gg, gc, (size_t)n * Hv), eb = rel_err(bg, bc, (size_t)n * Hv);
+        CHECKF(eg <= 1e-6 && eb <= 1e-6, "gdn_gates n=%d Hv=%d ld=%d: rel err g %.3g, beta %.3g", n, Hv, ld, eg, eb);
+        gpu->ops->free(gpu, ad), gpu->ops->free(gpu, bd), gpu->ops->free(gpu, Ad), gpu->ops->free(gpu, dtd);
+        gpu->ops->free(gpu, gd), gpu->ops->free(gpu, betad);
+        free(a), free(b), free(A), free(dt), free(gc), free(bc), free(gg), free(bg);
+    }
+}
+
+/* The delta rule over `n` tokens in calls of `step` tokens (the state
+ * carries over), the CPU with chunk `cpu_chunk`, against the GPU. */
+static void test_delta_case(int Hk, int Hv, int dk, int dv, int n, int step, int cpu_chunk) {
+    int ld = 2 * Hk * dk + Hv * dv + 3; /* rows wider than the heads, as a conv buffer may be */
+    size_t sn = (size_t)Hv * dk * dv, on = (size_t)n * Hv * dv;
+    float *qkv = rand_f32((size_t)n * ld, 1.0f), *S = rand_f32(sn, 0.3f);
+    float *g = malloc((size_t)n * Hv * 4), *beta = malloc((size_t)n * Hv * 4);
+    for (int i = 0; i < n * Hv; i++) {
+        g[i] = -1.0f - frand(); /* decay exp(g) in (e^-2, 1] */
+        beta[i] = 0.5f + 0.5f * frand();
+    }
+    float *qd = up(qkv, (size_t)n * ld * 4), *Sd = up(S, sn * 4), *gd = up(g, (size_t)n * Hv * 4),
+          *bd = up(beta, (size_t)n * Hv * 4);
+    float *oc = calloc(on, 4), *od = gpu->ops->alloc(gpu, on * 4);
+    for (int t0 = 0; t0 < n; t0 += step) {
+        int c = n - t0 < step ? n - t0 : step;
+        size_t r = (size_t)t0;
+        cpu->ops->gated_delta_rule(cpu, oc + r * Hv * dv, qkv + r * ld, ld, g + r * Hv, beta + r * Hv, S, c, Hk, Hv, dk,
+                                   dv, cpu_chunk);
+        gpu->ops->gated_delta_rule(gpu, od + r * Hv * dv, qd + r * ld, ld, gd + r * Hv, bd + r * Hv, Sd, c, Hk, Hv, dk,
+                                   dv, 64);
+    }
+    float *og = down(od, on), *Sg = down(Sd, sn);
+    double eo = rel_err(og, oc, on), es = rel_err(Sg, S, sn);
+    CHECKF(eo <= 1e-4 && es <= 1e-4,
+           "gated_delta_rule Hk=%d Hv=%d dk=%d dv=%d n=%d step=%d cpu chunk=%d: rel err out %.3g, state %.3g", Hk, Hv, dk,
+           dv, n, step, cpu_chunk, eo, es);
+    gpu->ops->free(gpu, qd), gpu->ops->free(gpu, Sd), gpu->ops->free(gpu, gd), gpu->ops->free(gpu, bd);
+    gpu->ops->free(gpu, od);
+    free(qkv), free(S), free(g), free(beta), free(oc), free(og), free(Sg);
+}
+
+/* On the GPU one call over n tokens and n calls of one token compute the
+ * same bits (decode after a prefill continues exactly). */
+static void test_delta_steps_exact(void) {
+    int Hk = 2, Hv = 4, dk = 128, dv = 128, n = 7, ld = 2 * Hk * dk + Hv * dv;
+    size_t sn = (size_t)Hv * dk * dv, on = (size_t)n * Hv * dv;
+    float *qkv = rand_f32((size_t)n * ld, 1.0f), *S = rand_f32(sn, 0.3f);
+    float *g = malloc((size_t)n * Hv * 4), *beta = malloc((size_t)n * Hv * 4);
+    for (int i = 0; i < n * Hv; i++) g[i] = -1.0f - frand(), beta[i] = 0.5f + 0.5f * frand();
+    float *qd = up(qkv, (size_t)n * ld * 4), *gd = up(g, (size_t)n * Hv * 4), *bd = up(beta, (size_t)n * Hv * 4);
+    float *S1 = up(S, sn * 4), *S2 = up(S, sn * 4);
+    float *o1 = gpu->ops->alloc(gpu, on * 4), *o2 = gpu->ops->alloc(gpu, on * 4);
+    gpu->ops->gated_delta_rule(gpu, o1, qd, ld, gd, bd, S1, n, Hk, Hv, dk, dv, 0);
+    for (int t = 0; t < n; t++)
+        gpu->ops->gated_delta_rule(gpu, o2 + (size_t)t * Hv * dv, qd + (size_t)t * ld, ld, gd + (size_t)t * Hv,
+                                   bd + (size_t)t * Hv, S2, 1, Hk, Hv, dk, dv, 0);
+    float *a = down(o1, on), *b = down(o2, on), *sa = down(S1, sn), *sb = down(S2, sn);
+    CHECKF(!memcmp(a, b, on * 4) && !memcmp(sa, sb, sn * 4), "gated_delta_rule: %d tokens in one call differ from %d single steps", n, n);
+    gpu->ops->free(gpu, qd), gpu->ops->free(gpu, gd), gpu->ops->free(gpu, bd), gpu->ops->free(gpu, S1);
+    gpu->ops->free(gpu, S2), gpu->ops->free(gpu, o1), gpu->ops->free(gpu, o2);
+    free(qkv), free(S), free(g), free(beta), free(a), free(b), free(sa), free(sb);
+}
+
+static void test_delta_rule(void) {
+    test_delta_case(2, 4, 128, 128, 1, 1, 0);     /* decode, Qwen3.5 head sizes, ratio 2 */
+    test_delta_case(2, 4, 128, 128, 6, 1, 0);     /* six decode steps */
+    test_delta_case(4, 4, 64, 64, 20, 20, 0);     /* ratio 1 */
+    test_delta_case(1, 4, 128, 96, 70, 70, 64);   /* ratio 4, chunk boundary at 64 */
+    test_delta_case(2, 6, 128, 128, 130, 130, 64); /* ratio 3, two full chunks and a tail */
+    test_delta_case(2, 2, 37, 33, 9, 4, 0);       /* odd widths, uneven calls */
+    test_delta_case(1, 1, 200, 40, 17, 17, 16);   /* dk past 128: the widest register tile */
+    test_delta_case(1, 2, 16, 1, 3, 3, 0);        /* one value column */
+    test_delta_case(1, 2, 300, 40, 5, 3, 0);      /* dk past 256: the state stays in memory */
+    test_delta_case(3, 3, 128, 128, 65, 65, 64);  /* chunk + 1 */
+}
+
+static void test_rmsnorm_gated(void) {
+    int cases[][2] = {{1, 128}, {7, 37}, {64, 128}, {3, 1}, {2, 1000}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int rows = cases[c][0], n = cases[c][1];
+        size_t tn = (size_t)rows * n;
+        float *x = rand_f32(tn, 3.0f), *z = rand_f32(tn, 4.0f), *gain = rand_f32((size_t)n, 1.0f), *yc = malloc(tn * 4);
+        float *xd = up(x, tn * 4), *zd = up(z, tn * 4), *gnd = up(gain, (size_t)n * 4);
+        cpu->ops->rmsnorm_gated(cpu, yc, x, z, gain, rows, n, 1e-6f);
+        gpu->ops->rmsnorm_gated(gpu, xd, xd, zd, gnd, rows, n, 1e-6f); /* in place */
+        float *yg = down(xd, tn);
+        double e = rel_err(yg, yc, tn);
+        CHECKF(e <= 1e-6, "rmsnorm_gated rows=%d n=%d: rel err %.3g", rows, n, e);
+        gpu->ops->free(gpu, xd), gpu->ops->free(gpu, zd), gpu->ops->free(gpu, gnd);
+        free(x), free(z), free(gain), free(yc), free(yg);
+    }
+}
+
+static void test_copy_rows(void) {
+    int rows = 9, n = 13, lds = 40, ldd = 20;
+    float *src = rand_f32((size_t)rows * lds, 1.0f), *dc = calloc((size_t)rows * ldd, 4);
+    float *sd = up(src, (size_t)rows * lds * 4), *dd = up(dc, (size_t)rows * ldd * 4);
+    cpu->ops->copy_rows(cpu, dc, ldd, src + 5, lds, rows, n);
+    gpu->ops->copy_rows(gpu, dd, ldd, sd + 5, lds, rows, n);
+    float *dg = down(dd, (size_t)rows * ldd);
+    CHECKF(rel_err(dg, dc, (size_t)rows * ldd) == 0, "copy_rows differs");
+    gpu->ops->free(gpu, sd), gpu->ops->free(gpu, dd);
+    free(src), free(dc), free(dg);
 }
 
 /* A sequence of `len` positions in scattered blocks of a pool, written by
@@ -430,15 +776,25 @@ int main(void) {
     REQUIRE(cpu_backend_create(2, &cpu) == EM_OK);
     REQUIRE(cuda_backend_create(0, &gpu) == EM_OK);
     fprintf(stderr, "comparing %s against %s\n", gpu->desc, cpu->desc);
-    test_matmul();
-    test_matmul_batch_invariance();
-    test_add_rmsnorm();
-    test_rmsnorm();
-    test_rope();
-    test_elementwise();
-    test_embed();
-    test_attention();
-    test_attention_prefill();
+    RUN(test_matmul);
+    RUN(test_matmul_batch_invariance);
+    RUN(test_add_rmsnorm);
+    RUN(test_rmsnorm);
+    RUN(test_rope);
+    RUN(test_elementwise);
+    RUN(test_embed);
+    RUN(test_attention);
+    RUN(test_attention_prefill);
+    RUN(test_qmatmul);
+    RUN(test_qgemv_rows_independent);
+    RUN(test_qembed);
+    RUN(test_sigmoid_mul);
+    RUN(test_conv);
+    RUN(test_gdn_gates);
+    RUN(test_delta_rule);
+    RUN(test_delta_steps_exact);
+    RUN(test_rmsnorm_gated);
+    RUN(test_copy_rows);
     em_backend_free(gpu);
     em_backend_free(cpu);
     return test_summary();

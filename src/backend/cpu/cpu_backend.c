@@ -54,6 +54,12 @@ static void cpu_copy(em_backend *be, void *dst, const void *src, size_t bytes) {
     (void)cpu_transfer(be, dst, src, bytes);
 }
 
+static void cpu_copy_rows(em_backend *be, float *dst, int ld_dst, const float *src, int ld_src, int rows, int n) {
+    (void)be;
+    for (int r = 0; r < rows && n > 0; r++)
+        memcpy(dst + (size_t)r * (size_t)ld_dst, src + (size_t)r * (size_t)ld_src, (size_t)n * sizeof(float));
+}
+
 typedef struct rows_job {
     float *y;
     const float *x;
@@ -171,6 +177,7 @@ static const em_backend_ops cpu_ops = {
     .upload = cpu_transfer,
     .download = cpu_transfer,
     .copy = cpu_copy,
+    .copy_rows = cpu_copy_rows,
     .matmul = cpu_matmul,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,

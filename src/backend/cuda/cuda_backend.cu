@@ -242,6 +242,15 @@ static void cuda_copy(em_backend *be, void *dst, const void *src, size_t bytes) 
     cuda_note(cb, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cb->stream), "a copy");
 }
 
+void cuda_copy_rows(em_backend *be, float *dst, int ld_dst, const float *src, int ld_src, int rows, int n) {
+    cuda_backend *cb = cuda_enter(be);
+    if (rows <= 0 || n <= 0) return;
+    cuda_note(cb,
+              cudaMemcpy2DAsync(dst, (size_t)ld_dst * sizeof(float), src, (size_t)ld_src * sizeof(float),
+                                (size_t)n * sizeof(float), (size_t)rows, cudaMemcpyDeviceToDevice, cb->stream),
+              "a strided copy");
+}
+
 static size_t cuda_mem_free(em_backend *be) {
     cuda_backend *cb = cuda_enter(be);
     size_t free_b = 0, total = 0;
@@ -301,6 +310,7 @@ static void cuda_destroy(em_backend *be) {
         if (cb->wide) cudaFree(cb->wide);
         if (cb->att_part) cudaFree(cb->att_part);
         if (cb->att_tile_part) cudaFree(cb->att_tile_part);
+        if (cb->wconv) cudaFree(cb->wconv);
         if (cb->blas) cb->fn.destroy(cb->blas);
         if (cb->blas_ws) cudaFree(cb->blas_ws);
         cuda_blas_close(&cb->fn);
@@ -341,6 +351,12 @@ static em_backend_ops make_ops(void) {
     o.graph_begin = cuda_graph_begin;
     o.graph_end = cuda_graph_end;
     o.graph_reset = cuda_graph_reset;
+    o.copy_rows = cuda_copy_rows;
+    o.sigmoid_mul = cuda_sigmoid_mul;
+    o.conv1d_silu = cuda_conv1d_silu;
+    o.gdn_gates = cuda_gdn_gates;
+    o.gated_delta_rule = cuda_gated_delta_rule;
+    o.rmsnorm_gated = cuda_rmsnorm_gated;
     return o;
 }
 

@@ -93,6 +93,9 @@ typedef struct cuda_backend {
     size_t att_part_bytes;
     float *att_tile_part; /* the tiled attention's, for tiles whose keys are split */
     size_t att_tile_part_bytes;
+    /* quantized matmul scratch: weight slices dequantized to bf16 (FAST) */
+    void *wconv;
+    size_t wconv_bytes;
     int n_sm;
     cuda_graphs graphs;
     /* first failure of a queued operation; reported by download */
@@ -188,6 +191,21 @@ void cuda_rope(em_backend *be, float *x, int rows, int n_heads, int head_dim, in
 void cuda_swiglu(em_backend *be, float *out, const float *gate, const float *up, int rows, int n, int ld_in);
 void cuda_add(em_backend *be, float *y, const float *x, size_t n);
 void cuda_embed(em_backend *be, float *out, const em_weight *table, const int32_t *ids, int n);
+void cuda_copy_rows(em_backend *be, float *dst, int ld_dst, const float *src, int ld_src, int rows, int n);
+/* cuda_qmatmul.cu: MLX affine quantized weights (cuda_matmul dispatches). */
+void cuda_qmatmul(em_backend *be, float *y, const float *x, int M, const em_weight *w, const float *bias, em_math math);
+/* Rows ids (device array) of a quantized table, dequantized to f32. */
+void cuda_qembed(cuda_backend *cb, float *out, const em_weight *t, const int32_t *dids, int n);
+/* cuda_gdn.cu: the Gated DeltaNet operations. */
+void cuda_sigmoid_mul(em_backend *be, float *y, const float *gate, int rows, int n, int ld_gate);
+void cuda_conv1d_silu(em_backend *be, float *y, const float *x, int n, int C, int ld, const float *w, int K,
+                      float *state);
+void cuda_gdn_gates(em_backend *be, float *g, float *beta, const float *a, const float *b, int ld_in,
+                    const float *A_log, const float *dt_bias, int n, int Hv);
+void cuda_gated_delta_rule(em_backend *be, float *out, const float *qkv, int ld, const float *g, const float *beta,
+                           float *state, int n, int Hk, int Hv, int dk, int dv, int chunk);
+void cuda_rmsnorm_gated(em_backend *be, float *y, const float *x, const float *z, const float *gain, int rows, int n,
+                        float eps);
 void cuda_kv_write(em_backend *be, const em_kv_view *kv, const float *k, const float *v, const int32_t *pos, int n,
                    int n_kv, int head_dim);
 void cuda_kv_write_spans(em_backend *be, const em_kv_spans *s, const float *k, const float *v, const int32_t *pos,

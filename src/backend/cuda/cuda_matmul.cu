@@ -312,12 +312,18 @@ static void gemm_fast(cuda_backend *cb, float *y, const float *x, int M, const e
 void cuda_matmul(em_backend *be, float *y, const float *x, int M, const em_weight *w, const float *bias, em_math math) {
     cuda_backend *cb = cuda_enter(be);
     if (M <= 0 || w->rows <= 0 || w->cols <= 0) return;
-    if (w->bits || (w->dtype != EM_BF16 && w->dtype != EM_F16 && w->dtype != EM_F32)) {
-        cuda_note(cb, cudaErrorNotSupported, "matmul (quantized weights are not supported on CUDA yet)");
+    if (cuda_graph_skip(cb, y, x, M, w->data, w->dtype, w->rows, w->cols, bias, (int)math, w->bits, w->group_size,
+                        w->scales, w->biases))
+        return;
+    if (w->bits) {
+        cuda_qmatmul(be, y, x, M, w, bias, math);
+        return;
+    }
+    if ((w->dtype != EM_BF16 && w->dtype != EM_F16 && w->dtype != EM_F32)) {
+        cuda_note(cb, cudaErrorNotSupported, "matmul (weight dtype not supported)");
         return;
     }
     int N = (int)w->rows;
-    if (cuda_graph_skip(cb, y, x, M, w->data, w->dtype, w->rows, w->cols, bias, (int)math)) return;
     if (math == EM_MATH_FAST && w->dtype == EM_BF16 && M >= FAST_MIN_M) {
         gemm_fast(cb, y, x, M, w);
         add_bias(cb, y, bias, M, N);

@@ -1,5 +1,6 @@
 /* cuda_ops.cu — the element-wise and per-row operations on the GPU:
- * RMSNorm, rotary embeddings, SwiGLU, residual add, embedding lookup and
+ * RMSNorm, rotary embeddings, SwiGLU, residual add, embedding lookup (the
+ * quantized table's in cuda_qmatmul.cu) and
  * writes into the paged KV cache. Each mirrors its CPU counterpart's
  * arithmetic (f32, the norm's sum of squares in double). */
 #include "backend/cuda/cuda_internal.cuh"
@@ -155,13 +156,17 @@ __global__ void embed_kernel(float *out, const void *table, em_dtype dt, const i
 
 void cuda_embed(em_backend *be, float *out, const em_weight *t, const int32_t *ids, int n) {
     cuda_backend *cb = cuda_enter(be);
-    if (n <= 0 || (t->dtype != EM_F32 && t->dtype != EM_BF16 && t->dtype != EM_F16)) return;
+    if (n <= 0 || (!t->bits && t->dtype != EM_F32 && t->dtype != EM_BF16 && t->dtype != EM_F16)) return;
     size_t ib = (size_t)n * sizeof *ids, total = (size_t)n * (size_t)t->cols;
     cuda_stage_begin(cb, ib, 1);
     const int32_t *dids = (const int32_t *)cuda_stage_put(cb, ids, ib);
     if (!dids) return;
     cuda_stage_flush(cb);
-    if (cuda_graph_skip(cb, out, t->data, t->dtype, n, t->cols)) return;
+    if (cuda_graph_skip(cb, out, t->data, t->dtype, n, t->cols, t->bits)) return;
+    if (t->bits) { /* quantized table: dequantize the rows looked up */
+        cuda_qembed(cb, out, t, dids, n);
+        return;
+    }
     embed_kernel<<<cuda_blocks(total, 256), 256, 0, cb->stream>>>(out, t->data, t->dtype, dids, n, (size_t)t->cols);
     CUDA_LAUNCHED(cb, "embed");
 }

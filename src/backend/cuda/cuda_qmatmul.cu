@@ -1,0 +1,363 @@
+/* cuda_qmatmul.cu — y[M, N] = x[M, K] · Wᵀ (+ bias) for MLX affine
+ * quantized W (tensor/affine.h: rows of little-endian bitstreams of
+ * `bits`-bit values, a scale and a bias per group of 32/64/128 inputs, in
+ * the model's float dtype), and the quantized embedding lookup.
+ *
+ * Every 32 consecutive values of a row fill exactly `bits` u32 words, so a
+ * lane takes one such segment at a time: it loads its `bits` words (16-byte
+ * loads for 4 and 8 bits, 8-byte for 2 and 6, single words for 3 and 5;
+ * neighbouring lanes read neighbouring segments, so a warp's loads are one
+ * contiguous run), unpacks 32 values whose word and shift are compile-time
+ * constants, and dots them with the activations. A segment never straddles
+ * a group.
+ *
+ * Decode (M <= 8, and EXACT batches up to 64 rows, 8 at a time): one warp
+ * per weight row, 16 rows per block sharing activations staged in shared
+ * memory (segments padded to 36 floats so the lanes' 16-byte reads hit
+ * distinct banks), up to 4 segment loads in flight per lane. The weights
+ * cross the bus once per 8 activation rows.
+ * Larger batches dequantize slices of W once (f32 for EXACT, then cuBLAS
+ * SGEMM; bf16 for FAST, then the bf16 tensor-core GEMM over activations
+ * rounded to bf16), the regimes of the CPU's quantized matmul. */
+#include "backend/cuda/cuda_internal.cuh"
+
+#define QG_ROWS 8      /* activation rows per pass */
+#define QG_WARPS 16    /* weight rows per block */
+#define QG_SEG 32      /* values per segment */
+#define QG_PAD 36      /* floats per staged segment (bank-conflict-free float4 reads) */
+#define QG_MAX_EXACT_M 64
+#define QFAST_MIN_M 16
+#define QSLICE_ELEMS ((size_t)32 << 20) /* dequantized weights per GEMM slice */
+
+__device__ __forceinline__ float q_scalar(const void *p, int dt, size_t i) {
+    if (dt == EM_F32) return ((const float *)p)[i];
+    if (dt == EM_F16) return cuda_f16(((const uint16_t *)p)[i]);
+    return cuda_bf16(((const uint16_t *)p)[i]);
+}
+
+/* The BITS words of segment `seg` of a row (w: the row's first word). */
+template <int BITS> __device__ __forceinline__ void load_segment(const uint32_t *w, size_t seg, uint32_t *o) {
+    const uint32_t *p = w + seg * BITS;
+    if (BITS == 4) {
+        uint4 a = *(const uint4 *)p;
+        o[0] = a.x, o[1] = a.y, o[2] = a.z, o[3] = a.w;
+    } else if (BITS == 8) {
+        uint4 a = *(const uint4 *)p, b = *(const uint4 *)(p + 4);
+        o[0] = a.x, o[1] = a.y, o[2] = a.z, o[3] = a.w, o[4] = b.x, o[5] = b.y, o[6] = b.z, o[7] = b.w;
+    } else if (BITS == 2 || BITS == 6) {
+#pragma unroll
+        for (int i = 0; i < BITS; i += 2) {
+            uint2 a = *(const uint2 *)(p + i);
+            o[i] = a.x, o[i + 1] = a.y;
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < BITS; i++) o[i] = p[i];
+    }
+}
+
+/* Value e (0..31) of a segment's words. */
+template <int BITS> __device__ __forceinline__ uint32_t seg_value(const uint32_t *w, int e) {
+    int bit = e * BITS, wi = bit / 32, sh = bit % 32;
+    uint32_t v = w[wi] >> sh;
+    if (sh + BITS > 32) v |= w[wi + 1] << (32 - sh);
+    return v & ((1u << BITS) - 1u);
+}
+
+/* Alignment the segment loads need: 16 bytes for 4/8 bits, 8 for 2/6. */
+static bool words_aligned(const void *p, int bits) {
+    uintptr_t a = (uintptr_t)p;
+    if (bits == 4 || bits == 8) return (a & 15) == 0;
+    if (bits == 2 || bits == 6) return (a & 7) == 0;
+    return (a & 3) == 0;
+}
+
+/* ROWS (1, 2, 4 or 8) bounds the activation rows of a pass; fewer rows
+ * stage more columns at once, so each lane issues SPL segment loads back to
+ * back before it computes (more weight bytes in flight per barrier). Lane
+ * L always takes the segments s with s % 32 == L in ascending order,
+ * whatever ROWS is, so a row's sum does not depend on which other rows share
+ * its pass (a verified span computes what single decode steps do). */
+template <int BITS, int ROWS>
+__global__ void __launch_bounds__(QG_WARPS * 32, ROWS == 8 ? 1 : 2)
+    qgemv_kernel(float *y, const float *x, const uint32_t *w, const void *scales, const void *biases, int sdt,
+                 const float *bias, int M, int N, int K, int group) {
+    constexpr int SPL = ROWS == 1 ? 4 : ROWS == 2 ? 2 : 1;           /* segments per lane per chunk */
+    constexpr int KC = SPL * 32 * QG_SEG;                            /* columns staged per chunk */
+    constexpr int SEG_ROW = (KC / QG_SEG) * QG_PAD;                  /* staged floats per activation row */
+    __shared__ __align__(16) float xs[ROWS * SEG_ROW];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int n = blockIdx.x * QG_WARPS + warp;
+    bool active = n < N;
+    size_t words_per_row = (size_t)K / 32 * BITS, groups_per_row = (size_t)(K / group);
+    const uint32_t *wr = w + (size_t)(active ? n : 0) * words_per_row;
+    size_t g0 = (size_t)(active ? n : 0) * groups_per_row;
+    float acc[ROWS];
+#pragma unroll
+    for (int m = 0; m < ROWS; m++) acc[m] = 0.0f;
+    for (int k0 = 0; k0 < K; k0 += KC) {
+        int kc = K - k0 < KC ? K - k0 : KC; /* a multiple of 32 */
+        __syncthreads();
+        for (int i = threadIdx.x; i < M * kc; i += blockDim.x) {
+            int m = i / kc, k = i % kc;
+            xs[m * SEG_ROW + (k / QG_SEG) * QG_PAD + k % QG_SEG] = x[(size_t)m * K + k0 + k];
+        }
+        __syncthreads();
+        if (!active) continue;
+        uint32_t words[SPL][BITS];
+        float sc[SPL], bi[SPL];
+#pragma unroll
+        for (int p = 0; p < SPL; p++) {
+            int ls = p * 32 + lane; /* segment within the chunk */
+            if (ls * QG_SEG < kc) {
+                size_t seg = (size_t)(k0 / QG_SEG + ls), gi = g0 + seg * QG_SEG / group;
+                load_segment<BITS>(wr, seg, words[p]);
+                sc[p] = q_scalar(scales, sdt, gi);
+                bi[p] = q_scalar(biases, sdt, gi);
+            }
+        }
+#pragma unroll
+        for (int p = 0; p < SPL; p++) {
+            int ls = p * 32 + lane;
+            if (ls * QG_SEG >= kc) break;
+            float wv[QG_SEG];
+#pragma unroll
+            for (int e = 0; e < QG_SEG; e++) wv[e] = sc[p] * (float)seg_value<BITS>(words[p], e) + bi[p];
+#pragma unroll
+            for (int m = 0; m < ROWS; m++) {
+                if (m < M) {
+                    const float *xr = xs + m * SEG_ROW + ls * QG_PAD;
+                    float a = acc[m];
+#pragma unroll
+                    for (int e = 0; e < QG_SEG; e += 4) {
+                        float4 v = *(const float4 *)(xr + e);
+                        a += wv[e] * v.x + wv[e + 1] * v.y + wv[e + 2] * v.z + wv[e + 3] * v.w;
+                    }
+                    acc[m] = a;
+                }
+            }
+        }
+    }
+    if (!active) return;
+#pragma unroll
+    for (int m = 0; m < ROWS; m++) {
+        float v = acc[m];
+        for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        acc[m] = v;
+    }
+    if (lane == 0) {
+        float b = bias ? bias[n] : 0.0f;
+#pragma unroll
+        for (int m = 0; m < ROWS; m++)
+            if (m < M) y[(size_t)m * N + n] = acc[m] + b;
+    }
+}
+
+/* Element (r, c) of a quantized matrix: scale * q + bias, as the CPU's
+ * affine_dequant computes it (bytes of the little-endian bitstream). */
+__device__ __forceinline__ float q_element(const uint8_t *words, const void *scales, const void *biases, int sdt,
+                                           int bits, int group, size_t K, size_t r, size_t c) {
+    const uint8_t *row = words + r * (K * (size_t)bits / 8);
+    size_t bit = c * (size_t)bits;
+    const uint8_t *p = row + bit / 8;
+    unsigned sh = (unsigned)(bit % 8);
+    uint32_t v = p[0];
+    if (sh + (unsigned)bits > 8) v |= (uint32_t)p[1] << 8;
+    uint32_t q = (v >> sh) & ((1u << bits) - 1u);
+    size_t g = r * (K / (size_t)group) + c / (size_t)group;
+    return q_scalar(scales, sdt, g) * (float)q + q_scalar(biases, sdt, g);
+}
+
+/* Rows [r0, r0 + rows) dequantized into f32 (bf16 == false) or bf16, one
+ * element per thread: for words without the alignment of the wide loads. */
+__global__ void qdequant_kernel(void *dst, bool bf16, const uint8_t *words, const void *scales, const void *biases,
+                                int sdt, int bits, int group, size_t K, size_t r0, size_t rows) {
+    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= rows * K) return;
+    float v = q_element(words, scales, biases, sdt, bits, group, K, r0 + t / K, t % K);
+    if (bf16) ((__nv_bfloat16 *)dst)[t] = __float2bfloat16_rn(v);
+    else ((float *)dst)[t] = v;
+}
+
+/* The same by segments: a thread unpacks one segment of 32 values with the
+ * GEMV's loads and writes them out (rows [r0, r0 + rows)). */
+template <int BITS>
+__global__ void qdequant_seg_kernel(void *dst, bool bf16, const uint32_t *w, const void *scales, const void *biases,
+                                    int sdt, int group, size_t K, size_t r0, size_t rows) {
+    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x, segs = K / QG_SEG;
+    if (t >= rows * segs) return;
+    size_t r = r0 + t / segs, seg = t % segs;
+    uint32_t words[BITS];
+    load_segment<BITS>(w + r * segs * BITS, seg, words);
+    size_t gi = r * (K / (size_t)group) + seg * QG_SEG / (size_t)group;
+    float s = q_scalar(scales, sdt, gi), b = q_scalar(biases, sdt, gi);
+    size_t o = t * QG_SEG; /* == (r - r0) * K + seg * 32 */
+    if (bf16) {
+        __nv_bfloat162 *d = (__nv_bfloat162 *)((__nv_bfloat16 *)dst + o);
+#pragma unroll
+        for (int e = 0; e < QG_SEG; e += 2)
+            d[e / 2] = __floats2bfloat162_rn(s * (float)seg_value<BITS>(words, e) + b,
+                                             s * (float)seg_value<BITS>(words, e + 1) + b);
+    } else {
+        float4 *d = (float4 *)((float *)dst + o);
+#pragma unroll
+        for (int e = 0; e < QG_SEG; e += 4)
+            d[e / 4] = make_float4(s * (float)seg_value<BITS>(words, e) + b, s * (float)seg_value<BITS>(words, e + 1) + b,
+                                   s * (float)seg_value<BITS>(words, e + 2) + b,
+                                   s * (float)seg_value<BITS>(words, e + 3) + b);
+    }
+}
+
+__global__ void qembed_kernel(float *out, const uint8_t *words, const void *scales, const void *biases, int sdt,
+                              int bits, int group, const int32_t *ids, int n, size_t K) {
+    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (size_t)n * K) return;
+    out[t] = q_element(words, scales, biases, sdt, bits, group, K, (size_t)ids[t / K], t % K);
+}
+
+__global__ void qto_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n) {
+    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < n) dst[t] = __float2bfloat16_rn(src[t]);
+}
+
+__global__ void qbias_kernel(float *y, const float *bias, int M, int N) {
+    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < (size_t)M * N) y[t] += bias[t % N];
+}
+
+template <int BITS, int ROWS>
+static void qgemv_pass(cuda_backend *cb, float *y, const float *x, int M, const em_weight *w, const float *bias) {
+    int N = (int)w->rows, K = (int)w->cols;
+    dim3 grid((unsigned)((N + QG_WARPS - 1) / QG_WARPS));
+    qgemv_kernel<BITS, ROWS><<<grid, QG_WARPS * 32, 0, cb->stream>>>(y, x, (const uint32_t *)w->data, w->scales,
+                                                                     w->biases, (int)w->scale_dtype, bias, M, N, K,
+                                                                     w->group_size);
+    CUDA_LAUNCHED(cb, "quantized matmul (gemv)");
+}
+
+template <int BITS>
+static void qgemv_launch(cuda_backend *cb, float *y, const float *x, int M, const em_weight *w, const float *bias) {
+    int N = (int)w->rows, K = (int)w->cols;
+    for (int m0 = 0; m0 < M; m0 += QG_ROWS) {
+        int mr = M - m0 < QG_ROWS ? M - m0 : QG_ROWS;
+        float *ym = y + (size_t)m0 * N;
+        const float *xm = x + (size_t)m0 * K;
+        if (mr == 1) qgemv_pass<BITS, 1>(cb, ym, xm, mr, w, bias);
+        else if (mr == 2) qgemv_pass<BITS, 2>(cb, ym, xm, mr, w, bias);
+        else if (mr <= 4) qgemv_pass<BITS, 4>(cb, ym, xm, mr, w, bias);
+        else qgemv_pass<BITS, 8>(cb, ym, xm, mr, w, bias);
+    }
+}
+
+static bool qgemv(cuda_backend *cb, float *y, const float *x, int M, const em_weight *w, const float *bias) {
+    if (!words_aligned(w->data, w->bits)) return false;
+    switch (w->bits) {
+    case 2: qgemv_launch<2>(cb, y, x, M, w, bias); return true;
+    case 3: qgemv_launch<3>(cb, y, x, M, w, bias); return true;
+    case 4: qgemv_launch<4>(cb, y, x, M, w, bias); return true;
+    case 5: qgemv_launch<5>(cb, y, x, M, w, bias); return true;
+    case 6: qgemv_launch<6>(cb, y, x, M, w, bias); return true;
+    case 8: qgemv_launch<8>(cb, y, x, M, w, bias); return true;
+    default: return false;
+    }
+}
+
+template <int BITS>
+static void qdequant_seg(cuda_backend *cb, void *dst, bool bf16, const em_weight *w, size_t r0, size_t rows) {
+    size_t K = (size_t)w->cols, segs = rows * (K / QG_SEG);
+    qdequant_seg_kernel<BITS><<<cuda_blocks(segs, 256), 256, 0, cb->stream>>>(
+        dst, bf16, (const uint32_t *)w->data, w->scales, w->biases, (int)w->scale_dtype, w->group_size, K, r0, rows);
+    CUDA_LAUNCHED(cb, "quantized matmul (dequantizing weights)");
+}
+
+/* dst (scratch from cudaMalloc, so aligned) receives rows [r0, r0 + rows). */
+static void qdequant(cuda_backend *cb, void *dst, bool bf16, const em_weight *w, size_t r0, size_t rows) {
+    size_t K = (size_t)w->cols, elems = rows * K;
+    if (words_aligned(w->data, w->bits)) {
+        switch (w->bits) {
+        case 2: qdequant_seg<2>(cb, dst, bf16, w, r0, rows); return;
+        case 3: qdequant_seg<3>(cb, dst, bf16, w, r0, rows); return;
+        case 4: qdequant_seg<4>(cb, dst, bf16, w, r0, rows); return;
+        case 5: qdequant_seg<5>(cb, dst, bf16, w, r0, rows); return;
+        case 6: qdequant_seg<6>(cb, dst, bf16, w, r0, rows); return;
+        case 8: qdequant_seg<8>(cb, dst, bf16, w, r0, rows); return;
+        default: break;
+        }
+    }
+    qdequant_kernel<<<cuda_blocks(elems, 256), 256, 0, cb->stream>>>(dst, bf16, (const uint8_t *)w->data, w->scales,
+                                                                     w->biases, (int)w->scale_dtype, w->bits,
+                                                                     w->group_size, K, r0, rows);
+    CUDA_LAUNCHED(cb, "quantized matmul (dequantizing weights)");
+}
+
+/* Larger batches: slices of W dequantized once, then cuBLAS. */
+static void qgemm(cuda_backend *cb, float *y, const float *x, int M, const em_weight *w, bool fast) {
+    int N = (int)w->rows, K = (int)w->cols;
+    size_t rows = QSLICE_ELEMS / (size_t)K;
+    int slice = rows < 1 ? 1 : rows < (size_t)N ? (int)rows : N;
+    const float one = 1.0f, zero = 0.0f;
+    if (fast) {
+        size_t xe = (size_t)M * K;
+        if (!cuda_scratch(cb, &cb->xconv, &cb->xconv_bytes, xe * sizeof(__nv_bfloat16)) ||
+            !cuda_scratch(cb, &cb->wconv, &cb->wconv_bytes, (size_t)slice * K * sizeof(__nv_bfloat16)))
+            return;
+        qto_bf16_kernel<<<cuda_blocks(xe, 256), 256, 0, cb->stream>>>((__nv_bfloat16 *)cb->xconv, x, xe);
+        CUDA_LAUNCHED(cb, "quantized matmul (rounding activations)");
+    } else if (!cuda_scratch(cb, (void **)&cb->wide, &cb->wide_bytes, (size_t)slice * K * sizeof(float))) {
+        return;
+    }
+    for (int n0 = 0; n0 < N; n0 += slice) {
+        int nr = N - n0 < slice ? N - n0 : slice;
+        qdequant(cb, fast ? cb->wconv : (void *)cb->wide, fast, w, (size_t)n0, (size_t)nr);
+        /* column-major view: yᵀ[N, M] = W[K, N]ᵀ · xᵀ[K, M] */
+        if (fast)
+            cuda_note_blas(cb,
+                           cb->fn.gemm_ex(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, nr, M, K, &one, cb->wconv, CUDA_R_16BF, K,
+                                          cb->xconv, CUDA_R_16BF, K, &zero, y + n0, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
+                                          CUBLAS_GEMM_DEFAULT),
+                           "quantized matmul (cuBLAS bf16 GEMM)");
+        else
+            cuda_note_blas(cb,
+                           cb->fn.sgemm(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, nr, M, K, &one, cb->wide, K, x, K, &zero,
+                                        y + n0, N),
+                           "quantized matmul (cuBLAS SGEMM)");
+    }
+}
+
+static bool qweight_ok(const em_weight *w) {
+    return (w->bits == 2 || w->bits == 3 || w->bits == 4 || w->bits == 5 || w->bits == 6 || w->bits == 8) &&
+           (w->group_size == 32 || w->group_size == 64 || w->group_size == 128) && w->cols % w->group_size == 0 &&
+           (w->scale_dtype == EM_F32 || w->scale_dtype == EM_F16 || w->scale_dtype == EM_BF16) && w->data &&
+           w->scales && w->biases;
+}
+
+void cuda_qmatmul(em_backend *be, float *y, const float *x, int M, const em_weight *w, const float *bias,
+                  em_math math) {
+    cuda_backend *cb = cuda_enter(be);
+    if (M <= 0 || w->rows <= 0 || w->cols <= 0) return;
+    if (!qweight_ok(w)) {
+        cuda_note(cb, cudaErrorNotSupported, "quantized matmul (bits, group size or scale dtype out of range)");
+        return;
+    }
+    int N = (int)w->rows;
+    bool fast = math == EM_MATH_FAST && M >= QFAST_MIN_M;
+    if (!fast && M <= QG_MAX_EXACT_M && qgemv(cb, y, x, M, w, bias)) return;
+    qgemm(cb, y, x, M, w, fast);
+    if (bias) {
+        size_t total = (size_t)M * N;
+        qbias_kernel<<<cuda_blocks(total, 256), 256, 0, cb->stream>>>(y, bias, M, N);
+        CUDA_LAUNCHED(cb, "quantized matmul (bias)");
+    }
+}
+
+void cuda_qembed(cuda_backend *cb, float *out, const em_weight *t, const int32_t *dids, int n) {
+    if (!qweight_ok(t)) {
+        cuda_note(cb, cudaErrorNotSupported, "embed (quantized table: bits, group size or scale dtype out of range)");
+        return;
+    }
+    size_t K = (size_t)t->cols, total = (size_t)n * K;
+    qembed_kernel<<<cuda_blocks(total, 256), 256, 0, cb->stream>>>(out, (const uint8_t *)t->data, t->scales, t->biases,
+                                                                   (int)t->scale_dtype, t->bits, t->group_size, dids,
+                                                                   n, K);
+    CUDA_LAUNCHED(cb, "embed (quantized)");
+}
