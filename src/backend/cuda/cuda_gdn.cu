@@ -286,22 +286,6 @@ void cuda_gated_delta_rule(em_backend *be, float *out, const float *qkv, int ld,
 
 /* ---- rmsnorm_gated ---- */
 
-__device__ double gdn_block_sum_d(double v, double *red) {
-    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (lane == 0) red[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        v = lane < (int)(blockDim.x / 32) ? red[lane] : 0.0;
-        for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        if (lane == 0) red[0] = v;
-    }
-    __syncthreads();
-    double r = red[0];
-    __syncthreads();
-    return r;
-}
-
 /* One block per row; y may alias x (every read of x precedes the barrier). */
 __global__ void rmsnorm_gated_kernel(float *y, const float *x, const float *z, const float *gain, int n, float eps) {
     __shared__ double red[32];
@@ -310,7 +294,7 @@ __global__ void rmsnorm_gated_kernel(float *y, const float *x, const float *z, c
     float *yr = y + off;
     double ss = 0;
     for (int i = threadIdx.x; i < n; i += blockDim.x) ss += (double)xr[i] * xr[i];
-    ss = gdn_block_sum_d(ss, red);
+    ss = cuda_block_sum_d(ss, red);
     float inv = (float)(1.0 / sqrt(ss / n + (double)eps));
     for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * inv * gain[i] * gdn_silu(zr[i]);
 }

@@ -176,6 +176,24 @@ __device__ __forceinline__ float cuda_f16(uint16_t h) {
     return __half2float(__ushort_as_half(h));
 }
 
+/* Sum over the block in double; every thread gets the result. red holds
+ * 32 values; the reduction order is fixed (deterministic). */
+static __device__ __forceinline__ double cuda_block_sum_d(double v, double *red) {
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < (int)(blockDim.x / 32) ? red[lane] : 0.0;
+        for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (lane == 0) red[0] = v;
+    }
+    __syncthreads();
+    double r = red[0];
+    __syncthreads();
+    return r;
+}
+
 static inline unsigned cuda_blocks(size_t n, unsigned threads) { return (unsigned)((n + threads - 1) / threads); }
 
 /* Operations by file. */

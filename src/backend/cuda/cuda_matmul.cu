@@ -78,6 +78,28 @@ __device__ __forceinline__ void gemv_step(float (*acc)[MR], const float (*wv)[8]
     }
 }
 
+/* Ends a pass: each lane's partial sums reduced across the warp by a
+ * fixed butterfly, then lane r*MR + m stores row m's result for weight row
+ * n0 + r (the stores spread over the warp). */
+template <int R, int MR>
+__device__ __forceinline__ void gemv_finish(float (*acc)[MR], int lane, float *y, const float *bias, int m0, int mr,
+                                            int n0, int N) {
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int m = 0; m < MR; m++) {
+            float v = acc[r][m];
+            for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            acc[r][m] = v;
+        }
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int m = 0; m < MR; m++)
+            if (lane == (r * MR + m) % 32 && m < mr && n0 + r < N)
+                y[(size_t)(m0 + m) * N + n0 + r] = acc[r][m] + (bias ? bias[n0 + r] : 0.0f);
+}
+
 /* Vector path: K % 8 == 0 and 16-byte aligned rows. MR activation rows
  * per pass (1 for single-sequence decode, which then needs few registers
  * and runs at full occupancy). */
@@ -121,21 +143,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32, MR == 1 ? 8 : 1) gemv_kernel(
             for (int r = 0; r < R; r++) wunpack<DT>(w, wrow[r] + k, wfetch<DT>(w, wrow[r] + k), wv[r]);
             gemv_step<R, MR>(acc, wv, xm, K, mr, (size_t)k);
         }
-#pragma unroll
-        for (int r = 0; r < R; r++)
-#pragma unroll
-            for (int m = 0; m < MR; m++) {
-                float v = acc[r][m];
-                for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-                acc[r][m] = v;
-            }
-        /* lane r*GEMV_ROWS + m writes one result: the stores spread over the warp */
-#pragma unroll
-        for (int r = 0; r < R; r++)
-#pragma unroll
-            for (int m = 0; m < MR; m++)
-                if (lane == (r * MR + m) % 32 && m < mr && n0 + r < N)
-                    y[(size_t)(m0 + m) * N + n0 + r] = acc[r][m] + (bias ? bias[n0 + r] : 0.0f);
+        gemv_finish<R, MR>(acc, lane, y, bias, m0, mr, n0, N);
     }
 }
 
@@ -184,20 +192,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_batch_kernel(float *y, c
             }
         }
         if (!active) continue;
-#pragma unroll
-        for (int r = 0; r < R; r++)
-#pragma unroll
-            for (int m = 0; m < MR; m++) {
-                float v = acc[r][m];
-                for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-                acc[r][m] = v;
-            }
-#pragma unroll
-        for (int r = 0; r < R; r++)
-#pragma unroll
-            for (int m = 0; m < MR; m++)
-                if (lane == (r * MR + m) % 32 && m < mr && n0 + r < N)
-                    y[(size_t)(m0 + m) * N + n0 + r] = acc[r][m] + (bias ? bias[n0 + r] : 0.0f);
+        gemv_finish<R, MR>(acc, lane, y, bias, m0, mr, n0, N);
     }
 }
 

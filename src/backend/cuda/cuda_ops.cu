@@ -7,23 +7,6 @@
 
 #define ROW_THREADS 256
 
-/* Sum over the block; every thread gets the result. red holds 32 values. */
-__device__ double block_sum_d(double v, double *red) {
-    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (lane == 0) red[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        v = lane < (int)(blockDim.x / 32) ? red[lane] : 0.0;
-        for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        if (lane == 0) red[0] = v;
-    }
-    __syncthreads();
-    double r = red[0];
-    __syncthreads();
-    return r;
-}
-
 __global__ void rmsnorm_kernel(float *y, const float *x, const float *gain, int n, float eps, float offset) {
     __shared__ double red[32];
     const float *xr = x + (size_t)blockIdx.x * n;
@@ -31,7 +14,7 @@ __global__ void rmsnorm_kernel(float *y, const float *x, const float *gain, int 
     double ss = 0;
 #pragma unroll 4
     for (int i = threadIdx.x; i < n; i += blockDim.x) ss += (double)xr[i] * xr[i];
-    ss = block_sum_d(ss, red); /* every read of x precedes this barrier, so y may alias x */
+    ss = cuda_block_sum_d(ss, red); /* every read of x precedes this barrier, so y may alias x */
     float inv = (float)(1.0 / sqrt(ss / n + (double)eps));
 #pragma unroll 4
     for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * inv * (gain[i] + offset);
@@ -63,7 +46,7 @@ __global__ void add_rmsnorm_kernel(float *x, const float *h, float *y, const flo
         xr[i] = v;
         ss += (double)v * v;
     }
-    ss = block_sum_d(ss, red);
+    ss = cuda_block_sum_d(ss, red);
     float inv = (float)(1.0 / sqrt(ss / n + (double)eps));
 #pragma unroll 4
     for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * inv * (gain[i] + offset);
