@@ -152,6 +152,22 @@ __device__ __forceinline__ float parts_sum(float v) {
     return v;
 }
 
+/* The L2-normalisation factors of one token's query (times qscale) and key,
+ * reduced over each warp (every warp of the block computes the same). */
+__device__ __forceinline__ void qk_norms(const float *qt, const float *kt, int dk, int lane, float qscale, float *iq,
+                                         float *ik) {
+    float sq = 0, sk = 0;
+    for (int i = lane; i < dk; i += 32) {
+        float a = qt[i], b = kt[i];
+        sq += a * a;
+        sk += b * b;
+    }
+    sq = warp_sum(sq);
+    sk = warp_sum(sk);
+    *iq = qscale / sqrtf(sq + 1e-6f);
+    *ik = 1.0f / sqrtf(sk + 1e-6f);
+}
+
 /* Grid (Hv, ceil(dv / DR_COLS)); NJ = rows of the column each lane holds
  * (ceil(dk / DR_PARTS) rounded up to the instantiation). Every warp
  * normalises the token's q and k itself (a warp reduction over dk), so
@@ -176,15 +192,8 @@ __global__ void __launch_bounds__(DR_THREADS) delta_rule_kernel(float *out, cons
     float qscale = 1.0f / sqrtf((float)dk);
     for (int t = 0; t < n; t++) {
         const float *qt = q0 + (size_t)t * ld, *kt = k0 + (size_t)t * ld;
-        float sq = 0, sk = 0;
-        for (int i = lane; i < dk; i += 32) {
-            float a = qt[i], b = kt[i];
-            sq += a * a;
-            sk += b * b;
-        }
-        sq = warp_sum(sq);
-        sk = warp_sum(sk);
-        float iq = qscale / sqrtf(sq + 1e-6f), ik = 1.0f / sqrtf(sk + 1e-6f);
+        float iq, ik;
+        qk_norms(qt, kt, dk, lane, qscale, &iq, &ik);
         float decay = expf(g[(size_t)t * Hv + h]), b = beta[(size_t)t * Hv + h];
         float kv = 0;
 #pragma unroll
@@ -229,15 +238,8 @@ __global__ void __launch_bounds__(DR_THREADS) delta_rule_wide_kernel(float *out,
     float qscale = 1.0f / sqrtf((float)dk);
     for (int t = 0; t < n; t++) {
         const float *qt = q0 + (size_t)t * ld, *kt = k0 + (size_t)t * ld;
-        float sq = 0, sk = 0;
-        for (int i = lane; i < dk; i += 32) {
-            float a = qt[i], b = kt[i];
-            sq += a * a;
-            sk += b * b;
-        }
-        sq = warp_sum(sq);
-        sk = warp_sum(sk);
-        float iq = qscale / sqrtf(sq + 1e-6f), ik = 1.0f / sqrtf(sk + 1e-6f);
+        float iq, ik;
+        qk_norms(qt, kt, dk, lane, qscale, &iq, &ik);
         float decay = expf(g[(size_t)t * Hv + h]), b = beta[(size_t)t * Hv + h];
         float kv = 0;
         if (col)
