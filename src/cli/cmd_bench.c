@@ -72,7 +72,8 @@ static em_status run_spec(em_model *m, const int32_t *ids, int n_prompt, int n_g
 
 /* Prefills `batch` sequences with the same prompt, then decodes n_gen steps
  * of one token per sequence in one forward each (the serving engine's
- * decode step without its scheduling). Decode tokens/s count every
+ * decode step for greedy requests without its scheduling: the model
+ * chooses each sequence's argmax where the logits are). Decode tokens/s count every
  * sequence's tokens. prompt: n_prompt ids, or NULL for random ones; decoding
  * feeds random ids either way (its speed does not depend on them). */
 static em_status run_once(em_model *m, const int32_t *prompt, int n_prompt, int n_gen, int spec_k, int batch,
@@ -81,7 +82,8 @@ static em_status run_once(em_model *m, const int32_t *prompt, int n_prompt, int 
     float *logits = em_mallocn((size_t)m->cfg.vocab * (size_t)batch, sizeof *logits);
     int *seqs = em_mallocn((size_t)batch, sizeof *seqs);
     em_span *spans = em_mallocn((size_t)batch, sizeof *spans);
-    em_status s = ids && logits && seqs && spans ? EM_OK : em_fail(EM_ERR_NOMEM, "out of memory");
+    int32_t *chosen = em_mallocn((size_t)batch, sizeof *chosen);
+    em_status s = ids && logits && seqs && spans && chosen ? EM_OK : em_fail(EM_ERR_NOMEM, "out of memory");
     uint64_t x = 88172645463325252ULL;
     for (int i = 0; s == EM_OK && i < n_prompt + n_gen; i++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
@@ -100,7 +102,7 @@ static em_status run_once(em_model *m, const int32_t *prompt, int n_prompt, int 
         for (int done = 0; s == EM_OK && done < n_prompt;) {
             int n = n_prompt - done < 512 ? n_prompt - done : 512;
             em_span sp = {seqs[q], ids + done, n, done + n == n_prompt ? LOGITS_LAST : LOGITS_NONE, SPAN_MATH_MODEL};
-            em_batch b = {&sp, 1};
+            em_batch b = {.spans = &sp, .n_spans = 1};
             s = model_forward(m, &b, logits);
             done += n;
         }
@@ -112,7 +114,7 @@ static em_status run_once(em_model *m, const int32_t *prompt, int n_prompt, int 
     for (int i = 0; s == EM_OK && i < n_gen; i++) {
         for (int q = 0; q < batch; q++)
             spans[q] = (em_span){seqs[q], ids + n_prompt + i, 1, LOGITS_LAST, SPAN_MATH_MODEL};
-        em_batch b = {spans, batch};
+        em_batch b = {.spans = spans, .n_spans = batch, .argmax = chosen, .argmax_only = true};
         s = model_forward(m, &b, logits);
     }
     double t2 = em_now();
@@ -129,6 +131,7 @@ out:
     free(logits);
     free(seqs);
     free(spans);
+    free(chosen);
     return s;
 }
 

@@ -96,7 +96,7 @@ static int cmd_logits(int argc, char **argv) {
     if (s == EM_OK) s = kv_seq_alloc(m->kv, &seq);
     if (s == EM_OK) {
         em_span sp = {seq, ids, (int)n, LOGITS_ALL, SPAN_MATH_MODEL};
-        em_batch b = {&sp, 1};
+        em_batch b = {.spans = &sp, .n_spans = 1};
         s = model_forward(m, &b, logits);
     }
     if (s != EM_OK) {

@@ -39,7 +39,7 @@ static em_status run(em_model *m, int ctx, int batch, uint64_t *low) {
         for (int done = 0; s == EM_OK && done < n;) {
             int k = n - done < FIT_PREFILL_CHUNK ? n - done : FIT_PREFILL_CHUNK;
             em_span sp = {seqs[held], ids + done, k, done + k == n ? LOGITS_LAST : LOGITS_NONE, SPAN_MATH_MODEL};
-            em_batch b = {&sp, 1};
+            em_batch b = {.spans = &sp, .n_spans = 1};
             s = model_forward(m, &b, logits);
             sample(m, low);
             done += k;
@@ -47,7 +47,7 @@ static em_status run(em_model *m, int ctx, int batch, uint64_t *low) {
     }
     if (s == EM_OK && ctx > 1) {
         for (int i = 0; i < batch; i++) spans[i] = (em_span){seqs[i], ids + n, 1, LOGITS_LAST, SPAN_MATH_MODEL};
-        em_batch b = {spans, batch};
+        em_batch b = {.spans = spans, .n_spans = batch};
         s = model_forward(m, &b, logits);
         sample(m, low);
     }

@@ -135,3 +135,18 @@ em_status gen_seq_sample(gen_seq *g, float *logits) {
     int32_t tok = sampler_pick(&g->smp, logits, g->p->top_logprobs, !g->p->no_logprob, &info);
     return gen_seq_emit(g, tok, &info);
 }
+
+bool gen_seq_greedy_id(const gen_seq *g) {
+    const em_generate_params *p = g->p;
+    return sampler_plain_greedy(&g->smp) && p->n_bias == 0 && !p->on_logits && p->no_logprob && p->top_logprobs <= 0;
+}
+
+em_status gen_seq_take(gen_seq *g, int32_t tok) {
+    if (gen_seq_cancelled(g)) {
+        gen_seq_finish(g, EM_FINISH_CANCELLED);
+        return EM_OK;
+    }
+    em_token_info info = {0};
+    info.token = tok;
+    return gen_seq_emit(g, tok, &info);
+}

@@ -35,6 +35,13 @@ void gen_seq_free(gen_seq *g);
 /* Samples the next token from logits (the row for history's last id),
  * reports it, and decides whether the sequence is finished. */
 em_status gen_seq_sample(gen_seq *g, float *logits);
+/* True when g's next token is the plain argmax of the model's logits row
+ * (greedy, no bias, penalty, logit processor or logprobs): a batch may then
+ * ask the model for the id alone (em_batch.argmax) and pass it to
+ * gen_seq_take. */
+bool gen_seq_greedy_id(const gen_seq *g);
+/* Delivers tok, the argmax chosen by the model, as gen_seq_sample would. */
+em_status gen_seq_take(gen_seq *g, int32_t tok);
 /* The two halves of gen_seq_sample, for loops that choose tokens another
  * way (speculative decoding): penalties, bias and the logit processor in
  * place; then delivery of a chosen token (history, text, callback, stop

@@ -224,6 +224,7 @@ void em_model_free(em_model *m) {
     if (m->family && m->family->free) m->family->free(m);
     model_text_close(m);
     kv_cache_free(m->kv);
+    model_argmax_free(m);
     if (m->be) weights_release(m);
     em_backend_free(m->be);
     st_close(m->st);
@@ -257,13 +258,6 @@ int batch_logit_rows(const em_batch *b) {
     for (int s = 0; s < b->n_spans; s++)
         r += b->spans[s].logits == LOGITS_ALL ? b->spans[s].n : b->spans[s].logits == LOGITS_LAST ? 1 : 0;
     return r;
-}
-
-em_status model_forward(em_model *m, const em_batch *b, float *logits) {
-    pthread_mutex_lock(&m->compute_mu);
-    em_status s = m->family->forward(m, b, logits);
-    pthread_mutex_unlock(&m->compute_mu);
-    return s;
 }
 
 em_status model_seq_mark(em_model *m, int seq, int max_tokens) {

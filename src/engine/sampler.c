@@ -3,6 +3,7 @@
 
 #include "base/alloc.h"
 #include "base/status.h"
+#include "tensor/argmax.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -106,7 +107,6 @@ static int32_t argmax_of(const float *l, int n, float mx) {
     return 0;
 }
 
-static int32_t argmax(const float *l, int n) { return argmax_of(l, n, max_logit(l, n)); }
 
 /* Log-softmax statistics of the processed logits: max and log-sum-exp. */
 static void log_softmax_stats(const float *l, int n, float *mx, double *lse) {
@@ -201,11 +201,17 @@ static double candidates(sampler *s, const float *logits, float mx, int *nc_out)
 
 static bool is_greedy(const em_sampling *p) { return p->temperature <= 0 || p->top_k == 1; }
 
+bool sampler_plain_greedy(const sampler *s) {
+    const em_sampling *p = &s->p;
+    bool rep = p->repetition_penalty > 0 && p->repetition_penalty != 1.0f;
+    return is_greedy(p) && !rep && p->presence_penalty == 0 && p->frequency_penalty == 0;
+}
+
 void sampler_distribution(sampler *s, const float *logits, float *probs) {
     int n = s->n_vocab;
     memset(probs, 0, (size_t)n * sizeof *probs);
     if (is_greedy(&s->p)) {
-        probs[argmax(logits, n)] = 1.0f;
+        probs[em_argmax_f32(logits, n)] = 1.0f;
         return;
     }
     float mx = max_logit(logits, n);
@@ -242,6 +248,13 @@ void sampler_describe(sampler *s, const float *logits, int32_t tok, int top_n, e
 
 int32_t sampler_pick(sampler *s, const float *logits, int top_n, bool logprob, em_token_info *info) {
     int n = s->n_vocab;
+    if (is_greedy(&s->p) && !logprob && top_n <= 0) { /* one pass over the row */
+        int32_t tok = em_argmax_f32(logits, n);
+        info->n_top = 0;
+        info->token = tok;
+        info->logprob = 0.0f;
+        return tok;
+    }
     float mx = -INFINITY;
     double lse = 0;
     /* the log-softmax costs an exp per vocabulary entry: only when asked */

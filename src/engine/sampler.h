@@ -23,6 +23,10 @@ typedef struct sampler {
 em_status sampler_init(sampler *s, const em_sampling *p, int n_vocab);
 void sampler_free(sampler *s);
 
+/* True when the sampler takes the largest logit and applies no penalty:
+ * its choice is the plain argmax of the model's row (tensor/argmax.h). */
+bool sampler_plain_greedy(const sampler *s);
+
 /* Applies bias and penalties to logits in place (history = all ids so far,
  * prompt included). */
 void sampler_process(sampler *s, float *logits, const int32_t *history, size_t n_history,

@@ -40,6 +40,7 @@ struct em_scheduler {
     em_span *spans;
     sched_req **span_req;
     float *logits;
+    int32_t *argmax; /* greedy ids chosen by the model, one per logits row */
     size_t logits_rows;
 };
 
@@ -194,7 +195,9 @@ static void free_logits(em_scheduler *s) {
     em_backend *be = s->m->be;
     if (s->logits && be->ops->host_free) be->ops->host_free(be, s->logits);
     else free(s->logits);
+    free(s->argmax);
     s->logits = NULL;
+    s->argmax = NULL;
     s->logits_rows = 0;
 }
 
@@ -206,8 +209,13 @@ static em_status ensure_logits(em_scheduler *s, int rows) {
     if (!em_mul((size_t)rows * sizeof(float), (size_t)s->m->cfg.vocab, &bytes))
         return em_fail(EM_ERR_NOMEM, "%d logits rows overflow", rows);
     s->logits = be->ops->host_alloc ? be->ops->host_alloc(be, bytes) : em_mallocn(bytes, 1);
-    s->logits_rows = s->logits ? (size_t)rows : 0;
-    return s->logits ? EM_OK : em_fail(EM_ERR_NOMEM, "out of memory for %d logits rows", rows);
+    s->argmax = em_mallocn((size_t)rows, sizeof *s->argmax);
+    if (!s->logits || !s->argmax) {
+        free_logits(s);
+        return em_fail(EM_ERR_NOMEM, "out of memory for %d logits rows", rows);
+    }
+    s->logits_rows = (size_t)rows;
+    return EM_OK;
 }
 
 static void fail_all(em_scheduler *s, em_status st) {
@@ -225,7 +233,12 @@ static void step(em_scheduler *s) {
     if (n == 0) return;
     double t0 = em_now();
     em_status st = ensure_logits(s, rows);
-    em_batch b = {s->spans, n};
+    /* greedy sequences take the model's argmax: on a GPU only their ids
+     * leave the device, and no host thread scans their rows */
+    int greedy = 0;
+    for (int i = 0; i < n; i++)
+        if (s->spans[i].logits == LOGITS_LAST && gen_seq_greedy_id(s->span_req[i]->g)) greedy++;
+    em_batch b = {s->spans, n, greedy ? s->argmax : NULL, greedy == rows};
     if (st == EM_OK) st = model_forward(s->m, &b, s->logits);
     double t1 = em_now();
     if (st != EM_OK) {
@@ -243,7 +256,9 @@ static void step(em_scheduler *s) {
         if (s->spans[i].n >= FAST_MIN_SPAN && span_prefill_math(&s->spans[i], s->m->prefill_math) == EM_MATH_FAST)
             fast += s->spans[i].n;
         if (s->spans[i].logits != LOGITS_LAST) continue;
-        if (gen_seq_sample(g, s->logits + (size_t)row * (size_t)s->m->cfg.vocab) != EM_OK) gen_seq_finish(g, EM_FINISH_NONE);
+        em_status ss = b.argmax && gen_seq_greedy_id(g) ? gen_seq_take(g, s->argmax[row])
+                                                         : gen_seq_sample(g, s->logits + (size_t)row * (size_t)s->m->cfg.vocab);
+        if (ss != EM_OK) gen_seq_finish(g, EM_FINISH_NONE);
         row++;
     }
     pthread_mutex_lock(&s->mu);

@@ -11,7 +11,7 @@ em_status em_score_logits(em_model *m, const int32_t *ids, size_t n, float *logi
     int seq;
     EM_TRY(kv_seq_alloc(m->kv, &seq));
     em_span sp = {seq, ids, (int)n, LOGITS_ALL, SPAN_MATH_MODEL};
-    em_batch b = {&sp, 1};
+    em_batch b = {.spans = &sp, .n_spans = 1};
     em_status s = model_forward(m, &b, logits);
     kv_seq_release(m->kv, seq);
     return s;

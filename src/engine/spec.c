@@ -117,7 +117,7 @@ static em_status trunk(gen_seq *g, spec_state *s, const int32_t *tokens, int n, 
     em_model *m = g->m;
     int pos0 = m->kv->seqs[g->seq].len;
     em_span sp = {g->seq, tokens, n, mode, gen_seq_span_math(g)};
-    em_batch b = {&sp, 1};
+    em_batch b = {.spans = &sp, .n_spans = 1};
     if (s->n_pairs == 0) s->pair_pos0 = pos0;
     else s->pair_t[s->n_pairs - 1] = tokens[0];
     pthread_mutex_lock(&m->compute_mu);

@@ -344,14 +344,13 @@ static em_status dense_forward(em_model *m, const em_batch *b, float *logits) {
         if (!ran) forward_ops(m, d, b, T, logits);
     }
     for (int s = 0; s < b->n_spans; s++) m->kv->seqs[b->spans[s].seq].len += b->spans[s].n;
-    if (rows && !be->ops->host_memory)
-        EM_TRY(be->ops->download(be, logits, d->logits, (size_t)rows * (size_t)c->vocab * sizeof(float)));
-    return EM_OK;
+    return model_logits_out(m, b, be->ops->host_memory ? logits : d->logits, rows, logits);
 }
 
 const family_ops dense_family = {
     .name = "dense",
     .load = dense_load,
     .forward = dense_forward,
+    .fills_argmax = true,
     .free = dense_free,
 };

@@ -30,7 +30,7 @@ static em_status follow_step(em_model *m, tp_impl *t, const int32_t *w, int n_sp
             t->pos[row++] = sp.len0 + i;
         }
     }
-    em_batch b = {t->rx_spans, n_spans};
+    em_batch b = {.spans = t->rx_spans, .n_spans = n_spans};
     EM_TRY(dense_tp_ensure_spans(t, &b));
     EM_TRY(row_runs_plan_batch(&t->runs, &b, m->prefill_math));
     return dense_tp_run_step(m, t, &b, T, NULL);

@@ -141,6 +141,10 @@ void dense_tp_free(em_model *m) {
         if (boot_broadcast(t->boot, stop, sizeof stop, 1000) != EM_OK) EM_LOGW("%s", em_last_error());
     }
     boot_close(t->boot);
+    /* Recorded steps hold NCCL operations, and NCCL keeps a communicator
+     * alive until every graph that captured it is gone: forget them first. */
+    for (int r = 0; t->r && r < t->n; r++)
+        if (t->r[r].be && t->r[r].be->ops->graph_reset) t->r[r].be->ops->graph_reset(t->r[r].be);
     for (int r = 0; t->r && r < t->n; r++) {
         if (t->gathered && t->gathered[r]) t->r[r].be->ops->free(t->r[r].be, t->gathered[r]);
         free_rank(m, &t->r[r]);

@@ -35,6 +35,12 @@ typedef struct em_span {
 typedef struct em_batch {
     const em_span *spans;
     int n_spans;
+    /* Optional: argmax[r] (host) receives the greedy choice over logits row
+     * r (tensor/argmax.h), made where the logits are (on a GPU, the device).
+     * argmax_only: the float rows are not wanted; a family that chooses on
+     * the device then leaves the logits array unwritten. */
+    int32_t *argmax;
+    bool argmax_only;
 } em_batch;
 
 typedef struct family_ops {
@@ -45,6 +51,9 @@ typedef struct family_ops {
      * LOGITS_ALL, 1 for LOGITS_LAST) into logits[rows, vocab]. Advances each
      * sequence's length by its span. */
     em_status (*forward)(em_model *m, const em_batch *b, float *logits);
+    /* forward fills b->argmax itself (through model_logits_out); otherwise
+     * model_forward scans the rows it wrote. */
+    bool fills_argmax;
     void (*free)(em_model *m);
     /* Optional: called once the KV cache exists (m->kv), before the first
      * forward (tensor parallelism gives its other ranks storage there). */
@@ -123,6 +132,8 @@ struct em_model {
     pthread_mutex_t compute_mu; /* one forward at a time */
     struct em_scheduler *sched; /* continuous batching, when started */
     struct grammar_vocab *grammar_vocab; /* constrained decoding, built on first use */
+    int32_t *argmax_dev; /* backend memory for a step's greedy ids (logits_out.c) */
+    int argmax_cap;
     /* Optional canonical -> checkpoint tensor name mapping, set by a family
      * whose checkpoints come in several layouts (NULL: names as given). */
     const char *(*weight_name)(const em_model *m, const char *name, char *buf, size_t len);
@@ -148,8 +159,15 @@ em_status model_open_host_split(const char *path, const em_open_options *opts, e
 
 /* Rows of logits a batch produces. */
 int batch_logit_rows(const em_batch *b);
-/* Runs family->forward under the compute lock. */
+/* Runs family->forward under the compute lock (logits_out.c); fills
+ * b->argmax when asked, whatever the family. */
 em_status model_forward(em_model *m, const em_batch *b, float *logits);
+/* For families: the logits rows of a step leave the backend. src holds
+ * rows x vocab floats in backend memory (on a host-memory backend it is
+ * logits itself); b (may be NULL) says whether greedy ids are wanted and
+ * whether the rows are. */
+em_status model_logits_out(em_model *m, const em_batch *b, const float *src, int rows, float *logits);
+void model_argmax_free(em_model *m);
 /* Rollback support for speculative decoding (see family_ops.seq_mark /
  * seq_truncate); for families without recurrent state, mark does nothing
  * and truncate cuts the KV cache. */

@@ -196,11 +196,12 @@ static void split_query_gate(em_backend *be, const model_config *c, q35_impl *d,
     be->ops->copy_rows(be, d->gate, hd, d->qg + hd, 2 * hd, rows, hd);
 }
 
-em_status q35_logits(em_model *m, q35_impl *d, float *logits, const float *h, int rows, const em_weight *head) {
+em_status q35_logits(em_model *m, q35_impl *d, const em_batch *b, float *logits, const float *h, int rows,
+                     const em_weight *head) {
     em_backend *be = m->be;
     if (be->ops->host_memory) {
         be->ops->matmul(be, logits, h, rows, head, NULL, EM_MATH_EXACT);
-        return EM_OK;
+        return model_logits_out(m, b, logits, rows, logits);
     }
     if (rows > d->cap_logit_rows) {
         size_t bytes;
@@ -212,7 +213,7 @@ em_status q35_logits(em_model *m, q35_impl *d, float *logits, const float *h, in
         d->cap_logit_rows = rows;
     }
     be->ops->matmul(be, d->logits, h, rows, head, NULL, EM_MATH_EXACT);
-    return be->ops->download(be, logits, d->logits, (size_t)rows * (size_t)m->cfg.vocab * sizeof(float));
+    return model_logits_out(m, b, d->logits, rows, logits);
 }
 
 /* h (normed input) -> h (attention output), positions in d->pos. */
@@ -342,7 +343,7 @@ static em_status q35_forward(em_model *m, const em_batch *b, float *logits) {
         /* every row normed: the MTP head reads the hidden state of each token */
         be->ops->rmsnorm(be, d->hid, d->x, d->final_norm, T, c->hidden, (float)c->rms_eps, 0.0f);
         int rows = batch_gather_logit_rows(m->be, b, d->hid, d->h, c->hidden);
-        if (rows) st = q35_logits(m, d, logits, d->h, rows, &d->head);
+        if (rows) st = q35_logits(m, d, b, logits, d->h, rows, &d->head);
     }
     if (sp != stack) free(sp);
     return st;
@@ -400,6 +401,7 @@ const family_ops qwen3_5_family = {
     .name = "qwen3_5",
     .load = q35_load,
     .forward = q35_forward,
+    .fills_argmax = true,
     .free = q35_free,
     .seq_mark = q35_seq_mark,
     .seq_truncate = q35_seq_truncate,

@@ -78,7 +78,8 @@ typedef struct q35_span {
 em_status q35_workspace(em_model *m, q35_impl *d, int T);
 /* Host logits[rows, vocab] = h[rows, hidden] · headᵀ (h in backend memory);
  * through a backend buffer and a download on device backends. */
-em_status q35_logits(em_model *m, q35_impl *d, float *logits, const float *h, int rows, const em_weight *head);
+em_status q35_logits(em_model *m, q35_impl *d, const em_batch *b, float *logits, const float *h, int rows,
+                     const em_weight *head);
 /* x += attention(rmsnorm(x)), x += mlp(rmsnorm(x)) for one decoder layer. */
 void q35_attention_layer(em_model *m, q35_impl *d, q35_layer *L, const q35_span *sp, int n_spans, int T);
 void q35_mlp(em_model *m, q35_impl *d, q35_layer *L, int T);

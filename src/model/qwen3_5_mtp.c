@@ -100,7 +100,7 @@ em_status q35_mtp_forward(em_model *m, int seq, const int32_t *tokens, const flo
     q35_attention_layer(m, d, &t->layers[0], &sp, 1, n);
     float *last = d->h; /* the normed output of the last pair */
     op->rmsnorm(be, last, d->x + (size_t)(n - 1) * H, t->final_norm, 1, c->hidden, eps, 0.0f);
-    if (logits) EM_TRY(q35_logits(m, d, logits, last, 1, t->has_own_head ? &t->own_head : &d->head));
+    if (logits) EM_TRY(q35_logits(m, d, NULL, logits, last, 1, t->has_own_head ? &t->own_head : &d->head));
     if (hidden_out) EM_TRY(op->download(be, hidden_out, last, H * sizeof(float)));
     return EM_OK;
 }

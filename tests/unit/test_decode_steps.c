@@ -5,6 +5,7 @@
 #include "test.h"
 
 #include "model/model.h"
+#include "tensor/argmax.h"
 
 #include <glob.h>
 
@@ -24,24 +25,28 @@ static void check_model(const char *dir) {
     int s1, s2, s3;
     REQUIRE(kv_seq_alloc(m->kv, &s1) == EM_OK && kv_seq_alloc(m->kv, &s2) == EM_OK && kv_seq_alloc(m->kv, &s3) == EM_OK);
     em_span sp = {s1, ids, N, LOGITS_ALL, SPAN_MATH_MODEL};
-    em_batch b = {&sp, 1};
+    em_batch b = {.spans = &sp, .n_spans = 1};
     REQUIRE(model_forward(m, &b, full) == EM_OK);
     double worst = 0, range = 0;
+    int bad_ids = 0;
     for (int i = 0; i < N * V; i++) range = fmax(range, fabs(full[i]));
     for (int t = 0; t < N; t++) {
         em_span one = {s2, ids + t, 1, LOGITS_LAST, SPAN_MATH_MODEL};
-        em_batch bb = {&one, 1};
+        int32_t chosen = -1; /* the greedy id the model reports beside the row */
+        em_batch bb = {.spans = &one, .n_spans = 1, .argmax = &chosen};
         REQUIRE(model_forward(m, &bb, step) == EM_OK);
         for (int v = 0; v < V; v++) worst = fmax(worst, fabs(step[v] - full[(size_t)t * V + v]));
+        bad_ids += chosen != em_argmax_f32(step, V);
     }
     CHECKF(worst <= 1e-5 * range + 1e-5, "%s: decode vs prefill max err %g (range %g)", dir, worst, range);
+    CHECKF(bad_ids == 0, "%s: %d steps whose reported argmax is not their row's", dir, bad_ids);
     /* uneven chunks: 3, 9, 8 — plus two sequences in one batch */
     int cuts[] = {0, 3, 12, N};
     double worst2 = 0;
     for (int c = 0; c < 3; c++) {
         em_span spans[2] = {{s3, ids + cuts[c], cuts[c + 1] - cuts[c], LOGITS_ALL, SPAN_MATH_MODEL},
                             {s1, ids, 0, LOGITS_NONE, SPAN_MATH_MODEL}};
-        em_batch bb = {spans, 2};
+        em_batch bb = {.spans = spans, .n_spans = 2};
         REQUIRE(model_forward(m, &bb, chunk + (size_t)cuts[c] * V) == EM_OK);
     }
     for (int i = 0; i < N * V; i++) worst2 = fmax(worst2, fabs(chunk[i] - full[i]));

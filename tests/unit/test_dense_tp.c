@@ -30,14 +30,14 @@ static float *run_script(em_model *m, int *rows_out) {
     int sa, sb;
     REQUIRE(kv_seq_alloc(m->kv, &sa) == EM_OK && kv_seq_alloc(m->kv, &sb) == EM_OK);
     em_span sp = {sa, a, N_PROMPT, LOGITS_ALL, SPAN_MATH_MODEL};
-    em_batch bt = {&sp, 1};
+    em_batch bt = {.spans = &sp, .n_spans = 1};
     REQUIRE(model_forward(m, &bt, out) == EM_OK);
     em_span spb = {sb, b, 20, LOGITS_LAST, SPAN_MATH_MODEL};
-    bt = (em_batch){&spb, 1};
+    bt = (em_batch){.spans = &spb, .n_spans = 1};
     REQUIRE(model_forward(m, &bt, out + (size_t)N_PROMPT * V) == EM_OK);
     for (int t = 0; t < N_STEPS; t++) {
         em_span two[2] = {{sa, a + N_PROMPT + t, 1, LOGITS_LAST, SPAN_MATH_MODEL}, {sb, b + 20 + t, 1, LOGITS_LAST, SPAN_MATH_MODEL}};
-        bt = (em_batch){two, 2};
+        bt = (em_batch){.spans = two, .n_spans = 2};
         REQUIRE(model_forward(m, &bt, out + (size_t)(N_PROMPT + 1 + 2 * t) * V) == EM_OK);
     }
     kv_seq_release(m->kv, sa);

@@ -30,7 +30,7 @@ static em_model *open_model(void) {
 
 static em_status fwd(em_model *m, int seq, const int32_t *ids, int n, logits_mode mode, float *logits) {
     em_span sp = {seq, ids, n, mode, SPAN_MATH_MODEL};
-    em_batch b = {&sp, 1};
+    em_batch b = {.spans = &sp, .n_spans = 1};
     return model_forward(m, &b, logits);
 }
 

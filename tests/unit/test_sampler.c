@@ -5,6 +5,7 @@
 #include "test.h"
 
 #include "engine/sampler.h"
+#include "tensor/argmax.h"
 
 #include <math.h>
 
@@ -61,7 +62,44 @@ static void check_distribution(em_sampling p, const char *what) {
     sampler_free(&s);
 }
 
+/* The rule stated in tensor/argmax.h, written the obvious way. */
+static int32_t argmax_ref(const float *x, int n) {
+    int32_t best = -1;
+    for (int i = 0; i < n; i++)
+        if (x[i] == x[i] && x[i] > -INFINITY && (best < 0 || x[i] > x[best])) best = i;
+    if (best >= 0) return best;
+    for (int i = 0; i < n; i++)
+        if (x[i] == -INFINITY) return i;
+    return 0;
+}
+
+/* The one-pass greedy scan: ties, NaN, -inf, rows of every length around
+ * the 8 lanes, and random rows with many equal values. */
+static void test_argmax(void) {
+    enum { N = 70 };
+    float x[N];
+    uint64_t r = 12345;
+    int bad = 0;
+    for (int n = 1; n <= N; n++)
+        for (int rep = 0; rep < 40; rep++) {
+            for (int i = 0; i < n; i++) {
+                r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+                int k = (int)(r % 11);
+                x[i] = k == 0 ? NAN : k == 1 ? -INFINITY : k == 2 ? INFINITY * (rep & 1) : (float)(r >> 60);
+                if (rep < 4) x[i] = rep == 0 ? NAN : rep == 1 ? -INFINITY : rep == 2 ? 3.0f : x[i];
+            }
+            bad += em_argmax_f32(x, n) != argmax_ref(x, n);
+        }
+    CHECKF(bad == 0, "%d rows where the one-pass argmax differs from the rule", bad);
+    float ties[20] = {0};
+    ties[17] = ties[9] = ties[13] = 5.0f;
+    CHECK(em_argmax_f32(ties, 20) == 9);
+    float nan_first[3] = {NAN, -1.0f, -2.0f};
+    CHECK(em_argmax_f32(nan_first, 3) == 1);
+}
+
 int main(void) {
+    test_argmax();
     em_sampling p = {.temperature = 1, .top_p = 1, .repetition_penalty = 1};
     check_distribution(p, "plain");
     p.temperature = 0.7f;

@@ -21,7 +21,7 @@ static void roundtrip_and_refusals(void) {
     REQUIRE(kv_seq_reserve(kv, b, 5) == EM_OK);
     int32_t ta[4] = {7, 8, 9, 10}, tb[1] = {99};
     em_span spans[2] = {{a, ta, 4, LOGITS_ALL, SPAN_MATH_MODEL}, {b, tb, 1, LOGITS_LAST, SPAN_MATH_MODEL}};
-    em_batch batch = {spans, 2};
+    em_batch batch = {.spans = spans, .n_spans = 2};
     int len0[2] = {66, 4};
     size_t words = tp_step_encode(NULL, &batch, len0, kv);
     CHECK(words == TP_STEP_HEADER + (5 + 3 + 4) + (5 + 1 + 1));

@@ -4,6 +4,7 @@
 #include "backend/cpu/cpu_internal.h"
 
 #include "base/alloc.h"
+#include "tensor/argmax.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -52,6 +53,11 @@ static em_status cpu_transfer(em_backend *be, void *dst, const void *src, size_t
 
 static void cpu_copy(em_backend *be, void *dst, const void *src, size_t bytes) {
     (void)cpu_transfer(be, dst, src, bytes);
+}
+
+static void cpu_argmax_rows(em_backend *be, int32_t *out, const float *x, int rows, int n) {
+    (void)be;
+    for (int r = 0; r < rows; r++) out[r] = em_argmax_f32(x + (size_t)r * (size_t)n, n);
 }
 
 static void cpu_copy_rows(em_backend *be, float *dst, int ld_dst, const float *src, int ld_src, int rows, int n) {
@@ -178,6 +184,7 @@ static const em_backend_ops cpu_ops = {
     .download = cpu_transfer,
     .copy = cpu_copy,
     .copy_rows = cpu_copy_rows,
+    .argmax_rows = cpu_argmax_rows,
     .matmul = cpu_matmul,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,

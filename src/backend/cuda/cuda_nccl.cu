@@ -34,6 +34,7 @@ typedef struct nccl_fns {
     decltype(&ncclCommInitAll) init_all;
     decltype(&ncclCommInitRankConfig) init_rank_config;
     decltype(&ncclCommDestroy) destroy;
+    decltype(&ncclCommFinalize) finalize; /* optional: NCCL before 2.14 lacks it */
     decltype(&ncclCommAbort) abort;
     decltype(&ncclCommGetAsyncError) async_error;
     decltype(&ncclGetErrorString) error_string;
@@ -82,6 +83,7 @@ static em_status nccl_open(void) {
         pthread_mutex_unlock(&g_nccl_mu);
         return s;
     }
+    sym(lib, "ncclCommFinalize", &f.finalize);
     g_nccl = f;
     pthread_mutex_unlock(&g_nccl_mu);
     return EM_OK;
@@ -276,8 +278,31 @@ extern "C" em_status nccl_comm_init_rank(em_backend *be, int rank, int world, co
     return EM_OK;
 }
 
+/* Flushes and quiesces every local communicator before it is destroyed.
+ * Destroying is an intra-node collective: with one thread driving several
+ * GPUs, destroying the first communicator alone would wait forever for the
+ * others, so they are finalized together in one group first (then each
+ * destroy only frees local memory). Nonblocking communicators (one per
+ * process) are polled against the deadline and aborted past it. */
+static void comm_finalize(nccl_comm *c) {
+    if (!g_nccl.finalize || c->dead) return;
+    if (g_nccl.group_start() != ncclSuccess) return;
+    for (int i = 0; i < c->n_local; i++) {
+        if (!c->comms[i]) continue;
+        cuda_enter(c->bes[i]);
+        g_nccl.finalize(c->comms[i]);
+    }
+    ncclResult_t r = g_nccl.group_end();
+    if (r == ncclSuccess || r == ncclInProgress) {
+        if (!c->blocking && settle(c, "closing the NCCL communicator") != EM_OK) EM_LOGW("%s", em_last_error());
+    } else {
+        comm_abort(c, "closing the NCCL communicator failed");
+    }
+}
+
 extern "C" void nccl_comm_free(nccl_comm *c) {
     if (!c) return;
+    if (c->comms) comm_finalize(c);
     for (int i = 0; c->comms && i < c->n_local; i++) {
         if (!c->comms[i]) continue;
         if (c->bes[i]) cuda_enter(c->bes[i]);

@@ -5,6 +5,8 @@
  * arithmetic (f32, the norm's sum of squares in double). */
 #include "backend/cuda/cuda_internal.cuh"
 
+#include <limits.h>
+
 #define ROW_THREADS 256
 
 __global__ void rmsnorm_kernel(float *y, const float *x, const float *gain, int n, float eps, float offset) {
@@ -124,6 +126,48 @@ void cuda_add(em_backend *be, float *y, const float *x, size_t n) {
     if (cuda_graph_skip(cb, y, x, n)) return;
     add_kernel<<<cuda_blocks(n, 256), 256, 0, cb->stream>>>(y, x, n);
     CUDA_LAUNCHED(cb, "add");
+}
+
+/* (value, index) pairs ordered as tensor/argmax.h orders them: the larger
+ * value wins, equal values go to the lower index, NaN never wins. The empty
+ * pair (-inf, INT_MAX) loses to any real entry, -inf included. */
+__device__ __forceinline__ void argmax_take(float &v, int &i, float v2, int i2) {
+    if (v2 > v || (v2 == v && i2 < i)) {
+        v = v2;
+        i = i2;
+    }
+}
+
+/* One block per row: each thread scans a strided share, then the warps and
+ * the block reduce the pairs. */
+__global__ void argmax_rows_kernel(int32_t *out, const float *x, int n) {
+    __shared__ float sv[32];
+    __shared__ int si[32];
+    const float *xr = x + (size_t)blockIdx.x * n;
+    float v = -INFINITY;
+    int at = INT_MAX;
+    for (int k = threadIdx.x; k < n; k += blockDim.x) argmax_take(v, at, xr[k], k);
+    for (int o = 16; o; o >>= 1) argmax_take(v, at, __shfl_down_sync(0xffffffffu, v, o), __shfl_down_sync(0xffffffffu, at, o));
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (!lane) {
+        sv[warp] = v;
+        si[warp] = at;
+    }
+    __syncthreads();
+    if (warp) return;
+    int nw = blockDim.x >> 5;
+    v = lane < nw ? sv[lane] : -INFINITY;
+    at = lane < nw ? si[lane] : INT_MAX;
+    for (int o = 16; o; o >>= 1) argmax_take(v, at, __shfl_down_sync(0xffffffffu, v, o), __shfl_down_sync(0xffffffffu, at, o));
+    if (!lane) out[blockIdx.x] = at == INT_MAX ? 0 : at; /* every value NaN: 0, as on the host */
+}
+
+void cuda_argmax_rows(em_backend *be, int32_t *out, const float *x, int rows, int n) {
+    cuda_backend *cb = cuda_enter(be);
+    if (rows <= 0 || n <= 0) return;
+    if (cuda_graph_skip(cb, out, x, rows, n)) return;
+    argmax_rows_kernel<<<rows, 1024, 0, cb->stream>>>(out, x, n);
+    CUDA_LAUNCHED(cb, "argmax_rows");
 }
 
 __global__ void embed_kernel(float *out, const void *table, em_dtype dt, const int32_t *ids, int n, size_t d) {
