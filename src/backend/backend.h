@@ -87,10 +87,12 @@ typedef struct em_backend_ops {
     /* Strided copy within backend memory: rows of n floats from src (rows
      * ld_src floats apart) to dst (ld_dst apart); the regions do not overlap. */
     void (*copy_rows)(em_backend *be, float *dst, int ld_dst, const float *src, int ld_src, int rows, int n);
-    /* out[r] = the greedy choice over row r of x[rows, n] (tensor/argmax.h:
-     * lowest index of the largest value, NaN never wins); out is backend
-     * memory. Optional (NULL: callers download the rows and scan them). */
-    void (*argmax_rows)(em_backend *be, int32_t *out, const float *x, int rows, int n);
+    /* ids[r] = the greedy choice over the n floats of row r of x (rows ld
+     * apart; tensor/argmax.h: lowest index of the largest value, NaN never
+     * wins) and, when vals is not NULL, vals[r] = that value (NaN when every
+     * value is NaN); ids and vals are backend memory. Optional (NULL:
+     * callers download the rows and scan them). */
+    void (*argmax_rows)(em_backend *be, int32_t *ids, float *vals, const float *x, int rows, int n, int ld);
     /* Bytes of backend memory still free, or 0 when not bounded apart from
      * the host's (CPU). Optional (NULL: 0). */
     size_t (*mem_free)(em_backend *be);

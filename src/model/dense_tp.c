@@ -22,6 +22,7 @@
 
 #include "base/alloc.h"
 #include "model/tp_step.h"
+#include "tensor/argmax.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -73,7 +74,11 @@ static em_status ensure_logits(em_model *m, tp_impl *t, int rows) {
         tp_rank *R = &t->r[r];
         if (R->be->ops->graph_reset) R->be->ops->graph_reset(R->be);
         if (R->logits) R->be->ops->free(R->be, R->logits);
-        if (!(R->logits = R->be->ops->alloc(R->be, bytes)))
+        if (R->amax_ids) R->be->ops->free(R->be, R->amax_ids);
+        if (R->amax_vals) R->be->ops->free(R->be, R->amax_vals);
+        R->amax_ids = R->be->ops->alloc(R->be, (size_t)rows * sizeof(int32_t));
+        R->amax_vals = R->be->ops->alloc(R->be, (size_t)rows * sizeof(float));
+        if (!(R->logits = R->be->ops->alloc(R->be, bytes)) || !R->amax_ids || !R->amax_vals)
             return em_fail(EM_ERR_NOMEM, "out of %s memory for %d rows of logits", R->be->desc, rows);
         if (copies > 1) {
             if (t->gathered[r]) R->be->ops->free(R->be, t->gathered[r]);
@@ -82,7 +87,9 @@ static em_status ensure_logits(em_model *m, tp_impl *t, int rows) {
         }
     }
     free(t->host_slice);
-    if (!(t->host_slice = em_mallocn((size_t)rows * vp * copies, sizeof(float))))
+    free(t->amax_host);
+    t->amax_host = em_mallocn((size_t)rows * 3, sizeof(float));
+    if (!(t->host_slice = em_mallocn((size_t)rows * vp * copies, sizeof(float))) || !t->amax_host)
         return em_fail(EM_ERR_NOMEM, "out of memory");
     (void)m;
     t->cap_logit_rows = rows;
@@ -323,8 +330,59 @@ static em_status issue_recorded(em_model *m, tp_impl *t, const em_batch *b, int 
     return s;
 }
 
+/* Columns of the vocabulary local rank r holds (its padding excluded). */
+static int rank_columns(const em_model *m, const tp_impl *t, int r) {
+    int64_t vp = t->r[0].sh.vocab_pad, v0 = (int64_t)(t->rank0 + r) * vp, nv = m->cfg.vocab - v0;
+    return nv <= 0 ? 0 : (int)(nv < vp ? nv : vp);
+}
+
+/* Whether each rank can choose greedy ids in its own columns: one process
+ * drives every rank (a multi-process group gathers whole rows). */
+static bool device_argmax(const tp_impl *t, const em_batch *b) {
+    if (!b->argmax || t->gathered) return false;
+    for (int r = 0; r < t->n; r++)
+        if (!t->r[r].be->ops->argmax_rows) return false;
+    return true;
+}
+
+static void queue_argmax(const em_model *m, tp_impl *t, int rows) {
+    for (int r = 0; r < t->n; r++) {
+        tp_rank *R = &t->r[r];
+        int nv = rank_columns(m, t, r);
+        if (nv) R->be->ops->argmax_rows(R->be, R->amax_ids, R->amax_vals, R->logits, rows, nv, t->r[0].sh.vocab_pad);
+    }
+}
+
+/* The greedy id of each row over every rank's columns: the largest value,
+ * the lowest global id on ties (ranks hold increasing columns), NaN never
+ * chosen (tensor/argmax.h), from each rank's own choice. */
+static em_status combine_argmax(const em_model *m, tp_impl *t, int rows, int32_t *out) {
+    int64_t vp = t->r[0].sh.vocab_pad;
+    int32_t *ids = (int32_t *)t->amax_host;
+    float *vals = t->amax_host + rows, *best = t->amax_host + 2 * (size_t)rows;
+    for (int i = 0; i < rows; i++) out[i] = -1;
+    for (int r = 0; r < t->n; r++) {
+        tp_rank *R = &t->r[r];
+        if (!rank_columns(m, t, r)) continue;
+        EM_TRY(R->be->ops->download(R->be, ids, R->amax_ids, (size_t)rows * sizeof *ids));
+        EM_TRY(R->be->ops->download(R->be, vals, R->amax_vals, (size_t)rows * sizeof *vals));
+        for (int i = 0; i < rows; i++) {
+            if (vals[i] != vals[i]) continue;
+            if (out[i] < 0 || vals[i] > best[i]) {
+                best[i] = vals[i];
+                out[i] = (int32_t)((t->rank0 + r) * vp + ids[i]);
+            }
+        }
+    }
+    for (int i = 0; i < rows; i++)
+        if (out[i] < 0) out[i] = 0;
+    return EM_OK;
+}
+
 /* Issues the step, waits for every stream (or a clear error) and brings
- * the logits home (logits NULL: a follower, whose columns went to rank 0). */
+ * the logits home (logits NULL: a follower, whose columns went to rank 0);
+ * b->argmax, when asked, is filled here (chosen on the devices where one
+ * process drives them all). */
 em_status dense_tp_run_step(em_model *m, tp_impl *t, const em_batch *b, int T, float *logits) {
     int rows = batch_logit_rows(b);
     if (rows) EM_TRY(ensure_logits(m, t, rows));
@@ -334,8 +392,19 @@ em_status dense_tp_run_step(em_model *m, tp_impl *t, const em_batch *b, int T, f
         const float *send[1] = {t->r[0].logits};
         EM_TRY(em_comm_allgather(t->comm, send, t->gathered, slice));
     }
+    bool dev = rows && logits && device_argmax(t, b);
+    if (dev) queue_argmax(m, t, rows);
     EM_TRY(em_comm_wait(t->comm));
-    if (rows && logits) return gather_logits(m, t, rows, logits);
+    if (rows && logits) {
+        if (dev) {
+            EM_TRY(combine_argmax(m, t, rows, b->argmax));
+            if (b->argmax_only) return EM_OK;
+        }
+        EM_TRY(gather_logits(m, t, rows, logits));
+        for (int i = 0; !dev && b->argmax && i < rows; i++)
+            b->argmax[i] = em_argmax_f32(logits + (size_t)i * (size_t)m->cfg.vocab, m->cfg.vocab);
+        return EM_OK;
+    }
     /* the streams are idle: an empty download reports any failure of the
      * step's operations and lets each backend reuse its staging memory */
     for (int r = 0; r < t->n; r++) {
@@ -397,6 +466,7 @@ const family_ops dense_tp_family = {
     .name = "dense (tensor parallel)",
     .load = dense_tp_load,
     .forward = dense_tp_forward,
+    .fills_argmax = true,
     .free = dense_tp_free,
     .kv_ready = dense_tp_kv_ready,
 };

@@ -36,6 +36,8 @@ typedef struct tp_rank {
     float *final_norm;
     float *x, *h, *q, *k, *v, *att, *gate, *up, *act; /* workspace */
     float *logits;                                       /* [rows, vocab_pad] */
+    int32_t *amax_ids; /* per logits row: the greedy choice in this rank's columns */
+    float *amax_vals;  /* and its value */
     /* KV storage in m->kv's layout: ranks > 0 of one process own theirs;
      * a follower process uses its own m->kv's */
     float **k_layer, **v_layer;
@@ -68,6 +70,7 @@ typedef struct tp_impl {
     int rot_dim;
     int cap_tokens, cap_spans, cap_logit_rows;
     int32_t *pos, *ids;
+    float *amax_host; /* 3 x cap_logit_rows: each rank's ids and values, the best so far */
     row_runs runs;
     int *span_rows, *span_len0;
     float *host_slice; /* one rank's logit columns on the host */

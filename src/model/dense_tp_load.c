@@ -111,6 +111,8 @@ void dense_tp_free_workspace(tp_rank *R) {
 static void free_rank(em_model *m, tp_rank *R) {
     if (!R->be) return;
     dense_tp_free_workspace(R);
+    if (R->amax_ids) R->be->ops->free(R->be, R->amax_ids);
+    if (R->amax_vals) R->be->ops->free(R->be, R->amax_vals);
     dev_list_free(&R->wl);
     free(R->layers);
     for (int l = 0; R->own_kv && R->k_layer && l < m->kv->n_layers; l++) {
@@ -162,6 +164,7 @@ void dense_tp_free(em_model *m) {
     free(t->span_rows);
     free(t->span_len0);
     free(t->host_slice);
+    free(t->amax_host);
     free(t->frame);
     free(t->rx);
     free(t->rx_spans);

@@ -38,7 +38,7 @@ em_status model_logits_out(em_model *m, const em_batch *b, const float *src, int
     if (b && b->argmax) {
         if (be->ops->argmax_rows) {
             EM_TRY(ensure_argmax_buf(m, rows));
-            be->ops->argmax_rows(be, m->argmax_dev, src, rows, (int)V);
+            be->ops->argmax_rows(be, m->argmax_dev, NULL, src, rows, (int)V, (int)V);
             EM_TRY(be->ops->download(be, b->argmax, m->argmax_dev, (size_t)rows * sizeof(int32_t)));
             if (b->argmax_only) return EM_OK;
         } else {

@@ -577,32 +577,39 @@ static void test_copy_rows(void) {
     free(src), free(dc), free(dg);
 }
 
-/* The greedy choice per row equals the CPU's: rows of a vocabulary's width
- * and odd ones, ties across threads' shares, NaN, all -inf, all NaN. */
+/* The greedy choice per row, and its value, equal the CPU's: rows of a
+ * vocabulary's width and odd ones, strided rows (a rank's columns), ties
+ * across threads' shares, NaN, all -inf, all NaN. */
 static void test_argmax_rows(void) {
-    int shapes[][2] = {{1, 128256}, {64, 32000}, {5, 33}, {3, 1}, {7, 1025}};
+    int shapes[][3] = {{1, 128256, 128256}, {64, 32000, 32000}, {5, 33, 40}, {3, 1, 1}, {7, 1025, 2048}};
     for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
-        int rows = shapes[c][0], n = shapes[c][1];
-        size_t tot = (size_t)rows * n;
+        int rows = shapes[c][0], n = shapes[c][1], ld = shapes[c][2];
+        size_t tot = (size_t)rows * ld;
         float *x = rand_f32(tot, 4.0f);
         for (size_t i = 0; i < tot; i += 97) x[i] = NAN;
         for (int r = 0; r < rows; r++) {
-            float *row = x + (size_t)r * n;
+            float *row = x + (size_t)r * ld;
+            for (int i = n; i < ld; i++) row[i] = 100.0f; /* outside the row: never chosen */
             if (r % 3 == 1) row[n - 1] = row[n / 2] = row[n / 3] = 9.0f; /* a tie: the lowest index wins */
             if (r == 2) for (int i = 0; i < n; i++) row[i] = -INFINITY;
             if (r == 4) for (int i = 0; i < n; i++) row[i] = NAN;
         }
         int32_t *want = malloc((size_t)rows * 4), *got = malloc((size_t)rows * 4);
-        cpu->ops->argmax_rows(cpu, want, x, rows, n);
+        float *wv = malloc((size_t)rows * 4), *gv = malloc((size_t)rows * 4);
+        cpu->ops->argmax_rows(cpu, want, wv, x, rows, n, ld);
         float *xd = up(x, tot * 4);
         int32_t *od = gpu->ops->alloc(gpu, (size_t)rows * 4);
-        gpu->ops->argmax_rows(gpu, od, xd, rows, n);
+        float *vd = gpu->ops->alloc(gpu, (size_t)rows * 4);
+        gpu->ops->argmax_rows(gpu, od, vd, xd, rows, n, ld);
         REQUIRE(gpu->ops->download(gpu, got, od, (size_t)rows * 4) == EM_OK);
+        REQUIRE(gpu->ops->download(gpu, gv, vd, (size_t)rows * 4) == EM_OK);
         int diff = 0;
-        for (int r = 0; r < rows; r++) diff += got[r] != want[r];
-        CHECKF(diff == 0, "argmax_rows %dx%d: %d rows differ (row 0: %d vs %d)", rows, n, diff, got[0], want[0]);
-        gpu->ops->free(gpu, xd), gpu->ops->free(gpu, od);
-        free(x), free(want), free(got);
+        for (int r = 0; r < rows; r++)
+            diff += got[r] != want[r] || !(gv[r] == wv[r] || (gv[r] != gv[r] && wv[r] != wv[r]));
+        CHECKF(diff == 0, "argmax_rows %dx%d (ld %d): %d rows differ (row 0: %d vs %d)", rows, n, ld, diff, got[0],
+               want[0]);
+        gpu->ops->free(gpu, xd), gpu->ops->free(gpu, od), gpu->ops->free(gpu, vd);
+        free(x), free(want), free(got), free(wv), free(gv);
     }
 }
 

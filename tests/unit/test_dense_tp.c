@@ -11,6 +11,7 @@
 #include "test.h"
 
 #include "model/model.h"
+#include "tensor/argmax.h"
 
 #include <glob.h>
 
@@ -37,8 +38,12 @@ static float *run_script(em_model *m, int *rows_out) {
     REQUIRE(model_forward(m, &bt, out + (size_t)N_PROMPT * V) == EM_OK);
     for (int t = 0; t < N_STEPS; t++) {
         em_span two[2] = {{sa, a + N_PROMPT + t, 1, LOGITS_LAST, SPAN_MATH_MODEL}, {sb, b + 20 + t, 1, LOGITS_LAST, SPAN_MATH_MODEL}};
-        bt = (em_batch){.spans = two, .n_spans = 2};
-        REQUIRE(model_forward(m, &bt, out + (size_t)(N_PROMPT + 1 + 2 * t) * V) == EM_OK);
+        int32_t chosen[2] = {-1, -1}; /* the greedy ids, chosen where the logits are */
+        bt = (em_batch){.spans = two, .n_spans = 2, .argmax = chosen};
+        float *rows2 = out + (size_t)(N_PROMPT + 1 + 2 * t) * V;
+        REQUIRE(model_forward(m, &bt, rows2) == EM_OK);
+        CHECKF(chosen[0] == em_argmax_f32(rows2, V) && chosen[1] == em_argmax_f32(rows2 + V, V),
+               "step %d: greedy ids %d %d are not the rows' argmax", t, chosen[0], chosen[1]);
     }
     kv_seq_release(m->kv, sa);
     kv_seq_release(m->kv, sb);

@@ -55,9 +55,13 @@ static void cpu_copy(em_backend *be, void *dst, const void *src, size_t bytes) {
     (void)cpu_transfer(be, dst, src, bytes);
 }
 
-static void cpu_argmax_rows(em_backend *be, int32_t *out, const float *x, int rows, int n) {
+static void cpu_argmax_rows(em_backend *be, int32_t *ids, float *vals, const float *x, int rows, int n, int ld) {
     (void)be;
-    for (int r = 0; r < rows; r++) out[r] = em_argmax_f32(x + (size_t)r * (size_t)n, n);
+    for (int r = 0; r < rows; r++) {
+        const float *row = x + (size_t)r * (size_t)ld;
+        ids[r] = em_argmax_f32(row, n);
+        if (vals) vals[r] = row[ids[r]] == row[ids[r]] ? row[ids[r]] : NAN;
+    }
 }
 
 static void cpu_copy_rows(em_backend *be, float *dst, int ld_dst, const float *src, int ld_src, int rows, int n) {

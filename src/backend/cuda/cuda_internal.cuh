@@ -210,7 +210,7 @@ void cuda_swiglu(em_backend *be, float *out, const float *gate, const float *up,
 void cuda_add(em_backend *be, float *y, const float *x, size_t n);
 void cuda_embed(em_backend *be, float *out, const em_weight *table, const int32_t *ids, int n);
 void cuda_copy_rows(em_backend *be, float *dst, int ld_dst, const float *src, int ld_src, int rows, int n);
-void cuda_argmax_rows(em_backend *be, int32_t *out, const float *x, int rows, int n);
+void cuda_argmax_rows(em_backend *be, int32_t *ids, float *vals, const float *x, int rows, int n, int ld);
 /* cuda_qmatmul.cu: MLX affine quantized weights (cuda_matmul dispatches). */
 void cuda_qmatmul(em_backend *be, float *y, const float *x, int M, const em_weight *w, const float *bias, em_math math);
 /* Rows ids (device array) of a quantized table, dequantized to f32. */

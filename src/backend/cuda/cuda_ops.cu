@@ -140,10 +140,10 @@ __device__ __forceinline__ void argmax_take(float &v, int &i, float v2, int i2) 
 
 /* One block per row: each thread scans a strided share, then the warps and
  * the block reduce the pairs. */
-__global__ void argmax_rows_kernel(int32_t *out, const float *x, int n) {
+__global__ void argmax_rows_kernel(int32_t *ids, float *vals, const float *x, int n, int ld) {
     __shared__ float sv[32];
     __shared__ int si[32];
-    const float *xr = x + (size_t)blockIdx.x * n;
+    const float *xr = x + (size_t)blockIdx.x * ld;
     float v = -INFINITY;
     int at = INT_MAX;
     for (int k = threadIdx.x; k < n; k += blockDim.x) argmax_take(v, at, xr[k], k);
@@ -159,14 +159,16 @@ __global__ void argmax_rows_kernel(int32_t *out, const float *x, int n) {
     v = lane < nw ? sv[lane] : -INFINITY;
     at = lane < nw ? si[lane] : INT_MAX;
     for (int o = 16; o; o >>= 1) argmax_take(v, at, __shfl_down_sync(0xffffffffu, v, o), __shfl_down_sync(0xffffffffu, at, o));
-    if (!lane) out[blockIdx.x] = at == INT_MAX ? 0 : at; /* every value NaN: 0, as on the host */
+    if (lane) return;
+    ids[blockIdx.x] = at == INT_MAX ? 0 : at; /* every value NaN: 0, as on the host */
+    if (vals) vals[blockIdx.x] = at == INT_MAX ? NAN : v;
 }
 
-void cuda_argmax_rows(em_backend *be, int32_t *out, const float *x, int rows, int n) {
+void cuda_argmax_rows(em_backend *be, int32_t *ids, float *vals, const float *x, int rows, int n, int ld) {
     cuda_backend *cb = cuda_enter(be);
     if (rows <= 0 || n <= 0) return;
-    if (cuda_graph_skip(cb, out, x, rows, n)) return;
-    argmax_rows_kernel<<<rows, 1024, 0, cb->stream>>>(out, x, n);
+    if (cuda_graph_skip(cb, ids, vals, x, rows, n, ld)) return;
+    argmax_rows_kernel<<<rows, 1024, 0, cb->stream>>>(ids, vals, x, n, ld);
     CUDA_LAUNCHED(cb, "argmax_rows");
 }
 
