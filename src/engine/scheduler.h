@@ -55,6 +55,10 @@ typedef struct sched_stats {
 /* Starts the scheduler thread on m and attaches it (m->sched): from then on
  * em_generate on m goes through it. */
 em_status sched_start(em_model *m, const sched_options *o);
+/* One short prefill and a few decode steps on a scratch sequence, so the
+ * first requests do not pay for loading GPU kernels and recording the
+ * decode step (warmup.c); nothing on host-memory backends. */
+em_status model_warmup(em_model *m);
 /* Stops the thread after cancelling what is still running; detaches. */
 void sched_stop(em_model *m);
 /* Runs g to completion inside the batch; blocks the calling thread. */

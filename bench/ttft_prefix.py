@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Time to first token with and without a cached prefix, against `ember serve`
+(standard library only, loopback only).
+
+Each round makes a fresh prefix of about --prefix-words words (its own seed,
+so nothing of it is cached yet), sends prefix + question A (cold: the whole
+prompt is prefilled) and then prefix + question B (the prefix's KV blocks are
+reused; only the tail is prefilled). Round 0 warms the server and is not
+counted. Reports the median cold and cached TTFT, their ratio, and the
+prompt / cached token counts the server reported in usage.
+
+  python3 bench/ttft_prefix.py --url http://127.0.0.1:8080 --prefix-words 1500 --rounds 5 [--json]
+"""
+import argparse, http.client, json, random, statistics, time, urllib.parse
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--url", default="http://127.0.0.1:8080")
+ap.add_argument("--prefix-words", type=int, default=1500)
+ap.add_argument("--rounds", type=int, default=5)
+ap.add_argument("--json", action="store_true")
+a = ap.parse_args()
+u = urllib.parse.urlparse(a.url)
+if u.hostname not in ("127.0.0.1", "localhost", "::1"):
+    raise SystemExit("ttft_prefix: only loopback targets are allowed")
+WORDS = ("apple river stone cloud garden light window music paper silver ocean forest story winter bridge "
+         "north candle market yellow engine valley thunder copper lantern meadow harbor").split()
+
+
+def ttft(prompt):
+    """(seconds to the first streamed choice, prompt_tokens, cached_tokens)."""
+    body = json.dumps({"prompt": prompt, "max_tokens": 1, "temperature": 0, "stream": True, "ignore_eos": True,
+                       "stream_options": {"include_usage": True}})
+    c = http.client.HTTPConnection(u.hostname, u.port or 80, timeout=600)
+    t0 = time.perf_counter()
+    c.request("POST", "/v1/completions", body, {"content-type": "application/json"})
+    r = c.getresponse()
+    if r.status != 200:
+        raise SystemExit(f"ttft_prefix: HTTP {r.status}: {r.read()[:300]!r}")
+    first, prompt_tokens, cached = None, None, None
+    for line in r:
+        if not line.startswith(b"data:") or line.strip() == b"data: [DONE]":
+            continue
+        ev = json.loads(line[5:])
+        if first is None and ev.get("choices"):
+            first = time.perf_counter() - t0
+        us = ev.get("usage")
+        if us:
+            prompt_tokens = us.get("prompt_tokens")
+            cached = (us.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+    c.close()
+    return first, prompt_tokens, cached
+
+
+cold, warm, rows = [], [], []
+for rnd in range(a.rounds + 1):
+    rng = random.Random(rnd * 7919 + 1)
+    prefix = " ".join(rng.choice(WORDS) + str(rng.randrange(100)) for _ in range(a.prefix_words))
+    c = ttft(prefix + " First question: what comes next?")
+    h = ttft(prefix + " Second question: and after that?")
+    rows.append({"round": rnd, "cold_ms": c[0] * 1e3, "cached_ms": h[0] * 1e3, "prompt_tokens": h[1],
+                 "cached_tokens": h[2], "cold_cached_tokens": c[2]})
+    if rnd:
+        cold.append(c[0])
+        warm.append(h[0])
+res = {"prefix_words": a.prefix_words, "rounds": a.rounds, "prompt_tokens": rows[-1]["prompt_tokens"],
+       "cached_tokens": rows[-1]["cached_tokens"], "ttft_cold_ms": statistics.median(cold) * 1e3,
+       "ttft_cached_ms": statistics.median(warm) * 1e3}
+res["ratio"] = res["ttft_cached_ms"] / res["ttft_cold_ms"]
+if a.json:
+    print(json.dumps({"summary": res, "rounds": rows}))
+else:
+    for r in rows:
+        print(f"round {r['round']}: cold {r['cold_ms']:.1f} ms ({r['cold_cached_tokens']} cached), "
+              f"cached {r['cached_ms']:.1f} ms ({r['cached_tokens']} of {r['prompt_tokens']} tokens cached)"
+              + ("  [warm-up, not counted]" if r["round"] == 0 else ""))
+    print(f"median TTFT: cold {res['ttft_cold_ms']:.1f} ms, cached prefix {res['ttft_cached_ms']:.1f} ms "
+          f"= {100 * res['ratio']:.1f}% ({res['cached_tokens']} of {res['prompt_tokens']} prompt tokens cached)")
