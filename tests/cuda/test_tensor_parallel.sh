@@ -10,7 +10,7 @@
 # (77) without CUDA or with fewer than two GPUs.
 set -euo pipefail
 : "${EMBER_BIN:?}" "${EMBER_SRC:?}"
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+tmp=$(mktemp -d); trap 'for p in ${s0:-} ${s1:-}; do stop KILL "$p"; done; rm -rf "$tmp"' EXIT
 first=$(ls -d "$EMBER_SRC"/tests/golden/dense/*/ | head -n1)
 if ! "$EMBER_BIN" logits "$first" --ids 1 --out "$tmp/probe.bin" --device cuda --tensor-parallel 2 2>"$tmp/probe.err"; then
   if grep -q -e "built without CUDA" -e "no CUDA device" -e "GPU(s) found" "$tmp/probe.err"; then
@@ -79,6 +79,13 @@ mp() { # rank, device, verb args...
   EMBER_WORLD_SIZE=2 EMBER_RANK=$rank EMBER_MASTER_ADDR=127.0.0.1 EMBER_MASTER_PORT=$port EMBER_TP_TIMEOUT=20 \
     "$EMBER_BIN" "$@" --device "$dev"
 }
+# `mp ... &` runs in a subshell: $! may be that shell, with ember its child.
+# Signals go to both, so the ember process itself stops.
+stop() { # signal, pid of a backgrounded mp
+  pkill "-$1" -P "$2" 2>/dev/null || true
+  kill "-$1" "$2" 2>/dev/null || true
+  wait "$2" 2>/dev/null || true
+}
 for d in "$EMBER_SRC"/tests/golden/dense/llama_gqa_tied/ "$EMBER_SRC"/tests/golden/dense/qwen2_bias/; do
   name=$(basename "$d")
   ids=$(python3 -c "import json,sys; print(','.join(map(str, json.load(open(sys.argv[1]))['ids'])))" "$d/ref.json")
@@ -122,7 +129,7 @@ body='{"model":"demo","prompt":"hello","max_tokens":4,"temperature":0}'
 if ! curl -sf --max-time 60 "http://127.0.0.1:$hport/v1/completions" -H 'content-type: application/json' -d "$body" >/dev/null; then
   echo "FAIL serve with 2 processes: $(tail -5 "$tmp/s0.err")"; fail=1
 fi
-kill -9 $s1; wait $s1 2>/dev/null || true
+stop KILL $s1
 start=$(date +%s)
 curl -s --max-time 60 "http://127.0.0.1:$hport/v1/completions" -H 'content-type: application/json' -d "$body" >"$tmp/after.json" || true
 took=$(( $(date +%s) - start ))
@@ -131,5 +138,5 @@ if [ $took -gt 45 ] || ! grep -q -i "error" "$tmp/after.json"; then
 else
   echo "ok   serve after rank 1 died answers an error in ${took}s"
 fi
-kill $s0; wait $s0 2>/dev/null || true
+stop TERM $s0
 exit $fail
