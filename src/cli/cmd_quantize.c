@@ -23,6 +23,8 @@ static void quantize_help(void) {
            "                     first match wins; --bits/--group-size given after it override its defaults)\n"
            "  --rotate           fold norm gains and Hadamard rotations into the weights\n"
            "  --seed N           rotation seed (default 0)\n"
+           "  --search           per group, pick the clipped range and refit the scale and bias that\n"
+           "                     minimise the squared weight error as stored (MLX layout; slower)\n"
            "  --family NAME      automatic (default), llama or qwen3_5\n"
            "  --dtype T          float dtype of every float tensor: bf16, f16, f32 (default: each keeps its source dtype)\n"
            "  --shard-size GB    shard size (default 5)\n"
@@ -70,6 +72,8 @@ static int cmd_quantize(int argc, char **argv) {
             recipe = v;
         } else if (!strcmp(argv[i], "--rotate")) {
             j.fold.rotate = true;
+        } else if (!strcmp(argv[i], "--search")) {
+            j.search = true;
         } else if (cli_arg_is(argv[i], "--seed")) {
             VALUE();
             if (!cli_parse_u64(v, &j.fold.seed)) { cli_error("quantize", "--seed needs a number"); return CLI_USAGE; }

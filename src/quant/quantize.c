@@ -151,9 +151,13 @@ static em_status emit(run *r, size_t i, st_writer *w) {
         float *sc = em_mallocn(ng, sizeof *sc), *bi = em_mallocn(ng, sizeof *bi);
         note_work(r, bytes + (uint64_t)rows * row_bytes + 2 * ng * sizeof(float));
         if (!packed || !sc || !bi) s = em_fail(EM_ERR_NOMEM, "out of memory quantizing %s", e->name);
-        for (int64_t row = 0; s == EM_OK && row < rows; row++)
-            rtn_quantize_row(v + (size_t)row * (size_t)cols, cols, c->bits, c->group, packed + (size_t)row * row_bytes,
-                             sc + (size_t)row * (size_t)groups, bi + (size_t)row * (size_t)groups);
+        for (int64_t row = 0; s == EM_OK && row < rows; row++) {
+            const float *wr = v + (size_t)row * (size_t)cols;
+            uint8_t *pr = packed + (size_t)row * row_bytes;
+            float *sr = sc + (size_t)row * (size_t)groups, *br = bi + (size_t)row * (size_t)groups;
+            if (r->job->search) rtn_search_row(wr, cols, c->bits, c->group, c->fdt, pr, sr, br);
+            else rtn_quantize_row(wr, cols, c->bits, c->group, pr, sr, br);
+        }
         if (s == EM_OK) s = write_bytes(w, packed, (size_t)rows * row_bytes);
         if (s == EM_OK) s = write_bytes(w, sc, to_dtype(sc, ng, c->fdt));
         if (s == EM_OK) s = write_bytes(w, bi, to_dtype(bi, ng, c->fdt));
@@ -201,8 +205,9 @@ static em_status write_shards(run *r) {
     }
     int n_shards = shard + 1;
     r->rep->shards = n_shards;
-    st_kv meta[5] = {{"format", "mlx"}};
+    st_kv meta[6] = {{"format", "mlx"}};
     size_t n_meta = 1;
+    if (r->job->search) meta[n_meta++] = (st_kv){"ember.rounding", "search: clipped range ladder, least-squares refit"};
     char seed[32];
     if (r->plan.rotate) {
         snprintf(seed, sizeof seed, "%llu", (unsigned long long)r->plan.seed);

@@ -42,6 +42,7 @@ typedef struct quant_job {
     em_dtype out_dtype;       /* float dtype of the artifact; EM_DTYPE_COUNT: the source's */
     uint64_t shard_bytes;     /* 0: 5 GB */
     bool force;
+    bool search;              /* rtn_search_row instead of MLX's plain round-to-nearest */
     bool progress;            /* a progress line on stderr */
     bool plan_only;           /* print the plan, write nothing */
 } quant_job;

@@ -3,6 +3,8 @@
 #ifndef EMBER_QUANT_RTN_H
 #define EMBER_QUANT_RTN_H
 
+#include "tensor/dtype.h"
+
 #include <stdint.h>
 
 /* Quantizes one row of `cols` values (cols a multiple of group) into packed
@@ -17,5 +19,17 @@
  * in f32 with ties to even. */
 void rtn_quantize_row(const float *w, int64_t cols, int bits, int group, uint8_t *packed, float *scales,
                       float *biases);
+
+/* A calibration-free refinement of the above (ember quantize --search):
+ * per group, the range is shrunk by each factor of a fixed ladder (1.0 down
+ * to 0.70: clipping the extremes trades their error for a finer step) and
+ * the choice of least squared error kept; then the scale and bias are
+ * refitted by least squares to the chosen codes. Every candidate is judged
+ * with its scale and bias rounded to sdt, the dtype they are stored in, and
+ * the codes are computed against those rounded values, so what is measured
+ * is what a loader dequantizes. The layout is MLX's; only the values
+ * differ. Writes scales/biases already rounded to sdt (kept in f32). */
+void rtn_search_row(const float *w, int64_t cols, int bits, int group, em_dtype sdt, uint8_t *packed,
+                    float *scales, float *biases);
 
 #endif

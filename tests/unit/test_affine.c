@@ -104,7 +104,60 @@ static void roundtrips(void) {
     }
 }
 
+/* Squared error of a row as a loader dequantizes it: scales and biases
+ * rounded to bf16. */
+static double stored_error(const float *w, int cols, int bits, int group, const uint8_t *p, const float *s,
+                           const float *b) {
+    double err = 0;
+    for (int c = 0; c < cols; c++) {
+        float sc = bf16_to_f32(f32_to_bf16(s[c / group])), bi = bf16_to_f32(f32_to_bf16(b[c / group]));
+        double d = (double)sc * affine_get(p, c, bits) + bi - w[c];
+        err += d * d;
+    }
+    return err;
+}
+
+/* --search never does worse than MLX's rounding on any row, as stored in
+ * bf16 (its ladder starts at MLX's own choice), and does better overall on
+ * Gaussian-like rows; its scales and biases are already bf16 values. */
+static void search_not_worse(void) {
+    enum { COLS = 256 };
+    uint64_t r = 99;
+    int worse = 0, groups = 0, not_bf16 = 0;
+    double tot_rtn = 0, tot_search = 0;
+    for (int bits = 2; bits <= 8; bits++) {
+        if (bits == 7) continue;
+        for (int group = 32; group <= 128; group *= 2)
+            for (int rep = 0; rep < 20; rep++) {
+                float w[COLS], s1[COLS / 32], b1[COLS / 32], s2[COLS / 32], b2[COLS / 32];
+                for (int i = 0; i < COLS; i++) { /* sum of uniforms: near-Gaussian, one outlier sometimes */
+                    float x = 0;
+                    for (int k = 0; k < 4; k++) {
+                        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+                        x += (float)(r >> 40) / 16777216.0f - 0.5f;
+                    }
+                    w[i] = x * 0.05f + (i == rep * 7 % COLS && rep % 3 == 0 ? 0.4f : 0.0f);
+                }
+                uint8_t p1[COLS] = {0}, p2[COLS] = {0};
+                rtn_quantize_row(w, COLS, bits, group, p1, s1, b1);
+                rtn_search_row(w, COLS, bits, group, EM_BF16, p2, s2, b2);
+                for (int g = 0; g < COLS / group; g++)
+                    not_bf16 += s2[g] != bf16_to_f32(f32_to_bf16(s2[g])) || b2[g] != bf16_to_f32(f32_to_bf16(b2[g]));
+                double e1 = stored_error(w, COLS, bits, group, p1, s1, b1);
+                double e2 = stored_error(w, COLS, bits, group, p2, s2, b2);
+                worse += e2 > e1 * (1 + 1e-9);
+                groups++;
+                tot_rtn += e1;
+                tot_search += e2;
+            }
+    }
+    CHECKF(worse == 0, "search did worse than plain rounding on %d of %d rows", worse, groups);
+    CHECKF(not_bf16 == 0, "%d scales or biases are not bf16 values", not_bf16);
+    CHECKF(tot_search < 0.9 * tot_rtn, "search error %g vs plain %g", tot_search, tot_rtn);
+}
+
 int main(void) {
+    search_not_worse();
     hand_2bit();
     hand_3bit();
     zero_group();
