@@ -24,6 +24,9 @@ for bits in 2 3 4 5 6 8; do
   "$EMBER_BIN" quantize "$src" "$tmp/q$bits" --bits "$bits" --group-size 32 2>/dev/null
   cmp_models "$tmp/q$bits" "${bits}-bit"
 done
+# --search writes the same layout (other values): it loads and matches its dequantized self
+"$EMBER_BIN" quantize "$src" "$tmp/q3s" --bits 3 --group-size 64 --search 2>/dev/null
+cmp_models "$tmp/q3s" "3-bit --search"
 cat > "$tmp/recipe.json" <<'JSON'
 {"bits": 4, "group_size": 64, "rules": [
   {"match": "model.embed_tokens", "bits": 8, "group_size": 32},
