@@ -57,6 +57,35 @@ static void check(em_backend *be, int M, int N, int K, int bits, int group, em_m
     free(wq); free(sc); free(bi); free(x); free(y); free(bias); free(wf);
 }
 
+/* A row's result does not depend on the batch it is in (EXACT): alone (the
+ * fused decode tile), among 3 (fused, rows in pairs) and among 9 (rows
+ * dequantized, then the f32 tile) it gets the same bits. */
+static void invariance(em_backend *be, int bits, int group) {
+    enum { N = 12, K = 256, MB = 9 };
+    size_t words = (size_t)N * K * bits / 32, groups = (size_t)N * K / group;
+    uint32_t *wq = malloc(words * 4);
+    uint16_t *sc = malloc(groups * 2), *bi = malloc(groups * 2);
+    for (size_t i = 0; i < words; i++) wq[i] = rnd32() ^ (rnd32() << 16);
+    for (size_t i = 0; i < groups; i++) {
+        sc[i] = f32_to_bf16(frand() * 0.05f);
+        bi[i] = f32_to_bf16(frand() * 0.2f);
+    }
+    em_weight w = {.dtype = EM_U32, .rows = N, .cols = K, .data = wq, .bits = bits, .group_size = group,
+                   .scales = sc, .biases = bi, .scale_dtype = EM_BF16};
+    float x[MB * K], yb[MB * N], y3[3 * N], y1[N];
+    for (int i = 0; i < MB * K; i++) x[i] = frand();
+    be->ops->matmul(be, yb, x, MB, &w, NULL, EM_MATH_EXACT);
+    be->ops->matmul(be, y3, x, 3, &w, NULL, EM_MATH_EXACT);
+    int bad = 0;
+    for (int m = 0; m < MB; m++) {
+        be->ops->matmul(be, y1, x + (size_t)m * K, 1, &w, NULL, EM_MATH_EXACT);
+        for (int n = 0; n < N; n++) bad += y1[n] != yb[m * N + n] || (m < 3 && y1[n] != y3[m * N + n]);
+    }
+    CHECKF(bad == 0, "%s bits=%d g=%d: %d results depend on the batch", ((cpu_backend *)be->impl)->k->isa, bits, group,
+           bad);
+    free(wq); free(sc); free(bi);
+}
+
 static void bench(em_backend *be, int bits, int M) {
     int N = 2048, K = 2048, group = 64;
     size_t words = (size_t)N * K * bits / 32, groups = (size_t)N * K / group;
@@ -93,6 +122,8 @@ int main(void) {
                     check(be, shapes[s][0], shapes[s][1], K, bitsv[b], groupv[g], EM_MATH_EXACT);
                     check(be, shapes[s][0], shapes[s][1], K, bitsv[b], groupv[g], EM_MATH_FAST);
                 }
+        for (int b = 0; b < 6; b++)
+            for (int g = 0; g < 3; g++) invariance(be, bitsv[b], groupv[g]);
         if (getenv("EMBER_BENCH"))
             for (int b = 0; b < 6; b++) {
                 bench(be, bitsv[b], 1);

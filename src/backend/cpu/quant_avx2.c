@@ -1,0 +1,179 @@
+/* quant_avx2.c — AVX2 + FMA kernels over MLX affine packed weights, for
+ * machines without AVX-512.
+ *
+ * Eight values of `bits` bits occupy `bits` consecutive bytes of a row
+ * (every chunk of 8 starts on a byte), whatever the width. They are read as
+ * one integer; its low and high halves (values 0-3 and 4-7) go to the two
+ * halves of a vector, a variable shift per lane and a mask extract each
+ * value, and one FMA turns the codes into scale*q + bias. The weights are
+ * then multiplied exactly as the f32 tile multiplies stored f32 weights —
+ * 8 lanes accumulated in order over k, summed at the end — so a row of a
+ * decode batch (this fused tile) and the same row in a prefill batch
+ * (qdequant, then the f32 tile) get the same bits. */
+#include "backend/cpu/cpu_internal.h"
+
+#include "tensor/affine.h"
+
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#define Q2_TARGET __attribute__((target("avx2,fma,f16c")))
+
+/* The n bytes at p as a little-endian integer, in fixed-size loads that
+ * never read past them (the row, and the mapping, may end there). */
+static inline uint64_t load_le(const uint8_t *p, const int n) {
+    uint32_t a;
+    uint16_t b;
+    switch (n) {
+    case 2: memcpy(&b, p, 2); return b;
+    case 3: memcpy(&b, p, 2); return b | (uint64_t)p[2] << 16;
+    case 4: memcpy(&a, p, 4); return a;
+    case 5: memcpy(&a, p, 4); return a | (uint64_t)p[4] << 32;
+    case 6: memcpy(&a, p, 4); memcpy(&b, p + 4, 2); return a | (uint64_t)b << 32;
+    default: {
+        uint64_t u;
+        memcpy(&u, p, 8);
+        return u;
+    }
+    }
+}
+
+/* 8 codes of BITS bits from the BITS bytes at p, as f32 integers. */
+Q2_TARGET __attribute__((always_inline)) static inline __m256 dq8(const uint8_t *p, const int BITS) {
+    if (BITS == 8) return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+    uint64_t u = load_le(p, BITS);
+    uint32_t lo = (uint32_t)u, hi = (uint32_t)(u >> (4 * BITS));
+    __m256i v = _mm256_set_epi32((int)hi, (int)hi, (int)hi, (int)hi, (int)lo, (int)lo, (int)lo, (int)lo);
+    v = _mm256_srlv_epi32(v, _mm256_set_epi32(3 * BITS, 2 * BITS, BITS, 0, 3 * BITS, 2 * BITS, BITS, 0));
+    return _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32((1 << BITS) - 1)));
+}
+
+/* 4 bits: 32 codes from 16 bytes at once (byte i holds codes 2i and 2i+1,
+ * low nibble first), as four vectors of 8 in order. */
+Q2_TARGET __attribute__((always_inline)) static inline void dq32_4(const uint8_t *p, __m256 out[4]) {
+    __m128i v = _mm_loadu_si128((const __m128i *)p), m = _mm_set1_epi8(0x0F);
+    __m128i lo = _mm_and_si128(v, m), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m);
+    __m128i a = _mm_unpacklo_epi8(lo, hi), b = _mm_unpackhi_epi8(lo, hi);
+    out[0] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(a));
+    out[1] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(a, 8)));
+    out[2] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b));
+    out[3] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(b, 8)));
+}
+
+Q2_TARGET static inline float hsum8(__m256 v) { /* as kernels_avx2.c sums its tiles */
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+}
+
+Q2_TARGET __attribute__((always_inline)) static inline void qtile_mn(const float *x, size_t ldx, const em_weight *w,
+                                                                     int n0, float *y, size_t ldy, const int MR,
+                                                                     const int NR, const int BITS) {
+    const int G = w->group_size;
+    const int64_t K = w->cols, gpr = K / G;
+    const size_t row_bytes = (size_t)(K * BITS / 8);
+    const uint8_t *wr[4];
+    _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) wr[n] = (const uint8_t *)w->data + (size_t)(n0 + n) * row_bytes;
+    __m256 acc[4][4];
+    _Pragma("GCC unroll 4") for (int m = 0; m < MR; m++)
+        _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) acc[m][n] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < gpr; g++) {
+        __m256 s[4], b[4];
+        _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) {
+            size_t gi = (size_t)(n0 + n) * (size_t)gpr + (size_t)g;
+            s[n] = _mm256_set1_ps(affine_scalar(w->scales, w->scale_dtype, gi));
+            b[n] = _mm256_set1_ps(affine_scalar(w->biases, w->scale_dtype, gi));
+        }
+        if (BITS == 4) { /* groups are multiples of 32 */
+            for (int c = 0; c < G; c += 32) {
+                int64_t k = g * G + c;
+                _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) {
+                    __m256 q[4];
+                    dq32_4(wr[n] + k / 2, q);
+                    _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
+                        __m256 wv = _mm256_fmadd_ps(q[j], s[n], b[n]);
+                        _Pragma("GCC unroll 4") for (int m = 0; m < MR; m++)
+                            acc[m][n] = _mm256_fmadd_ps(_mm256_loadu_ps(x + (size_t)m * ldx + k + 8 * j), wv, acc[m][n]);
+                    }
+                }
+            }
+            continue;
+        }
+        for (int c = 0; c < G; c += 8) {
+            int64_t k = g * G + c;
+            __m256 wv[4];
+            _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++)
+                wv[n] = _mm256_fmadd_ps(dq8(wr[n] + k * BITS / 8, BITS), s[n], b[n]);
+            _Pragma("GCC unroll 4") for (int m = 0; m < MR; m++) {
+                __m256 xv = _mm256_loadu_ps(x + (size_t)m * ldx + k);
+                _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) acc[m][n] = _mm256_fmadd_ps(xv, wv[n], acc[m][n]);
+            }
+        }
+    }
+    _Pragma("GCC unroll 4") for (int m = 0; m < MR; m++)
+        _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) y[(size_t)m * ldy + n] = hsum8(acc[m][n]);
+}
+
+/* Rows two at a time over four weight rows (the registers AVX2 has: 8
+ * accumulators, 8 scales and biases, 4 weight vectors), else one by one. */
+#define QTILE2(B)                                                                                           \
+    case B:                                                                                                 \
+        if (nr == 4) {                                                                                      \
+            int m = 0;                                                                                      \
+            for (; m + 2 <= mr; m += 2) qtile_mn(x + (size_t)m * ldx, ldx, w, n0, y + (size_t)m * ldy, ldy, 2, 4, B); \
+            if (m < mr) qtile_mn(x + (size_t)m * ldx, ldx, w, n0, y + (size_t)m * ldy, ldy, 1, 4, B);      \
+        } else {                                                                                            \
+            for (int m = 0; m < mr; m++)                                                                    \
+                for (int n = 0; n < nr; n++)                                                                \
+                    qtile_mn(x + (size_t)m * ldx, ldx, w, n0 + n, y + (size_t)m * ldy + n, ldy, 1, 1, B);   \
+        }                                                                                                   \
+        break;
+
+Q2_TARGET void cpu_qtile_avx2(const float *x, size_t ldx, int mr, const em_weight *w, int n0, int nr, float *y,
+                              size_t ldy) {
+    switch (w->bits) {
+        QTILE2(2) QTILE2(3) QTILE2(4) QTILE2(5) QTILE2(6) QTILE2(8)
+    default: cpu_qtile_ref(x, ldx, mr, w, n0, nr, y, ldy); /* weight_bind admits no other width */
+    }
+}
+
+Q2_TARGET __attribute__((always_inline)) static inline void qdequant_bits(const em_weight *w, int64_t r, float *out,
+                                                                          const int BITS) {
+    const int G = w->group_size;
+    const int64_t K = w->cols, gpr = K / G;
+    const uint8_t *row = (const uint8_t *)w->data + (size_t)r * (size_t)(K * BITS / 8);
+    for (int64_t g = 0; g < gpr; g++) {
+        size_t gi = (size_t)r * (size_t)gpr + (size_t)g;
+        __m256 s = _mm256_set1_ps(affine_scalar(w->scales, w->scale_dtype, gi));
+        __m256 b = _mm256_set1_ps(affine_scalar(w->biases, w->scale_dtype, gi));
+        if (BITS == 4) {
+            for (int c = 0; c < G; c += 32) {
+                int64_t k = g * G + c;
+                __m256 q[4];
+                dq32_4(row + k / 2, q);
+                for (int j = 0; j < 4; j++) _mm256_storeu_ps(out + k + 8 * j, _mm256_fmadd_ps(q[j], s, b));
+            }
+            continue;
+        }
+        for (int c = 0; c < G; c += 8) {
+            int64_t k = g * G + c;
+            _mm256_storeu_ps(out + k, _mm256_fmadd_ps(dq8(row + k * BITS / 8, BITS), s, b));
+        }
+    }
+}
+
+Q2_TARGET void cpu_qdequant_avx2(const em_weight *w, int64_t r, float *out) {
+    switch (w->bits) {
+    case 2: qdequant_bits(w, r, out, 2); break;
+    case 3: qdequant_bits(w, r, out, 3); break;
+    case 4: qdequant_bits(w, r, out, 4); break;
+    case 5: qdequant_bits(w, r, out, 5); break;
+    case 6: qdequant_bits(w, r, out, 6); break;
+    case 8: qdequant_bits(w, r, out, 8); break;
+    default: cpu_qdequant_ref(w, r, out);
+    }
+}
+#endif
