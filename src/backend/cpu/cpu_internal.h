@@ -44,12 +44,13 @@ float cpu_dot_ref(const float *a, const float *b, int n);
 void cpu_axpy_ref(float *y, float a, const float *x, int n);
 void cpu_silu_mul_ref(float *out, const float *gate, const float *up, int n);
 
-/* Portable quantized kernels (kernels_ref.c), also the AVX2 table's. */
+/* Portable quantized kernels (kernels_ref.c). */
 void cpu_qtile_ref(const float *x, size_t ldx, int mr, const em_weight *w, int n0, int nr, float *y, size_t ldy);
 void cpu_qdequant_ref(const em_weight *w, int64_t r, float *out);
-/* AVX-512 (F, BW, VL) quantized kernels (quant_avx512.c, x86-64 only). */
+/* AVX2 quantized kernels (quant_avx2.c, x86-64 only). */
 void cpu_qtile_avx2(const float *x, size_t ldx, int mr, const em_weight *w, int n0, int nr, float *y, size_t ldy);
 void cpu_qdequant_avx2(const em_weight *w, int64_t r, float *out);
+/* AVX-512 (F, BW, VL) quantized kernels (quant_avx512.c, x86-64 only). */
 void cpu_qtile_avx512(const float *x, size_t ldx, int mr, const em_weight *w, int n0, int nr, float *y, size_t ldy);
 void cpu_qdequant_avx512(const em_weight *w, int64_t r, float *out);
 
