@@ -253,7 +253,7 @@ static void step(em_scheduler *s) {
         if (s->prefix_cache) prompt_cache_register(s->m, s->store, g->seq, g->history, g->fed, &s->span_req[i]->blocks);
         tokens += s->spans[i].n;
         if (s->spans[i].n > 1) prefill += s->spans[i].n;
-        if (s->spans[i].n >= FAST_MIN_SPAN && span_prefill_math(&s->spans[i], s->m->prefill_math) == EM_MATH_FAST)
+        if (s->spans[i].n > 1 && span_prefill_math(&s->spans[i], s->m->prefill_math) == EM_MATH_FAST)
             fast += s->spans[i].n;
         if (s->spans[i].logits != LOGITS_LAST) continue;
         em_status ss = b.argmax && gen_seq_greedy_id(g) ? gen_seq_take(g, s->argmax[row])

@@ -35,8 +35,9 @@ typedef struct sched_options {
 
 typedef struct sched_stats {
     unsigned long long steps, batched_tokens, prefill_tokens, decode_tokens, preemptions;
-    /* prompt tokens in spans planned with FAST arithmetic (bf16 products
-     * where the backend has them): shows each request's precision at work */
+    /* prompt tokens in spans planned with FAST arithmetic (rounded
+     * activations where the backend has such products): shows each
+     * request's precision at work */
     unsigned long long prefill_fast_tokens;
     int active, waiting;
     double busy_seconds;

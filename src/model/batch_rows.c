@@ -29,20 +29,12 @@ em_status row_runs_plan(row_runs *r, const int *span_n, const bool *exact_only, 
                         em_math model_math) {
     r->n = 0;
     if (!reserve(r, n_spans + 1)) return em_fail(EM_ERR_NOMEM, "out of memory planning a batch");
-    /* short spans that may be FAST: a large decode batch is a GEMM too */
-    int pooled = 0;
-    for (int s = 0; s < n_spans; s++)
-        if (span_n[s] < FAST_MIN_SPAN && !(exact_only && exact_only[s]) &&
-            (fast ? fast[s] : model_math) == EM_MATH_FAST)
-            pooled += span_n[s];
-    bool short_fast = pooled >= FAST_MIN_SPAN;
     int row = 0;
     for (int s = 0; s < n_spans; s++) {
         int n = span_n[s];
         if (!n) continue;
         em_math want = fast ? fast[s] : model_math;
-        bool eligible = (n >= FAST_MIN_SPAN || short_fast) && !(exact_only && exact_only[s]);
-        em_math math = eligible ? want : EM_MATH_EXACT;
+        em_math math = exact_only && exact_only[s] ? EM_MATH_EXACT : want;
         if (r->n && r->math[r->n - 1] == math) {
             r->len[r->n - 1] += n;
         } else {

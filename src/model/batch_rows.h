@@ -2,18 +2,20 @@
  *
  * A batch's rows are grouped into runs of equal arithmetic. With EXACT as
  * the model's math every row is EXACT, so a sequence's numbers never depend
- * on what else shares its batch. With FAST, rows of a span long enough to
- * be a prefill chunk use bf16 dot products, and so do short spans (decode
- * steps) when together they make a GEMM of at least FAST_MIN_SPAN rows —
- * a busy server's decode batch; fewer decode rows stay EXACT. Spans marked
- * exact_only (speculative verification) are always EXACT, so a verified
- * draft span computes what single steps would. */
+ * on what else shares its batch. With FAST every row of a FAST span is
+ * FAST, and each backend decides per product what that allows: bf16 dot
+ * products once a run has FAST_MIN_SPAN rows (a prefill chunk, a busy
+ * server's decode batch), and on a CPU int8 activations for fewer rows
+ * against 4- and 8-bit weights; other small products are computed as
+ * EXACT. Spans marked exact_only (speculative verification) are always
+ * EXACT, so a verified draft span computes what EXACT single steps would. */
 #ifndef EMBER_MODEL_BATCH_ROWS_H
 #define EMBER_MODEL_BATCH_ROWS_H
 
 #include "model/model.h"
 
-/* Spans shorter than this never use FAST math. */
+/* Rows from which FAST products become GEMMs with rounded activations on
+ * every backend (bf16 dot products, cuBLAS). */
 #define FAST_MIN_SPAN 16
 
 typedef struct row_runs {

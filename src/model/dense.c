@@ -256,11 +256,11 @@ static void mlp_block(em_model *m, dense_impl *d, dense_layer *L, int T) {
     mm(m, d, d->h, d->act, &L->wd, L->bd);
 }
 
-/* The head runs EXACT for single positions and for LOGITS_ALL (reference
- * comparisons); a large batch of last positions under FAST math is a GEMM
- * like the decode batch's other matmuls (batch_rows.h). */
-static em_math head_math(const em_model *m, const em_batch *b, int rows) {
-    if (rows < FAST_MIN_SPAN) return EM_MATH_EXACT;
+/* The head runs EXACT for LOGITS_ALL (reference comparisons) and for any
+ * request that asked for EXACT; otherwise FAST like the step's other
+ * products (batch_rows.h: the backend decides what FAST allows for few
+ * rows). */
+static em_math head_math(const em_model *m, const em_batch *b) {
     for (int s = 0; s < b->n_spans; s++) {
         const em_span *sp = &b->spans[s];
         if (sp->logits == LOGITS_ALL) return EM_MATH_EXACT;
@@ -285,16 +285,16 @@ static void forward_ops(em_model *m, dense_impl *d, const em_batch *b, int T, fl
     int rows = batch_gather_logit_rows(m->be, b, d->x, d->h, c->hidden);
     if (!rows) return;
     be->ops->rmsnorm(be, d->h, d->h, d->final_norm, rows, c->hidden, (float)c->rms_eps, 0.0f);
-    be->ops->matmul(be, be->ops->host_memory ? logits : d->logits, d->h, rows, &d->head, NULL, head_math(m, b, rows));
+    be->ops->matmul(be, be->ops->host_memory ? logits : d->logits, d->h, rows, &d->head, NULL, head_math(m, b));
 }
 
 /* A decode step the backend may record: one token and its logits per
- * sequence, all rows EXACT and few enough for the GEMV path (no library
- * GEMMs, whose workspaces do not suit recording). */
+ * sequence, at most 64 of them. FAST steps are recorded too: the library
+ * GEMMs of a large FAST decode batch run on the backend's own workspace,
+ * so they capture like the kernels (the tensor-parallel graph has recorded
+ * such steps from the start). */
 static bool recordable(const em_model *m, const dense_impl *d, const em_batch *b, int T) {
-    if (!d->graphs || !m->be->ops->graph_begin || T > 64 || head_math(m, b, T) != EM_MATH_EXACT) return false;
-    for (int i = 0; i < d->runs.n; i++)
-        if (d->runs.math[i] != EM_MATH_EXACT) return false;
+    if (!d->graphs || !m->be->ops->graph_begin || T > 64) return false;
     for (int s = 0; s < b->n_spans; s++)
         if (b->spans[s].n != 1 || b->spans[s].logits != LOGITS_LAST) return false;
     return true;

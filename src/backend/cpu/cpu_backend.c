@@ -242,6 +242,7 @@ void cpu_backend_free(em_backend *be) {
         free(cb->scratch);
         free(cb->scratch_len);
         free(cb->xbf16);
+        free(cb->xq8);
         free(cb);
     }
     free(be);

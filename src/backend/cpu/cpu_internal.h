@@ -26,6 +26,19 @@ typedef void (*tile_fn)(const void *x, size_t ldx, int mr, const void *w, size_t
 typedef void (*qtile_fn)(const float *x, size_t ldx, int mr, const em_weight *w, int n0, int nr, float *y, size_t ldy);
 typedef void (*qdequant_fn)(const em_weight *w, int64_t r, float *out);
 
+/* Activations rounded to int8 for FAST few-row products with 4- and 8-bit
+ * weights: row m's values k are q[m*K + k] * d[m*(K/32) + k/32] (one scale
+ * per 32, the largest magnitude to 127), and sum[m*(K/G) + g] is the exact
+ * f32 sum of row m over weight group g (it carries the groups' biases). */
+typedef struct cpu_xq8 {
+    const int8_t *q;
+    const float *d, *sum;
+} cpu_xq8;
+/* qtile_i8: like qtile over int8 activations, integer dot products per 32
+ * (f32 accumulate); bits 4 and 8 only. */
+typedef void (*qtile_i8_fn)(const cpu_xq8 *x, int m0, int mr, const em_weight *w, int n0, int nr, float *y,
+                            size_t ldy);
+
 typedef struct cpu_kernels {
     const char *isa;
     tile_fn tile_f32_bf16; /* f32 x, bf16 w */
@@ -34,6 +47,7 @@ typedef struct cpu_kernels {
     tile_fn tile_bf16_bf16; /* bf16 x, bf16 w (FAST math); NULL if unsupported */
     qtile_fn qtile;         /* NULL: small batches dequantize rows too */
     qdequant_fn qdequant;
+    qtile_i8_fn qtile_i8;   /* NULL: FAST few-row products stay in f32 */
     float (*dot)(const float *a, const float *b, int n);
     void (*axpy)(float *y, float a, const float *x, int n); /* y += a * x */
     void (*silu_mul)(float *out, const float *gate, const float *up, int n);
@@ -50,6 +64,7 @@ void cpu_qdequant_ref(const em_weight *w, int64_t r, float *out);
 /* AVX2 quantized kernels (quant_avx2.c, x86-64 only). */
 void cpu_qtile_avx2(const float *x, size_t ldx, int mr, const em_weight *w, int n0, int nr, float *y, size_t ldy);
 void cpu_qdequant_avx2(const em_weight *w, int64_t r, float *out);
+void cpu_qtile_i8_avx2(const cpu_xq8 *x, int m0, int mr, const em_weight *w, int n0, int nr, float *y, size_t ldy);
 /* AVX-512 (F, BW, VL) quantized kernels (quant_avx512.c, x86-64 only). */
 void cpu_qtile_avx512(const float *x, size_t ldx, int mr, const em_weight *w, int n0, int nr, float *y, size_t ldy);
 void cpu_qdequant_avx512(const em_weight *w, int64_t r, float *out);
@@ -68,6 +83,8 @@ typedef struct cpu_backend {
     size_t *scratch_len;
     uint16_t *xbf16; /* activations converted to bf16 for FAST matmuls */
     size_t xbf16_len;
+    void *xq8;       /* activations rounded to int8 (cpu_xq8) for FAST few-row products */
+    size_t xq8_bytes;
 } cpu_backend;
 
 /* x[0..n) rounded to bf16 (in parallel) into the backend's buffer, for

@@ -90,6 +90,7 @@ static const cpu_kernels avx2_kernels = {
     .tile_bf16_bf16 = NULL,
     .qtile = cpu_qtile_avx2,
     .qdequant = cpu_qdequant_avx2,
+    .qtile_i8 = cpu_qtile_i8_avx2,
     .dot = avx2_dot,
     .axpy = avx2_axpy,
     .silu_mul = cpu_silu_mul_ref,

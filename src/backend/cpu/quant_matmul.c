@@ -5,21 +5,28 @@
  * in registers and multiplied at once, so only the packed bytes cross the
  * memory bus. Larger batches (prefill) dequantize a block of rows once into
  * the thread's scratch (kept in L2) and run the float tiles over every
- * activation row: f32 for EXACT math, bf16 dot products for FAST. */
+ * activation row: f32 for EXACT math, bf16 dot products for FAST. FAST
+ * products of few rows with 4- or 8-bit weights round the activations to
+ * int8 (one scale per 32) and use integer dot products where the kernel
+ * table has them: decode is then bound by memory, not by dequantization. */
 #include "backend/cpu/cpu_internal.h"
 
 #include "base/alloc.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 /* Batches below this use the fused tile (it dequantizes once per 4 rows). */
 #define QFUSED_MAX_M 8
+/* FAST batches below this use int8 activations (4- and 8-bit weights). */
+#define QI8_MAX_M 16
 
 typedef struct qjob {
     cpu_backend *cb;
     const em_weight *w;
     const float *x;
     const uint16_t *xb; /* bf16 activations for FAST, else NULL */
+    const cpu_xq8 *xq;  /* int8 activations for FAST few-row products, else NULL */
     int M, N, K;
     int rows_per_block;
     bool fused;
@@ -36,6 +43,44 @@ static void run_fused(const qjob *j, int n0, int n1) {
                             (size_t)j->N);
         }
     }
+}
+
+static void run_i8(const qjob *j, int n0, int n1) {
+    for (int n = n0; n < n1; n += 4) {
+        int nr = n1 - n < 4 ? n1 - n : 4;
+        j->cb->k->qtile_i8(j->xq, 0, j->M, j->w, n, nr, j->y + n, (size_t)j->N);
+    }
+}
+
+/* Rounds the M rows of x to int8 per 32 values (scale: largest magnitude /
+ * 127) and sums each row over each weight group, into the backend's
+ * buffer; false when it cannot be allocated. */
+static bool quantize_rows(cpu_backend *cb, const float *x, int M, int K, int G, cpu_xq8 *out) {
+    size_t nq = (size_t)M * (size_t)K, nd = nq / 32, ns = nq / (size_t)G;
+    size_t bytes = (nd + ns) * sizeof(float) + nq;
+    if (bytes > cb->xq8_bytes) {
+        free(cb->xq8);
+        cb->xq8 = em_aligned_alloc(bytes);
+        cb->xq8_bytes = cb->xq8 ? bytes : 0;
+        if (!cb->xq8) return false;
+    }
+    float *d = cb->xq8, *sum = d + nd;
+    int8_t *q = (int8_t *)(sum + ns);
+    for (size_t b = 0; b < nd; b++) {
+        const float *xb = x + b * 32;
+        float amax = 0;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(xb[i]));
+        d[b] = amax / 127.0f;
+        float inv = amax > 0 ? 127.0f / amax : 0.0f;
+        for (int i = 0; i < 32; i++) q[b * 32 + i] = (int8_t)lrintf(xb[i] * inv);
+    }
+    for (size_t g = 0; g < ns; g++) {
+        float s = 0;
+        for (int i = 0; i < G; i++) s += x[g * (size_t)G + (size_t)i];
+        sum[g] = s;
+    }
+    *out = (cpu_xq8){q, d, sum};
+    return true;
 }
 
 static void run_dequantized(const qjob *j, int n0, int n1, int thread) {
@@ -70,7 +115,8 @@ static void qblock(void *ctx, int task, int thread) {
     const qjob *j = ctx;
     int n0 = task * j->rows_per_block;
     int n1 = n0 + j->rows_per_block < j->N ? n0 + j->rows_per_block : j->N;
-    if (j->fused) run_fused(j, n0, n1);
+    if (j->xq) run_i8(j, n0, n1);
+    else if (j->fused) run_fused(j, n0, n1);
     else run_dequantized(j, n0, n1, thread);
     if (j->bias)
         for (int m = 0; m < j->M; m++)
@@ -93,6 +139,15 @@ static int qblock_rows(const qjob *j, int n_threads) {
 void cpu_qmatmul(em_backend *be, float *y, const float *x, int M, const em_weight *w, const float *bias, em_math math) {
     cpu_backend *cb = be->impl;
     qjob j = {.cb = cb, .w = w, .x = x, .M = M, .N = (int)w->rows, .K = (int)w->cols, .y = y, .bias = bias};
+    cpu_xq8 xq;
+    if (math == EM_MATH_FAST && M < QI8_MAX_M && (w->bits == 4 || w->bits == 8) && cb->k->qtile_i8 &&
+        quantize_rows(cb, x, M, j.K, w->group_size, &xq)) {
+        j.xq = &xq;
+        j.fused = true; /* blocks sized for a packed stream */
+        j.rows_per_block = qblock_rows(&j, be->n_threads);
+        em_pool_for(cb->pool, (j.N + j.rows_per_block - 1) / j.rows_per_block, qblock, &j);
+        return;
+    }
     j.fused = cb->k->qtile && M < QFUSED_MAX_M;
     if (!j.fused && math == EM_MATH_FAST && M >= 16 && cb->k->tile_bf16_bf16) {
         const uint16_t *xb = cpu_activations_bf16(cb, x, (size_t)M * (size_t)w->cols);
