@@ -22,6 +22,10 @@ cuda_backend *cuda_enter(em_backend *be) {
 
 bool cuda_scratch(cuda_backend *cb, void **buf, size_t *cap, size_t bytes) {
     if (bytes <= *cap) return true;
+    /* Recorded steps name the old buffer, and a replay's argument check
+     * cannot see it (the scratch is not an argument): forget them all. A
+     * step being recorded right now captures the new one. */
+    cuda_graphs_free(cb);
     if (*buf) cudaFree(*buf);
     *buf = NULL;
     *cap = 0;
