@@ -18,7 +18,9 @@ static uint32_t rnd32(void) {
 }
 static float frand(void) { return (float)(rnd32() % 2000001) / 1000000.0f - 1.0f; }
 
-static void check(em_backend *be, int M, int N, int K, int bits, int group, em_math math) {
+/* A random N x K weight of `bits`-bit codes with bf16 scales and biases
+ * (free with free_weight). */
+static em_weight random_weight(int N, int K, int bits, int group) {
     size_t words = (size_t)N * K * bits / 32, groups = (size_t)N * K / group;
     uint32_t *wq = malloc(words * 4);
     uint16_t *sc = malloc(groups * 2), *bi = malloc(groups * 2);
@@ -27,8 +29,20 @@ static void check(em_backend *be, int M, int N, int K, int bits, int group, em_m
         sc[i] = f32_to_bf16(frand() * 0.05f);
         bi[i] = f32_to_bf16(frand() * 0.2f);
     }
-    em_weight w = {.dtype = EM_U32, .rows = N, .cols = K, .data = wq, .bits = bits, .group_size = group,
-                   .scales = sc, .biases = bi, .scale_dtype = EM_BF16};
+    return (em_weight){.dtype = EM_U32, .rows = N, .cols = K, .data = wq, .bits = bits, .group_size = group,
+                       .scales = sc, .biases = bi, .scale_dtype = EM_BF16};
+}
+
+static void free_weight(em_weight *w) {
+    free((void *)w->data);
+    free((void *)w->scales);
+    free((void *)w->biases);
+}
+
+static void check(em_backend *be, int M, int N, int K, int bits, int group, em_math math) {
+    em_weight w = random_weight(N, K, bits, group);
+    const uint32_t *wq = w.data;
+    const uint16_t *sc = w.scales, *bi = w.biases;
     float *x = malloc(sizeof(float) * M * K), *y = malloc(sizeof(float) * M * N), *bias = malloc(sizeof(float) * N);
     float *wf = malloc(sizeof(float) * N * K);
     for (int i = 0; i < M * K; i++) x[i] = frand();
@@ -86,7 +100,8 @@ static void check(em_backend *be, int M, int N, int K, int bits, int group, em_m
     for (int k = 0; k < K; k++) bad += rows[k] != wf[k] || rows[K + k] != wf[(size_t)(N - 1) * K + k];
     CHECKF(bad == 0, "embed bits=%d: %d values differ", bits, bad);
     free(rows);
-    free(wq); free(sc); free(bi); free(x); free(y); free(bias); free(wf);
+    free_weight(&w);
+    free(x); free(y); free(bias); free(wf);
 }
 
 /* A row's result does not depend on the batch it is in (EXACT): alone (the
@@ -94,16 +109,7 @@ static void check(em_backend *be, int M, int N, int K, int bits, int group, em_m
  * dequantized, then the f32 tile) it gets the same bits. */
 static void invariance(em_backend *be, int bits, int group) {
     enum { N = 12, K = 256, MB = 9 };
-    size_t words = (size_t)N * K * bits / 32, groups = (size_t)N * K / group;
-    uint32_t *wq = malloc(words * 4);
-    uint16_t *sc = malloc(groups * 2), *bi = malloc(groups * 2);
-    for (size_t i = 0; i < words; i++) wq[i] = rnd32() ^ (rnd32() << 16);
-    for (size_t i = 0; i < groups; i++) {
-        sc[i] = f32_to_bf16(frand() * 0.05f);
-        bi[i] = f32_to_bf16(frand() * 0.2f);
-    }
-    em_weight w = {.dtype = EM_U32, .rows = N, .cols = K, .data = wq, .bits = bits, .group_size = group,
-                   .scales = sc, .biases = bi, .scale_dtype = EM_BF16};
+    em_weight w = random_weight(N, K, bits, group);
     float x[MB * K], yb[MB * N], y3[3 * N], y1[N];
     for (int i = 0; i < MB * K; i++) x[i] = frand();
     be->ops->matmul(be, yb, x, MB, &w, NULL, EM_MATH_EXACT);
@@ -115,17 +121,13 @@ static void invariance(em_backend *be, int bits, int group) {
     }
     CHECKF(bad == 0, "%s bits=%d g=%d: %d results depend on the batch", ((cpu_backend *)be->impl)->k->isa, bits, group,
            bad);
-    free(wq); free(sc); free(bi);
+    free_weight(&w);
 }
 
 static void bench(em_backend *be, int bits, int M) {
     int N = 2048, K = 2048, group = 64;
-    size_t words = (size_t)N * K * bits / 32, groups = (size_t)N * K / group;
-    uint32_t *wq = calloc(words, 4);
-    uint16_t *sc = calloc(groups, 2), *bi = calloc(groups, 2);
     float *x = calloc((size_t)M * K, 4), *y = calloc((size_t)M * N, 4);
-    em_weight w = {.dtype = EM_U32, .rows = N, .cols = K, .data = wq, .bits = bits, .group_size = group,
-                   .scales = sc, .biases = bi, .scale_dtype = EM_BF16};
+    em_weight w = random_weight(N, K, bits, group);
     be->ops->matmul(be, y, x, M, &w, NULL, EM_MATH_EXACT);
     double t0 = em_now();
     int reps = M == 1 ? 50 : 3;
@@ -133,7 +135,8 @@ static void bench(em_backend *be, int bits, int M) {
     double dt = (em_now() - t0) / reps;
     fprintf(stderr, "  %s %d-bit M=%d: %.1f GFLOP/s, %.1f GB/s of weights\n", ((cpu_backend *)be->impl)->k->isa, bits, M,
             2.0 * M * N * K / dt / 1e9, em_weight_bytes(&w) / dt / 1e9);
-    free(wq); free(sc); free(bi); free(x); free(y);
+    free_weight(&w);
+    free(x); free(y);
 }
 
 int main(void) {

@@ -1,6 +1,7 @@
 /* kernels_avx2.c — AVX2 + FMA (+F16C) dot-product tiles for machines without
  * AVX-512. Same 4x4 tiling as the AVX-512 kernels, 8 lanes, scalar K tail. */
 #include "backend/cpu/cpu_internal.h"
+#include "backend/cpu/avx2_common.h"
 
 #include "tensor/dtype.h"
 
@@ -16,12 +17,6 @@ AVX2_TARGET static inline __m256 ld_bf16(const uint16_t *p) {
 AVX2_TARGET static inline __m256 ld_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 AVX2_TARGET static inline __m256 ld_f32(const float *p) { return _mm256_loadu_ps(p); }
 
-AVX2_TARGET static inline float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-    return _mm_cvtss_f32(s);
-}
 
 #define DEFINE_AVX2_TILE(SUFFIX, WT, WLOAD, WSCALAR)                                                 \
     AVX2_TARGET __attribute__((always_inline)) static inline void SUFFIX##_mn(                      \
@@ -40,7 +35,7 @@ AVX2_TARGET static inline float hsum8(__m256 v) {
         }                                                                                           \
         _Pragma("GCC unroll 4") for (int m = 0; m < MR; m++)                                                                \
             _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) {                                                          \
-                float s = hsum8(acc[m][n]);                                                         \
+                float s = avx2_hsum8(acc[m][n]);                                                         \
                 for (int kk = k; kk < K; kk++) s += x[(size_t)m * ldx + kk] * WSCALAR(w[(size_t)n * ldw + kk]); \
                 y[(size_t)m * ldy + n] = s;                                                         \
             }                                                                                       \
@@ -70,7 +65,7 @@ AVX2_TARGET static float avx2_dot(const float *a, const float *b, int n) {
         s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
         s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
     }
-    float s = hsum8(_mm256_add_ps(s0, s1));
+    float s = avx2_hsum8(_mm256_add_ps(s0, s1));
     for (; i < n; i++) s += a[i] * b[i];
     return s;
 }

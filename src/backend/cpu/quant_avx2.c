@@ -11,6 +11,7 @@
  * decode batch (this fused tile) and the same row in a prefill batch
  * (qdequant, then the f32 tile) get the same bits. */
 #include "backend/cpu/cpu_internal.h"
+#include "backend/cpu/avx2_common.h"
 
 #include "tensor/affine.h"
 
@@ -62,12 +63,6 @@ Q2_TARGET __attribute__((always_inline)) static inline void dq32_4(const uint8_t
     out[3] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(b, 8)));
 }
 
-Q2_TARGET static inline float hsum8(__m256 v) { /* as kernels_avx2.c sums its tiles */
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-    return _mm_cvtss_f32(s);
-}
 
 Q2_TARGET __attribute__((always_inline)) static inline void qtile_mn(const float *x, size_t ldx, const em_weight *w,
                                                                      int n0, float *y, size_t ldy, const int MR,
@@ -114,7 +109,7 @@ Q2_TARGET __attribute__((always_inline)) static inline void qtile_mn(const float
         }
     }
     _Pragma("GCC unroll 4") for (int m = 0; m < MR; m++)
-        _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) y[(size_t)m * ldy + n] = hsum8(acc[m][n]);
+        _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) y[(size_t)m * ldy + n] = avx2_hsum8(acc[m][n]);
 }
 
 /* Rows two at a time over four weight rows (the registers AVX2 has: 8
@@ -233,7 +228,7 @@ Q2_TARGET __attribute__((always_inline)) static inline void qtile_i8_n(const cpu
             bias_term[n] += b * xs[g];
         }
     }
-    _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) y[n] = hsum8(acc[n]) + bias_term[n];
+    _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) y[n] = avx2_hsum8(acc[n]) + bias_term[n];
 }
 
 #define QTILE_I8(B)                                                                                         \
