@@ -27,12 +27,16 @@ typedef void (*qtile_fn)(const float *x, size_t ldx, int mr, const em_weight *w,
 typedef void (*qdequant_fn)(const em_weight *w, int64_t r, float *out);
 
 /* Activations rounded to int8 for FAST few-row products with 4- and 8-bit
- * weights: row m's values k are q[m*K + k] * d[m*(K/32) + k/32] (one scale
- * per 32, the largest magnitude to 127), and sum[m*(K/G) + g] is the exact
- * f32 sum of row m over weight group g (it carries the groups' biases). */
+ * weights: row m's value k is q * d[m*(K/32) + k/32] (one scale per 32,
+ * the largest magnitude to 127), and sum[m*(K/G) + g] is the exact f32 sum
+ * of row m over weight group g (it carries the groups' biases). q is
+ * q[m*K + k], except in `paired` layout (4-bit weights, groups of 64 or
+ * more), where each run of 64 holds the even positions first and the odd
+ * ones after, the order a 32-byte load of packed nibbles splits into. */
 typedef struct cpu_xq8 {
     const int8_t *q;
     const float *d, *sum;
+    bool paired;
 } cpu_xq8;
 /* qtile_i8: like qtile over int8 activations, integer dot products per 32
  * (f32 accumulate); bits 4 and 8 only. */

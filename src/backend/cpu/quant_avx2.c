@@ -213,12 +213,31 @@ Q2_TARGET __attribute__((always_inline)) static inline void qtile_i8_n(const cpu
     for (int64_t g = 0; g < gpr; g++) {
         __m256 accg[4];
         _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) accg[n] = _mm256_setzero_ps();
-        for (int c = 0; c < G; c += 32) {
-            int64_t k = g * G + c;
-            __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + k));
-            __m256 d = _mm256_broadcast_ss(xd + k / 32);
-            _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++)
-                accg[n] = _mm256_fmadd_ps(dot32(codes32(wr[n], k, BITS), xv, BITS), d, accg[n]);
+        if (BITS == 4 && x->paired) {
+            /* 64 codes per 32-byte load: low nibbles are the even positions
+             * of both halves, high nibbles the odd ones, and x is stored in
+             * that order; lanes 0-3 sum the first 32, lanes 4-7 the next */
+            for (int c = 0; c < G; c += 64) {
+                int64_t k = g * G + c;
+                __m256i xe = _mm256_loadu_si256((const __m256i *)(xq + k));
+                __m256i xo = _mm256_loadu_si256((const __m256i *)(xq + k + 32));
+                __m256 d = _mm256_set_m128(_mm_broadcast_ss(xd + k / 32 + 1), _mm_broadcast_ss(xd + k / 32));
+                _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) {
+                    __m256i v = _mm256_loadu_si256((const __m256i *)(wr[n] + k / 2)), m4 = _mm256_set1_epi8(0x0F);
+                    __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                    __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xe), _mm256_maddubs_epi16(hi, xo));
+                    __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+                    accg[n] = _mm256_fmadd_ps(f, d, accg[n]);
+                }
+            }
+        } else {
+            for (int c = 0; c < G; c += 32) {
+                int64_t k = g * G + c;
+                __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + k));
+                __m256 d = _mm256_broadcast_ss(xd + k / 32);
+                _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++)
+                    accg[n] = _mm256_fmadd_ps(dot32(codes32(wr[n], k, BITS), xv, BITS), d, accg[n]);
+            }
         }
         _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) {
             size_t gi = (size_t)(n0 + n) * (size_t)gpr + (size_t)g;

@@ -55,7 +55,7 @@ static void run_i8(const qjob *j, int n0, int n1) {
 /* Rounds the M rows of x to int8 per 32 values (scale: largest magnitude /
  * 127) and sums each row over each weight group, into the backend's
  * buffer; false when it cannot be allocated. */
-static bool quantize_rows(cpu_backend *cb, const float *x, int M, int K, int G, cpu_xq8 *out) {
+static bool quantize_rows(cpu_backend *cb, const float *x, int M, int K, int G, bool paired, cpu_xq8 *out) {
     size_t nq = (size_t)M * (size_t)K, nd = nq / 32, ns = nq / (size_t)G;
     size_t bytes = (nd + ns) * sizeof(float) + nq;
     if (bytes > cb->xq8_bytes) {
@@ -72,14 +72,21 @@ static bool quantize_rows(cpu_backend *cb, const float *x, int M, int K, int G, 
         for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(xb[i]));
         d[b] = amax / 127.0f;
         float inv = amax > 0 ? 127.0f / amax : 0.0f;
-        for (int i = 0; i < 32; i++) q[b * 32 + i] = (int8_t)lrintf(xb[i] * inv);
+        for (int i = 0; i < 32; i++) {
+            size_t at = b * 32 + (size_t)i;
+            if (paired) { /* within its run of 64: evens, then odds */
+                size_t r = at % 64;
+                at = at - r + (r % 2 ? 32 : 0) + r / 2;
+            }
+            q[at] = (int8_t)lrintf(xb[i] * inv);
+        }
     }
     for (size_t g = 0; g < ns; g++) {
         float s = 0;
         for (int i = 0; i < G; i++) s += x[g * (size_t)G + (size_t)i];
         sum[g] = s;
     }
-    *out = (cpu_xq8){q, d, sum};
+    *out = (cpu_xq8){q, d, sum, paired};
     return true;
 }
 
@@ -141,7 +148,7 @@ void cpu_qmatmul(em_backend *be, float *y, const float *x, int M, const em_weigh
     qjob j = {.cb = cb, .w = w, .x = x, .M = M, .N = (int)w->rows, .K = (int)w->cols, .y = y, .bias = bias};
     cpu_xq8 xq;
     if (math == EM_MATH_FAST && M < QI8_MAX_M && (w->bits == 4 || w->bits == 8) && cb->k->qtile_i8 &&
-        quantize_rows(cb, x, M, j.K, w->group_size, &xq)) {
+        quantize_rows(cb, x, M, j.K, w->group_size, w->bits == 4 && w->group_size >= 64, &xq)) {
         j.xq = &xq;
         j.fused = true; /* blocks sized for a packed stream */
         j.rows_per_block = qblock_rows(&j, be->n_threads);
