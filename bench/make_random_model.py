@@ -2,7 +2,8 @@
 """Writes a random-weight checkpoint of a real architecture's shape (bf16
 safetensors + config.json) for benchmarks, with the standard library only.
 
-  python3 bench/make_random_model.py OUT [--shape llama-3.2-1b|llama-3.1-8b|qwen3.5-4b|qwen3.5-small|tiny|micro] [--vocab DIR]
+  python3 bench/make_random_model.py OUT [--shape llama-3.2-1b|llama-3.1-8b|qwen3.5-4b|qwen3.5-small|tiny|micro]
+                                        [--vocab DIR] [--layers N]
 
 --vocab DIR copies DIR's tokenizer.json (and tokenizer_config.json) into OUT
 and sizes the embedding to that vocabulary, with its EOS as eos_token_id,
@@ -81,6 +82,21 @@ def random_bf16(n):
     buf = bytearray(os.urandom(2 * n))
     buf[1::2] = bytes(buf[1::2]).translate(HIGH)
     return bytes(buf)
+
+
+# Large checkpoints draw their chunks from one random pool at random even
+# offsets: an 8B shape is written at disk speed instead of os.urandom's.
+POOL_VALUES = 1 << 25
+_pool = []
+
+
+def pooled_bf16(n):
+    if n > POOL_VALUES // 2:
+        return random_bf16(n)
+    if not _pool:
+        _pool.append(random_bf16(POOL_VALUES))
+    off = 2 * (int.from_bytes(os.urandom(4), "little") % (POOL_VALUES - n))
+    return _pool[0][off:off + 2 * n]
 
 
 def ones_bf16(n):
@@ -175,8 +191,11 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--shape", default="llama-3.2-1b", choices=sorted(SHAPES))
     ap.add_argument("--vocab", help="tokenizer directory whose vocabulary the model uses")
+    ap.add_argument("--layers", type=int, help="fewer layers than the shape has (kernel studies)")
     a = ap.parse_args()
     cfg = dict(SHAPES[a.shape])
+    if a.layers:
+        cfg["num_hidden_layers"] = a.layers
     os.makedirs(a.out, exist_ok=True)
     ids_conf = {}
     if a.vocab:
@@ -200,7 +219,7 @@ def main():
             step = 1 << 24
             for s in range(0, n, step):
                 k = min(step, n - s)
-                f.write(ones_bf16(k) if fill == "one" else zeros_bf16(k) if fill == "zero" else random_bf16(k))
+                f.write(ones_bf16(k) if fill == "one" else zeros_bf16(k) if fill == "zero" else pooled_bf16(k))
     os.replace(tmp, os.path.join(a.out, "model.safetensors"))
     if cfg.get("model_type") == "qwen3_5_text":
         conf = dict(architectures=["Qwen3_5ForCausalLM"], hidden_act="silu", rms_norm_eps=1e-6,

@@ -15,6 +15,7 @@ int main(void) {
 }
 #else
 #include "backend/cuda/cuda_backend.h"
+#include "tensor/affine.h"
 
 #include <stdint.h>
 
@@ -342,6 +343,71 @@ static void test_qmatmul(void) {
     test_qmatmul_case(2, 33, 256, 6, 128, EM_F32, false, EM_MATH_EXACT, 1);
     /* a single row, a single group of 32 inputs */
     test_qmatmul_case(1, 1, 32, 3, 32, EM_BF16, true, EM_MATH_EXACT, 0);
+}
+
+/* FAST few-row products against 4-/8-bit weights round the activations to
+ * int8 per 32 values: the result must be that arithmetic (x rounded as the
+ * kernel rounds it; 8-bit codes centred on 128, the constant part over the
+ * unrounded sum, as on the CPU) to f32 level, and within the rounding's
+ * reach of the exact product. */
+static void test_qmatmul_int8_case(int M, int N, int K, int bits, int group, em_dtype sdt, bool with_bias) {
+    qw q = qw_make(N, K, bits, group, sdt, 0);
+    em_weight wc, wg;
+    qw_weights(&q, N, K, bits, group, sdt, 0, &wc, &wg);
+    float *x = rand_f32((size_t)M * K, 1.0f), *bias = with_bias ? rand_f32((size_t)N, 1.0f) : NULL;
+    for (int i = 0; i < K; i += 7) x[i] *= 9.0f; /* uneven magnitudes inside a block of 32 */
+    float *xd = up(x, (size_t)M * K * 4), *bd = bias ? up(bias, (size_t)N * 4) : NULL;
+    float *yd = gpu->ops->alloc(gpu, (size_t)M * N * 4), *yc = malloc((size_t)M * N * 4);
+    cpu->ops->matmul(cpu, yc, x, M, &wc, bias, EM_MATH_EXACT);
+    gpu->ops->matmul(gpu, yd, xd, M, &wg, bd, EM_MATH_FAST);
+    float *yg = down(yd, (size_t)M * N);
+    float *xr = malloc((size_t)M * K * sizeof *xr);
+    for (int b = 0; b < M * K / 32; b++) {
+        float amax = 0;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[b * 32 + i]));
+        float inv = amax > 0 ? 127.0f / amax : 0.0f;
+        for (int i = 0; i < 32; i++) xr[b * 32 + i] = (float)lrintf(x[b * 32 + i] * inv) * (amax / 127.0f);
+    }
+    const uint8_t *wb = (const uint8_t *)q.words;
+    double worst = 0, mag = 1e-30;
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double ref = bias ? bias[n] : 0.0;
+            double c = bits == 8 ? 128 : 0;
+            for (int g = 0; g < K / group; g++) {
+                size_t gi = (size_t)n * (K / group) + g;
+                double sc = affine_scalar(q.scales, sdt, gi), bi = affine_scalar(q.biases, sdt, gi), dot = 0, sx = 0;
+                for (int k = g * group; k < (g + 1) * group; k++) {
+                    dot += (double)xr[(size_t)m * K + k] * (affine_get(wb + (size_t)n * K * bits / 8, k, bits) - c);
+                    sx += x[(size_t)m * K + k];
+                }
+                ref += sc * dot + (bi + c * sc) * sx;
+            }
+            worst = fmax(worst, fabs(ref - yg[(size_t)m * N + n]));
+            mag = fmax(mag, fabs(ref));
+        }
+    CHECKF(worst / mag <= 2e-5, "qmatmul int8 bits=%d group=%d M=%d N=%d K=%d: rel err %.3g from its own arithmetic",
+           bits, group, M, N, K, worst / mag);
+    double e = rel_err(yg, yc, (size_t)M * N);
+    CHECKF(e <= 2e-2, "qmatmul int8 bits=%d group=%d M=%d N=%d K=%d: rel err %.3g from the exact product", bits, group,
+           M, N, K, e);
+    qw_weight_free(&wg, 0);
+    gpu->ops->free(gpu, xd), gpu->ops->free(gpu, yd);
+    if (bd) gpu->ops->free(gpu, bd);
+    qw_free(&q);
+    free(x), free(bias), free(yc), free(yg), free(xr);
+}
+
+static void test_qmatmul_int8(void) {
+    int Ms[] = {1, 2, 3, 5, 8, 11, 15}, bits[] = {4, 8}, groups[] = {32, 64, 128};
+    em_dtype sdts[] = {EM_BF16, EM_F16, EM_F32};
+    int v = 0;
+    for (int b = 0; b < 2; b++)
+        for (int g = 0; g < 3; g++)
+            for (int m = 0; m < 7; m++, v++) {
+                int K = m % 3 == 2 ? 4096 + 1152 : 384; /* 5248: two chunks of 2048 and a partial third */
+                test_qmatmul_int8_case(Ms[m], m % 2 ? 37 : 130, K, bits[b], groups[g], sdts[v % 3], m % 3 == 1);
+            }
 }
 
 /* A row's product does not depend on the other rows of its batch: a verified
@@ -822,6 +888,7 @@ int main(void) {
     RUN(test_attention);
     RUN(test_attention_prefill);
     RUN(test_qmatmul);
+    RUN(test_qmatmul_int8);
     RUN(test_qgemv_rows_independent);
     RUN(test_qembed);
     RUN(test_sigmoid_mul);

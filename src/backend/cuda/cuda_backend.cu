@@ -313,6 +313,7 @@ static void cuda_destroy(em_backend *be) {
         if (cb->xconv) cudaFree(cb->xconv);
         if (cb->wide) cudaFree(cb->wide);
         if (cb->att_part) cudaFree(cb->att_part);
+        if (cb->amax_part) cudaFree(cb->amax_part);
         if (cb->att_tile_part) cudaFree(cb->att_tile_part);
         if (cb->wconv) cudaFree(cb->wconv);
         if (cb->blas) cb->fn.destroy(cb->blas);

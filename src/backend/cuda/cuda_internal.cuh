@@ -93,6 +93,8 @@ typedef struct cuda_backend {
     size_t att_part_bytes;
     float *att_tile_part; /* the tiled attention's, for tiles whose keys are split */
     size_t att_tile_part_bytes;
+    void *amax_part; /* argmax_rows: each chunk's (value, index) pair */
+    size_t amax_part_bytes;
     /* quantized matmul scratch: weight slices dequantized to bf16 (FAST) */
     void *wconv;
     size_t wconv_bytes;

@@ -138,28 +138,56 @@ __device__ __forceinline__ void argmax_take(float &v, int &i, float v2, int i2) 
     }
 }
 
-/* One block per row: each thread scans a strided share, then the warps and
- * the block reduce the pairs. */
-__global__ void argmax_rows_kernel(int32_t *ids, float *vals, const float *x, int n, int ld) {
+/* Reduces one (value, index) pair per thread to the block's, in thread 0. */
+__device__ __forceinline__ void argmax_block(float &v, int &at) {
     __shared__ float sv[32];
     __shared__ int si[32];
-    const float *xr = x + (size_t)blockIdx.x * ld;
-    float v = -INFINITY;
-    int at = INT_MAX;
-    for (int k = threadIdx.x; k < n; k += blockDim.x) argmax_take(v, at, xr[k], k);
     for (int o = 16; o; o >>= 1) argmax_take(v, at, __shfl_down_sync(0xffffffffu, v, o), __shfl_down_sync(0xffffffffu, at, o));
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    if (!lane) {
-        sv[warp] = v;
-        si[warp] = at;
-    }
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    if (!lane) sv[warp] = v, si[warp] = at;
     __syncthreads();
     if (warp) return;
-    int nw = blockDim.x >> 5;
     v = lane < nw ? sv[lane] : -INFINITY;
     at = lane < nw ? si[lane] : INT_MAX;
     for (int o = 16; o; o >>= 1) argmax_take(v, at, __shfl_down_sync(0xffffffffu, v, o), __shfl_down_sync(0xffffffffu, at, o));
-    if (lane) return;
+}
+
+/* Stage 1: block (c, r) reduces columns [c*ARGMAX_CHUNK, ...) of row r to
+ * one pair. A vocabulary-wide row spreads over many SMs (one SM alone reads
+ * a 128K-entry row at a tenth of the card's bandwidth); each thread keeps
+ * ARGMAX_PER_THREAD independent loads in flight. The order of the pairs'
+ * reduction does not matter: argmax_take is a total order (value, then
+ * lowest index), so the result is the same as one scan's. */
+#define ARGMAX_THREADS 256
+#define ARGMAX_PER_THREAD 8
+#define ARGMAX_CHUNK (ARGMAX_THREADS * ARGMAX_PER_THREAD)
+__global__ void argmax_part_kernel(float *pv, int *pi, const float *x, int n, int ld) {
+    int r = blockIdx.y, c0 = blockIdx.x * ARGMAX_CHUNK;
+    const float *xr = x + (size_t)r * ld;
+    float v = -INFINITY, e[ARGMAX_PER_THREAD];
+    int at = INT_MAX;
+#pragma unroll
+    for (int j = 0; j < ARGMAX_PER_THREAD; j++) {
+        int k = c0 + j * ARGMAX_THREADS + threadIdx.x;
+        e[j] = k < n ? __ldcs(xr + k) : -INFINITY;
+    }
+#pragma unroll
+    for (int j = 0; j < ARGMAX_PER_THREAD; j++) {
+        int k = c0 + j * ARGMAX_THREADS + threadIdx.x;
+        if (k < n) argmax_take(v, at, e[j], k);
+    }
+    argmax_block(v, at);
+    if (threadIdx.x == 0) pv[(size_t)r * gridDim.x + blockIdx.x] = v, pi[(size_t)r * gridDim.x + blockIdx.x] = at;
+}
+
+/* Stage 2: one block per row over its chunks' pairs. */
+__global__ void argmax_final_kernel(int32_t *ids, float *vals, const float *pv, const int *pi, int chunks) {
+    float v = -INFINITY;
+    int at = INT_MAX;
+    for (int c = threadIdx.x; c < chunks; c += blockDim.x)
+        argmax_take(v, at, pv[(size_t)blockIdx.x * chunks + c], pi[(size_t)blockIdx.x * chunks + c]);
+    argmax_block(v, at);
+    if (threadIdx.x) return;
     ids[blockIdx.x] = at == INT_MAX ? 0 : at; /* every value NaN: 0, as on the host */
     if (vals) vals[blockIdx.x] = at == INT_MAX ? NAN : v;
 }
@@ -167,8 +195,15 @@ __global__ void argmax_rows_kernel(int32_t *ids, float *vals, const float *x, in
 void cuda_argmax_rows(em_backend *be, int32_t *ids, float *vals, const float *x, int rows, int n, int ld) {
     cuda_backend *cb = cuda_enter(be);
     if (rows <= 0 || n <= 0) return;
+    int chunks = (n + ARGMAX_CHUNK - 1) / ARGMAX_CHUNK;
+    size_t pairs = (size_t)rows * chunks;
+    if (!cuda_scratch(cb, &cb->amax_part, &cb->amax_part_bytes, pairs * (sizeof(float) + sizeof(int)))) return;
     if (cuda_graph_skip(cb, ids, vals, x, rows, n, ld)) return;
-    argmax_rows_kernel<<<rows, 1024, 0, cb->stream>>>(ids, vals, x, n, ld);
+    float *pv = (float *)cb->amax_part;
+    int *pi = (int *)(pv + pairs);
+    argmax_part_kernel<<<dim3((unsigned)chunks, (unsigned)rows), ARGMAX_THREADS, 0, cb->stream>>>(pv, pi, x, n, ld);
+    CUDA_LAUNCHED(cb, "argmax_rows");
+    argmax_final_kernel<<<rows, chunks < 128 ? 128 : 256, 0, cb->stream>>>(ids, vals, pv, pi, chunks);
     CUDA_LAUNCHED(cb, "argmax_rows");
 }
 

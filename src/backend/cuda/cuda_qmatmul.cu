@@ -16,6 +16,8 @@
  * memory (segments padded to 36 floats so the lanes' 16-byte reads hit
  * distinct banks), up to 4 segment loads in flight per lane. The weights
  * cross the bus once per 8 activation rows.
+ * FAST products of fewer than 16 rows against 4- and 8-bit weights round
+ * the activations to int8 and use integer dot products (qgemv_i8_kernel).
  * Larger batches dequantize slices of W once (f32 for EXACT, then cuBLAS
  * SGEMM; bf16 for FAST, then the bf16 tensor-core GEMM over activations
  * rounded to bf16), the regimes of the CPU's quantized matmul. */
@@ -63,6 +65,10 @@ template <int BITS> __device__ __forceinline__ uint32_t seg_value(const uint32_t
     if (sh + BITS > 32) v |= w[wi + 1] << (32 - sh);
     return v & ((1u << BITS) - 1u);
 }
+
+/* (float)v for a code v < 2^23 without the quarter-rate integer conversion:
+ * v in the mantissa of 2^23, then 2^23 taken away (exact). */
+__device__ __forceinline__ float q_float(uint32_t v) { return __uint_as_float(0x4B000000u | v) - 8388608.0f; }
 
 /* Alignment the segment loads need: 16 bytes for 4/8 bits, 8 for 2/6. */
 static bool words_aligned(const void *p, int bits) {
@@ -122,7 +128,7 @@ __global__ void __launch_bounds__(QG_WARPS * 32, ROWS == 8 ? 1 : 2)
             if (ls * QG_SEG >= kc) break;
             float wv[QG_SEG];
 #pragma unroll
-            for (int e = 0; e < QG_SEG; e++) wv[e] = sc[p] * (float)seg_value<BITS>(words[p], e) + bi[p];
+            for (int e = 0; e < QG_SEG; e++) wv[e] = sc[p] * q_float(seg_value<BITS>(words[p], e)) + bi[p];
 #pragma unroll
             for (int m = 0; m < ROWS; m++) {
                 if (m < M) {
@@ -151,6 +157,205 @@ __global__ void __launch_bounds__(QG_WARPS * 32, ROWS == 8 ? 1 : 2)
         for (int m = 0; m < ROWS; m++)
             if (m < M) y[(size_t)m * N + n] = acc[m] + b;
     }
+}
+
+/* FAST few-row products against 4- and 8-bit weights: the activations are
+ * rounded to int8 per 32 values (the CPU's FAST rounding, quant_avx2.c) and
+ * the codes are dotted with them four at a time (dp4a), so the kernel is
+ * bound by the weight stream instead of by unpacking. Per 32-value segment
+ * of a row (inside one group of scale s and bias b):
+ *   sum x*(s*q + b) ~= s * dx * sum(x8 * q') + b' * sum(x)
+ * with x8 = rint(x / dx), dx = max|x| / 127, and sum(x) of the unrounded
+ * activations; 8-bit codes are centred (q' = q - 128, b' = b + 128 s) so they
+ * fit a signed byte. For 4 bits a word's even codes are its low nibbles, so
+ * each 8 activations are staged evens first, then odds.
+ *
+ * A block of Q8_WARPS warps owns Q8_RW weight rows per warp. Per chunk of
+ * Q8_KC columns every lane first issues the loads of its segments (weights,
+ * scales, biases), then the block stages the chunk's activations in shared
+ * memory as int8, then computes, so the staging hides under the loads. */
+#define Q8_WARPS 8
+#define Q8_RW 2
+#define Q8_KC 2048
+#define Q8_SPL (Q8_KC / QG_SEG / 32) /* segments per lane per chunk */
+#define Q8_MAX_M 8
+
+/* Byte position of activation k (within its 32) in the staged segment. */
+template <int BITS> __device__ __forceinline__ int q8_pos(int k) {
+    if (BITS == 8) return k;
+    int e = k & 7;
+    return (k & ~7) + ((e & 1) ? 4 + (e >> 1) : (e >> 1));
+}
+
+/* Rounds rows [0, mr) of x[., k0 .. k0 + kc) into the staged chunk: 8 lanes
+ * per 32 values (a float4 each), max and sum by a fixed butterfly. A row's
+ * loads are all issued before any is used (one trip to L2 per row). */
+#define Q8_QPT (Q8_KC / 4 / (Q8_WARPS * 32)) /* float4 per thread per row */
+template <int BITS, int ROWS>
+__device__ __forceinline__ void q8_stage(int8_t (*xq)[Q8_KC], float (*xd)[Q8_KC / QG_SEG], float (*xs)[Q8_KC / QG_SEG],
+                                         const float *x, int K, int k0, int kc, int mr) {
+    int quads = kc / 4;
+#pragma unroll
+    for (int m = 0; m < ROWS; m++) {
+        if (m >= mr) break;
+        const float4 *xr = (const float4 *)(x + (size_t)m * K + k0);
+        float4 v[Q8_QPT];
+#pragma unroll
+        for (int j = 0; j < Q8_QPT; j++) {
+            int i = j * Q8_WARPS * 32 + threadIdx.x;
+            v[j] = i < quads ? __ldg(xr + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int j = 0; j < Q8_QPT; j++) {
+            int i = j * Q8_WARPS * 32 + threadIdx.x; /* whole warps take part in the shuffles */
+            float amax = fmaxf(fmaxf(fabsf(v[j].x), fabsf(v[j].y)), fmaxf(fabsf(v[j].z), fabsf(v[j].w)));
+            float sum = (v[j].x + v[j].y) + (v[j].z + v[j].w);
+#pragma unroll
+            for (int o = 1; o < 8; o <<= 1) {
+                amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+                sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            }
+            if (i >= quads) continue;
+            float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+            int k = i * 4, seg = k / QG_SEG, e = k % QG_SEG;
+            int8_t *d = xq[m] + seg * QG_SEG;
+            d[q8_pos<BITS>(e)] = (int8_t)__float2int_rn(v[j].x * inv);
+            d[q8_pos<BITS>(e + 1)] = (int8_t)__float2int_rn(v[j].y * inv);
+            d[q8_pos<BITS>(e + 2)] = (int8_t)__float2int_rn(v[j].z * inv);
+            d[q8_pos<BITS>(e + 3)] = (int8_t)__float2int_rn(v[j].w * inv);
+            if (e == 0) xd[m][seg] = amax / 127.0f, xs[m][seg] = sum;
+        }
+    }
+}
+
+/* sum(x8 * q') over one segment: BITS words of codes, 8 staged words of x. */
+template <int BITS> __device__ __forceinline__ int q8_dot(const uint32_t *w, const int8_t *xseg) {
+    uint4 a = *(const uint4 *)xseg, b = *(const uint4 *)(xseg + 16);
+    int xv[8] = {(int)a.x, (int)a.y, (int)a.z, (int)a.w, (int)b.x, (int)b.y, (int)b.z, (int)b.w};
+    int d = 0;
+    if (BITS == 4) {
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            d = __dp4a((int)(w[j] & 0x0F0F0F0Fu), xv[2 * j], d);
+            d = __dp4a((int)((w[j] >> 4) & 0x0F0F0F0Fu), xv[2 * j + 1], d);
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < 8; j++) d = __dp4a((int)(w[j] ^ 0x80808080u), xv[j], d);
+    }
+    return d;
+}
+
+/* Registers capped so that 3 blocks (2 for 8-bit codes and 4+ rows) share
+ * a multiprocessor: a block's life is mostly waiting on its loads. */
+template <int BITS, int ROWS>
+__global__ void __launch_bounds__(Q8_WARPS * 32, BITS == 8 && ROWS >= 4 ? 2 : 3)
+    qgemv_i8_kernel(float *y, const float *x, const uint32_t *w, const void *scales, const void *biases, int sdt,
+                    const float *bias, int M, int N, int K, int group) {
+    __shared__ __align__(16) int8_t xq[ROWS][Q8_KC];
+    __shared__ float xd[ROWS][Q8_KC / QG_SEG], xs[ROWS][Q8_KC / QG_SEG];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int n0 = (blockIdx.x * Q8_WARPS + warp) * Q8_RW;
+    size_t words_per_row = (size_t)K / 32 * BITS, groups_per_row = (size_t)(K / group);
+    const uint32_t *wr[Q8_RW];
+    size_t g0[Q8_RW];
+#pragma unroll
+    for (int r = 0; r < Q8_RW; r++) {
+        int n = n0 + r < N ? n0 + r : (n0 < N ? n0 : 0);
+        wr[r] = w + (size_t)n * words_per_row;
+        g0[r] = (size_t)n * groups_per_row;
+    }
+    float acc[Q8_RW][ROWS];
+#pragma unroll
+    for (int r = 0; r < Q8_RW; r++)
+#pragma unroll
+        for (int m = 0; m < ROWS; m++) acc[r][m] = 0.0f;
+    for (int k0 = 0; k0 < K; k0 += Q8_KC) {
+        int kc = K - k0 < Q8_KC ? K - k0 : Q8_KC;
+        uint32_t words[Q8_RW][Q8_SPL][BITS];
+        float sc[Q8_RW][Q8_SPL], bi[Q8_RW][Q8_SPL];
+#pragma unroll
+        for (int p = 0; p < Q8_SPL; p++) {
+            int ls = p * 32 + lane;
+            if (ls * QG_SEG < kc && n0 < N) {
+                size_t seg = (size_t)(k0 / QG_SEG + ls);
+#pragma unroll
+                for (int r = 0; r < Q8_RW; r++) {
+                    size_t gi = g0[r] + seg * QG_SEG / group;
+                    load_segment<BITS>(wr[r], seg, words[r][p]);
+                    sc[r][p] = q_scalar(scales, sdt, gi);
+                    bi[r][p] = q_scalar(biases, sdt, gi);
+                }
+            }
+        }
+        __syncthreads(); /* the previous chunk has been consumed */
+        q8_stage<BITS, ROWS>(xq, xd, xs, x, K, k0, kc, M);
+        __syncthreads();
+        if (n0 >= N) continue;
+#pragma unroll
+        for (int p = 0; p < Q8_SPL; p++) {
+            int ls = p * 32 + lane;
+            if (ls * QG_SEG >= kc) break;
+#pragma unroll
+            for (int m = 0; m < ROWS; m++) {
+                if (m >= M) break;
+                float dx = xd[m][ls], sx = xs[m][ls];
+#pragma unroll
+                for (int r = 0; r < Q8_RW; r++) {
+                    int d = q8_dot<BITS>(words[r][p], xq[m] + ls * QG_SEG);
+                    float b = BITS == 8 ? fmaf(128.0f, sc[r][p], bi[r][p]) : bi[r][p];
+                    acc[r][m] = fmaf(sc[r][p] * dx, (float)d, fmaf(b, sx, acc[r][m]));
+                }
+            }
+        }
+    }
+    if (n0 >= N) return;
+#pragma unroll
+    for (int r = 0; r < Q8_RW; r++)
+#pragma unroll
+        for (int m = 0; m < ROWS; m++) {
+            float v = acc[r][m];
+            for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            acc[r][m] = v;
+        }
+#pragma unroll
+    for (int r = 0; r < Q8_RW; r++)
+#pragma unroll
+        for (int m = 0; m < ROWS; m++)
+            if (lane == (r * ROWS + m) % 32 && m < M && n0 + r < N)
+                y[(size_t)m * N + n0 + r] = acc[r][m] + (bias ? bias[n0 + r] : 0.0f);
+}
+
+template <int BITS, int ROWS>
+static void qgemv_i8_pass(cuda_backend *cb, float *y, const float *x, int M, const em_weight *w, const float *bias) {
+    int N = (int)w->rows, K = (int)w->cols, per_block = Q8_WARPS * Q8_RW;
+    qgemv_i8_kernel<BITS, ROWS><<<(unsigned)((N + per_block - 1) / per_block), Q8_WARPS * 32, 0, cb->stream>>>(
+        y, x, (const uint32_t *)w->data, w->scales, w->biases, (int)w->scale_dtype, bias, M, N, K, w->group_size);
+    CUDA_LAUNCHED(cb, "quantized matmul (int8 gemv)");
+}
+
+template <int BITS>
+static void qgemv_i8_launch(cuda_backend *cb, float *y, const float *x, int M, const em_weight *w, const float *bias) {
+    int N = (int)w->rows, K = (int)w->cols;
+    for (int m0 = 0; m0 < M; m0 += Q8_MAX_M) {
+        int mr = M - m0 < Q8_MAX_M ? M - m0 : Q8_MAX_M;
+        float *ym = y + (size_t)m0 * N;
+        const float *xm = x + (size_t)m0 * K;
+        if (mr == 1) qgemv_i8_pass<BITS, 1>(cb, ym, xm, mr, w, bias);
+        else if (mr == 2) qgemv_i8_pass<BITS, 2>(cb, ym, xm, mr, w, bias);
+        else if (mr <= 4) qgemv_i8_pass<BITS, 4>(cb, ym, xm, mr, w, bias);
+        else qgemv_i8_pass<BITS, 8>(cb, ym, xm, mr, w, bias);
+    }
+}
+
+/* The int8 path, where it applies: 4-/8-bit codes with 16-byte aligned
+ * rows, activations 16-byte aligned (float4 reads). */
+static bool qgemv_i8(cuda_backend *cb, float *y, const float *x, int M, const em_weight *w, const float *bias) {
+    if (!words_aligned(w->data, w->bits) || ((uintptr_t)x & 15) || w->cols % 4) return false;
+    if (w->bits == 4) qgemv_i8_launch<4>(cb, y, x, M, w, bias);
+    else if (w->bits == 8) qgemv_i8_launch<8>(cb, y, x, M, w, bias);
+    else return false;
+    return true;
 }
 
 /* Element (r, c) of a quantized matrix: scale * q + bias, as the CPU's
@@ -341,6 +546,7 @@ void cuda_qmatmul(em_backend *be, float *y, const float *x, int M, const em_weig
     }
     int N = (int)w->rows;
     bool fast = math == EM_MATH_FAST && M >= QFAST_MIN_M;
+    if (math == EM_MATH_FAST && !fast && qgemv_i8(cb, y, x, M, w, bias)) return;
     if (!fast && M <= QG_MAX_EXACT_M && qgemv(cb, y, x, M, w, bias)) return;
     qgemm(cb, y, x, M, w, fast);
     if (bias) {
