@@ -35,6 +35,9 @@ typedef struct em_weight {
     const char *name;     /* for messages */
 } em_weight;
 
+/* Most products one matmul_group call takes. */
+#define EM_MATMUL_GROUP_MAX 3
+
 /* Arithmetic regimes a matmul may use. EXACT keeps f32 activations; FAST may
  * round activations to bf16 for compute-bound GEMMs (prefill). */
 typedef enum em_math { EM_MATH_EXACT = 0, EM_MATH_FAST } em_math;
@@ -101,6 +104,13 @@ typedef struct em_backend_ops {
     double (*bandwidth)(em_backend *be);
     /* y[M, w->rows] = x[M, w->cols] · wᵀ (+ bias[w->rows] when not NULL). */
     void (*matmul)(em_backend *be, float *y, const float *x, int M, const em_weight *w, const float *bias, em_math math);
+    /* n (1..EM_MATMUL_GROUP_MAX) products of one x: ys[i] = x · ws[i]ᵀ (+ biases[i]), all ws[i] with
+     * the same cols. Each ys[i] gets exactly the bits matmul would give it:
+     * a backend may fuse the launches (the q/k/v or gate/up projections of a
+     * decode step as one kernel that reads x once), never the arithmetic.
+     * Optional (NULL: matmul n times). */
+    void (*matmul_group)(em_backend *be, int n, float *const *ys, const float *x, int M, const em_weight *const *ws,
+                         const float *const *biases, em_math math);
     /* y = x / rms(x) * (gain + gain_offset) over rows of n. y may equal x. */
     void (*rmsnorm)(em_backend *be, float *y, const float *x, const float *gain, int rows, int n, float eps,
                     float gain_offset);

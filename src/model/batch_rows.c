@@ -80,6 +80,20 @@ void row_runs_matmul(em_backend *be, const row_runs *r, float *out, const float 
     }
 }
 
+void row_runs_matmul_group(em_backend *be, const row_runs *r, int n, float *const *outs, const float *in,
+                           const em_weight *const *ws, const float *const *biases) {
+    if (!be->ops->matmul_group || n > EM_MATMUL_GROUP_MAX) {
+        for (int j = 0; j < n; j++) row_runs_matmul(be, r, outs[j], in, ws[j], biases[j]);
+        return;
+    }
+    for (int i = 0; i < r->n; i++) {
+        size_t o = (size_t)r->start[i];
+        float *ys[EM_MATMUL_GROUP_MAX];
+        for (int j = 0; j < n; j++) ys[j] = outs[j] + o * (size_t)ws[j]->rows;
+        be->ops->matmul_group(be, n, ys, in + o * (size_t)ws[0]->cols, r->len[i], ws, biases, r->math[i]);
+    }
+}
+
 int batch_tokens(const em_batch *b) {
     int t = 0;
     for (int s = 0; s < b->n_spans; s++) t += b->spans[s].n;

@@ -37,6 +37,12 @@ void row_runs_free(row_runs *r);
 void row_runs_matmul(em_backend *be, const row_runs *r, float *out, const float *in, const em_weight *w,
                      const float *bias);
 
+/* The same for n weights of one input (outs[i] for ws[i]), through the
+ * backend's matmul_group where it has one: each out gets the bits
+ * row_runs_matmul would give it. */
+void row_runs_matmul_group(em_backend *be, const row_runs *r, int n, float *const *outs, const float *in,
+                           const em_weight *const *ws, const float *const *biases);
+
 /* Tokens in a batch. */
 int batch_tokens(const em_batch *b);
 /* Copies the rows of x (width H, backend memory) that want logits, in span

@@ -213,9 +213,10 @@ static void attention_block(em_model *m, dense_impl *d, dense_layer *L, int laye
     const em_backend_ops *op = be->ops;
     int qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
     residual_norm(m, d, L->attn_norm, T, pending);
-    mm(m, d, d->q, d->h, &L->wq, L->bq);
-    mm(m, d, d->k, d->h, &L->wk, L->bk);
-    mm(m, d, d->v, d->h, &L->wv, L->bv);
+    float *qkv[3] = {d->q, d->k, d->v};
+    const em_weight *wqkv[3] = {&L->wq, &L->wk, &L->wv};
+    const float *bqkv[3] = {L->bq, L->bk, L->bv};
+    row_runs_matmul_group(m->be, &d->runs, 3, qkv, d->h, wqkv, bqkv);
     if (L->q_norm) {
         op->rmsnorm(be, d->q, d->q, L->q_norm, T * c->n_heads, c->head_dim, (float)c->rms_eps, 0.0f);
         op->rmsnorm(be, d->k, d->k, L->k_norm, T * c->n_kv_heads, c->head_dim, (float)c->rms_eps, 0.0f);
@@ -250,8 +251,10 @@ static void mlp_block(em_model *m, dense_impl *d, dense_layer *L, int T) {
     em_backend *be = m->be;
     const em_backend_ops *op = be->ops;
     residual_norm(m, d, L->mlp_norm, T, true);
-    mm(m, d, d->gate, d->h, &L->wg, L->bg);
-    mm(m, d, d->up, d->h, &L->wu, L->bu);
+    float *gu[2] = {d->gate, d->up};
+    const em_weight *wgu[2] = {&L->wg, &L->wu};
+    const float *bgu[2] = {L->bg, L->bu};
+    row_runs_matmul_group(m->be, &d->runs, 2, gu, d->h, wgu, bgu);
     op->swiglu(be, d->act, d->gate, d->up, T, c->intermediate, c->intermediate);
     mm(m, d, d->h, d->act, &L->wd, L->bd);
 }

@@ -408,6 +408,68 @@ static void test_qmatmul_int8(void) {
                 int K = m % 3 == 2 ? 4096 + 1152 : 384; /* 5248: two chunks of 2048 and a partial third */
                 test_qmatmul_int8_case(Ms[m], m % 2 ? 37 : 130, K, bits[b], groups[g], sdts[v % 3], m % 3 == 1);
             }
+    /* one or two rows too wide to stage whole: the chunked kernel */
+    test_qmatmul_int8_case(1, 37, 24576, 4, 64, EM_BF16, true);
+    test_qmatmul_int8_case(2, 130, 24576, 8, 128, EM_F16, false);
+}
+
+/* matmul_group gives every product the bits matmul gives it alone: plain
+ * and quantized weights, in the fused regimes (GEMV rows; FAST int8 rows)
+ * and out of them (the fallback), with and without biases. */
+static void test_matmul_group_case(int M, int bits, em_dtype dt, em_math math, bool with_bias) {
+    int K = 512, Ns[3] = {96, 32, 40}, n = 3;
+    em_weight wg[3];
+    qw q[3];
+    void *wh[3] = {0};
+    float *ys[3], *yg[3], *bd[3] = {0};
+    float *x = rand_f32((size_t)M * K, 1.0f), *xd = up(x, (size_t)M * K * 4);
+    for (int i = 0; i < n; i++) {
+        if (bits) {
+            em_weight wc;
+            q[i] = qw_make(Ns[i], K, bits, 64, EM_BF16, 0);
+            qw_weights(&q[i], Ns[i], K, bits, 64, EM_BF16, 0, &wc, &wg[i]);
+        } else {
+            wh[i] = weight_data(dt, (size_t)Ns[i] * K);
+            wg[i] = (em_weight){.dtype = dt, .rows = Ns[i], .cols = K,
+                                .data = up(wh[i], (size_t)Ns[i] * K * dtype_size(dt)), .name = "w"};
+        }
+        if (with_bias) {
+            float *b = rand_f32((size_t)Ns[i], 1.0f);
+            bd[i] = up(b, (size_t)Ns[i] * 4);
+            free(b);
+        }
+        ys[i] = gpu->ops->alloc(gpu, (size_t)M * Ns[i] * 4);
+        yg[i] = gpu->ops->alloc(gpu, (size_t)M * Ns[i] * 4);
+        gpu->ops->matmul(gpu, ys[i], xd, M, &wg[i], bd[i], math);
+    }
+    const em_weight *wp[3] = {&wg[0], &wg[1], &wg[2]};
+    const float *bp[3] = {bd[0], bd[1], bd[2]};
+    gpu->ops->matmul_group(gpu, n, yg, xd, M, wp, bp, math);
+    int differ = 0;
+    for (int i = 0; i < n; i++) {
+        float *a = down(ys[i], (size_t)M * Ns[i]), *b = down(yg[i], (size_t)M * Ns[i]);
+        differ += memcmp(a, b, (size_t)M * Ns[i] * 4) != 0;
+        free(a), free(b);
+        gpu->ops->free(gpu, ys[i]), gpu->ops->free(gpu, yg[i]);
+        if (bd[i]) gpu->ops->free(gpu, bd[i]);
+        if (bits) qw_weight_free(&wg[i], 0), qw_free(&q[i]);
+        else gpu->ops->free(gpu, (void *)wg[i].data), free(wh[i]);
+    }
+    CHECKF(differ == 0, "matmul_group M=%d bits=%d dtype=%s %s bias=%d: %d of 3 outputs differ from matmul", M, bits,
+           dtype_name(dt), math == EM_MATH_FAST ? "fast" : "exact", with_bias, differ);
+    gpu->ops->free(gpu, xd);
+    free(x);
+}
+
+static void test_matmul_group(void) {
+    int Ms[] = {1, 2, 3, 8, 20};
+    for (int m = 0; m < 5; m++) {
+        test_matmul_group_case(Ms[m], 0, EM_BF16, EM_MATH_EXACT, m % 2);
+        test_matmul_group_case(Ms[m], 0, EM_F32, EM_MATH_FAST, m % 2 == 0);
+        test_matmul_group_case(Ms[m], 4, EM_BF16, EM_MATH_FAST, m % 2);
+        test_matmul_group_case(Ms[m], 8, EM_BF16, EM_MATH_FAST, m % 2 == 0);
+        test_matmul_group_case(Ms[m], 4, EM_BF16, EM_MATH_EXACT, true);
+    }
 }
 
 /* A row's product does not depend on the other rows of its batch: a verified
@@ -889,6 +951,7 @@ int main(void) {
     RUN(test_attention_prefill);
     RUN(test_qmatmul);
     RUN(test_qmatmul_int8);
+    RUN(test_matmul_group);
     RUN(test_qgemv_rows_independent);
     RUN(test_qembed);
     RUN(test_sigmoid_mul);

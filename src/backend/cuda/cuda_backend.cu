@@ -343,6 +343,7 @@ static em_backend_ops make_ops(void) {
     o.mem_free = cuda_mem_free;
     o.bandwidth = cuda_bandwidth;
     o.matmul = cuda_matmul;
+    o.matmul_group = cuda_matmul_group;
     o.rmsnorm = cuda_rmsnorm;
     o.add_rmsnorm = cuda_add_rmsnorm;
     o.rope = cuda_rope;

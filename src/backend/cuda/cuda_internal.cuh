@@ -200,6 +200,32 @@ static inline unsigned cuda_blocks(size_t n, unsigned threads) { return (unsigne
 
 /* Operations by file. */
 void cuda_matmul(em_backend *be, float *y, const float *x, int M, const em_weight *w, const float *bias, em_math math);
+void cuda_matmul_group(em_backend *be, int n, float *const *ys, const float *x, int M, const em_weight *const *ws,
+                       const float *const *biases, em_math math);
+
+/* The matrices of one GEMV launch (one, or a matmul_group's): row v of their
+ * concatenation is row v - start[g] of matrix g, start[g] <= v < start[g+1].
+ * Passed by value, so a launch carries it in its parameters. */
+typedef struct gemv_set {
+    const void *w[EM_MATMUL_GROUP_MAX];
+    const void *scales[EM_MATMUL_GROUP_MAX], *biases[EM_MATMUL_GROUP_MAX]; /* quantized weights */
+    float *y[EM_MATMUL_GROUP_MAX];
+    const float *bias[EM_MATMUL_GROUP_MAX];
+    int start[EM_MATMUL_GROUP_MAX + 1];
+    int count;
+} gemv_set;
+
+__device__ __forceinline__ int gemv_set_find(const gemv_set &s, int v) {
+    int g = 0;
+    while (g + 1 < s.count && v >= s.start[g + 1]) g++;
+    return g;
+}
+
+/* A set of the n weights (and their outputs), rows in order. */
+gemv_set gemv_set_make(int n, float *const *ys, const em_weight *const *ws, const float *const *biases);
+/* cuda_qmatmul.cu: the int8 GEMV over a set of 4-/8-bit matrices alike (FAST,
+ * M <= 2); false when it does not apply (nothing queued). */
+bool cuda_qgemv_i8_set(cuda_backend *cb, const gemv_set *s, const em_weight *w0, const float *x, int M);
 void cuda_attention(em_backend *be, float *out, const float *q, const em_kv_view *kv, const int32_t *pos, int n,
                     int n_heads, int n_kv, int head_dim, float scale, int window);
 void cuda_rmsnorm(em_backend *be, float *y, const float *x, const float *gain, int rows, int n, float eps,

@@ -103,12 +103,16 @@ __device__ __forceinline__ void gemv_finish(float (*acc)[MR], int lane, float *y
 /* Vector path: K % 8 == 0 and 16-byte aligned rows. MR activation rows
  * per pass (1 for single-sequence decode, which then needs few registers
  * and runs at full occupancy). */
-template <int DT, int R, int MR>
-__global__ void __launch_bounds__(GEMV_WARPS * 32, MR == 1 ? 8 : 1) gemv_kernel(float *y, const float *x, const void *w,
-                                                                              const float *bias, int M, int N, int K) {
-    int lane = threadIdx.x % 32, warp = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    int n0 = warp * R;
-    if (n0 >= N) return;
+template <int DT, int MR>
+__global__ void __launch_bounds__(GEMV_WARPS * 32, MR == 1 ? 8 : 1) gemv_kernel(gemv_set set, const float *x, int M,
+                                                                              int K) {
+    constexpr int R = 1; /* a warp's rows never straddle two matrices of the set */
+    int lane = threadIdx.x % 32, v = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (v >= set.start[set.count]) return;
+    int g = gemv_set_find(set, v), n0 = v - set.start[g], N = set.start[g + 1] - set.start[g];
+    const void *w = set.w[g];
+    float *y = set.y[g];
+    const float *bias = set.bias[g];
     size_t wrow[R];
 #pragma unroll
     for (int r = 0; r < R; r++) wrow[r] = (size_t)(n0 + r < N ? n0 + r : n0) * K;
@@ -224,6 +228,29 @@ __global__ void bias_kernel(float *y, const float *bias, int M, int N) {
     if (t < (size_t)M * N) y[t] += bias[t % N];
 }
 
+gemv_set gemv_set_make(int n, float *const *ys, const em_weight *const *ws, const float *const *biases) {
+    gemv_set s;
+    memset(&s, 0, sizeof s);
+    s.count = n;
+    for (int i = 0; i < n; i++) {
+        s.w[i] = ws[i]->data;
+        s.scales[i] = ws[i]->scales;
+        s.biases[i] = ws[i]->biases;
+        s.y[i] = ys[i];
+        s.bias[i] = biases ? biases[i] : NULL;
+        s.start[i + 1] = s.start[i] + (int)ws[i]->rows;
+    }
+    return s;
+}
+
+/* Up to 8 activation rows against every matrix of the set, one warp per
+ * weight row. */
+template <int DT> static void gemv_set_launch(cuda_backend *cb, const gemv_set &set, const float *x, int M, int K) {
+    unsigned grid = (unsigned)((set.start[set.count] + GEMV_WARPS - 1) / GEMV_WARPS);
+    if (M == 1) gemv_kernel<DT, 1><<<grid, GEMV_WARPS * 32, 0, cb->stream>>>(set, x, M, K);
+    else gemv_kernel<DT, GEMV_ROWS><<<grid, GEMV_WARPS * 32, 0, cb->stream>>>(set, x, M, K);
+}
+
 template <int DT>
 static void gemv_launch(cuda_backend *cb, float *y, const float *x, int M, const em_weight *w, const float *bias,
                         bool vec) {
@@ -240,9 +267,9 @@ static void gemv_launch(cuda_backend *cb, float *y, const float *x, int M, const
         unsigned grid = (unsigned)((N + GEMVB_R * GEMV_WARPS - 1) / (GEMVB_R * GEMV_WARPS));
         gemv_batch_kernel<DT><<<grid, GEMV_WARPS * 32, 0, cb->stream>>>(y, x, w->data, bias, M, N, K);
     } else {
-        unsigned grid = (unsigned)((N + GEMV_WARPS - 1) / GEMV_WARPS);
-        if (M == 1) gemv_kernel<DT, 1, 1><<<grid, GEMV_WARPS * 32, 0, cb->stream>>>(y, x, w->data, bias, M, N, K);
-        else gemv_kernel<DT, 1, GEMV_ROWS><<<grid, GEMV_WARPS * 32, 0, cb->stream>>>(y, x, w->data, bias, M, N, K);
+        float *ys[1] = {y};
+        const float *bs[1] = {bias};
+        gemv_set_launch<DT>(cb, gemv_set_make(1, ys, &w, bs), x, M, K);
     }
 }
 
@@ -328,4 +355,53 @@ void cuda_matmul(em_backend *be, float *y, const float *x, int M, const em_weigh
         gemm_exact(cb, y, x, M, w);
         add_bias(cb, y, bias, M, N);
     }
+}
+
+/* Whether the n products can share one GEMV launch: weights alike (dtype,
+ * cols, quantization), a GEMV-sized batch, aligned for the wide loads. */
+static bool group_fits(int n, const float *x, int M, const em_weight *const *ws, em_math math) {
+    const em_weight *a = ws[0];
+    if (n < 2 || n > EM_MATMUL_GROUP_MAX || ((uintptr_t)x & 15)) return false;
+    for (int i = 0; i < n; i++) {
+        const em_weight *b = ws[i];
+        if (b->cols != a->cols || b->dtype != a->dtype || b->bits != a->bits || b->group_size != a->group_size ||
+            b->scale_dtype != a->scale_dtype || ((uintptr_t)b->data & 15) || b->rows <= 0)
+            return false;
+    }
+    if (a->bits) return math == EM_MATH_FAST && M <= 2; /* the int8 GEMV (cuda_qgemv_i8_set decides the rest) */
+    return (a->dtype == EM_BF16 || a->dtype == EM_F16 || a->dtype == EM_F32) && M <= GEMV_ROWS && a->cols % 8 == 0;
+}
+
+void cuda_matmul_group(em_backend *be, int n, float *const *ys, const float *x, int M, const em_weight *const *ws,
+                       const float *const *biases, em_math math) {
+    cuda_backend *cb = cuda_enter(be);
+    if (M <= 0) return;
+    gemv_set set;
+    bool fits = group_fits(n, x, M, ws, math);
+    if (fits) {
+        set = gemv_set_make(n, ys, ws, biases);
+        if (ws[0]->bits) fits = cuda_qgemv_i8_set(cb, &set, ws[0], x, M); /* queues nothing when it does not fit */
+    }
+    if (!fits) {
+        for (int i = 0; i < n; i++) cuda_matmul(be, ys[i], x, M, ws[i], biases ? biases[i] : NULL, math);
+        return;
+    }
+    /* (cuda_qgemv_i8_set has queued the quantized set, or skipped it in a replay) */
+    if (ws[0]->bits) return;
+    if (cb->graphs.mode) {
+        cuda_graph_mix(cb, cuda_graph_word(x)), cuda_graph_mix(cb, cuda_graph_word(M)), cuda_graph_mix(cb, (uint64_t)n);
+        for (int i = 0; i < n; i++) {
+            cuda_graph_mix(cb, cuda_graph_word(set.w[i])), cuda_graph_mix(cb, cuda_graph_word(set.y[i]));
+            cuda_graph_mix(cb, cuda_graph_word(set.bias[i])), cuda_graph_mix(cb, (uint64_t)set.start[i + 1]);
+        }
+        cuda_graph_mix(cb, (uint64_t)ws[0]->dtype), cuda_graph_mix(cb, (uint64_t)ws[0]->cols);
+        if (cb->graphs.mode == 2 /* EM_GRAPH_REPLAY */) return;
+    }
+    int K = (int)ws[0]->cols;
+    switch (ws[0]->dtype) {
+    case EM_BF16: gemv_set_launch<EM_BF16>(cb, set, x, M, K); break;
+    case EM_F16: gemv_set_launch<EM_F16>(cb, set, x, M, K); break;
+    default: gemv_set_launch<EM_F32>(cb, set, x, M, K); break;
+    }
+    CUDA_LAUNCHED(cb, "matmul (grouped gemv)");
 }

@@ -66,6 +66,8 @@ template <int BITS> __device__ __forceinline__ uint32_t seg_value(const uint32_t
     return v & ((1u << BITS) - 1u);
 }
 
+static bool qweight_ok(const em_weight *w);
+
 /* (float)v for a code v < 2^23 without the quarter-rate integer conversion:
  * v in the mantissa of 2^23, then 2^23 taken away (exact). */
 __device__ __forceinline__ float q_float(uint32_t v) { return __uint_as_float(0x4B000000u | v) - 8388608.0f; }
@@ -179,6 +181,7 @@ __global__ void __launch_bounds__(QG_WARPS * 32, ROWS == 8 ? 1 : 2)
 #define Q8_KC 2048
 #define Q8_SPL (Q8_KC / QG_SEG / 32) /* segments per lane per chunk */
 #define Q8_MAX_M 8
+#define Q8_STREAM_SMEM_MAX ((size_t)48 << 10) /* without opting in to more */
 
 /* Byte position of activation k (within its 32) in the staged segment. */
 template <int BITS> __device__ __forceinline__ int q8_pos(int k) {
@@ -187,43 +190,46 @@ template <int BITS> __device__ __forceinline__ int q8_pos(int k) {
     return (k & ~7) + ((e & 1) ? 4 + (e >> 1) : (e >> 1));
 }
 
-/* Rounds rows [0, mr) of x[., k0 .. k0 + kc) into the staged chunk: 8 lanes
- * per 32 values (a float4 each), max and sum by a fixed butterfly. A row's
- * loads are all issued before any is used (one trip to L2 per row). */
-#define Q8_QPT (Q8_KC / 4 / (Q8_WARPS * 32)) /* float4 per thread per row */
+/* Rounds rows [0, mr) of x[., k0 .. k0 + kc) into staged int8 (row m at
+ * xq + m * cap bytes, its per-32 scales and sums at xd/xs + m * cap / 32):
+ * 8 lanes per 32 values (a float4 each), max and sum by a fixed butterfly.
+ * Each thread issues Q8_QPT loads before using any. */
+#define Q8_QPT 4
 template <int BITS, int ROWS>
-__device__ __forceinline__ void q8_stage(int8_t (*xq)[Q8_KC], float (*xd)[Q8_KC / QG_SEG], float (*xs)[Q8_KC / QG_SEG],
-                                         const float *x, int K, int k0, int kc, int mr) {
-    int quads = kc / 4;
+__device__ __forceinline__ void q8_stage(int8_t *xq, float *xd, float *xs, int cap, const float *x, int K, int k0,
+                                         int kc, int mr) {
+    int quads = kc / 4, step = Q8_QPT * blockDim.x;
 #pragma unroll
     for (int m = 0; m < ROWS; m++) {
         if (m >= mr) break;
         const float4 *xr = (const float4 *)(x + (size_t)m * K + k0);
-        float4 v[Q8_QPT];
+        for (int i0 = 0; i0 < quads; i0 += step) { /* whole warps take part in the shuffles */
+            float4 v[Q8_QPT];
 #pragma unroll
-        for (int j = 0; j < Q8_QPT; j++) {
-            int i = j * Q8_WARPS * 32 + threadIdx.x;
-            v[j] = i < quads ? __ldg(xr + i) : make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-#pragma unroll
-        for (int j = 0; j < Q8_QPT; j++) {
-            int i = j * Q8_WARPS * 32 + threadIdx.x; /* whole warps take part in the shuffles */
-            float amax = fmaxf(fmaxf(fabsf(v[j].x), fabsf(v[j].y)), fmaxf(fabsf(v[j].z), fabsf(v[j].w)));
-            float sum = (v[j].x + v[j].y) + (v[j].z + v[j].w);
-#pragma unroll
-            for (int o = 1; o < 8; o <<= 1) {
-                amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-                sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            for (int j = 0; j < Q8_QPT; j++) {
+                int i = i0 + j * blockDim.x + threadIdx.x;
+                v[j] = i < quads ? __ldg(xr + i) : make_float4(0.f, 0.f, 0.f, 0.f);
             }
-            if (i >= quads) continue;
-            float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-            int k = i * 4, seg = k / QG_SEG, e = k % QG_SEG;
-            int8_t *d = xq[m] + seg * QG_SEG;
-            d[q8_pos<BITS>(e)] = (int8_t)__float2int_rn(v[j].x * inv);
-            d[q8_pos<BITS>(e + 1)] = (int8_t)__float2int_rn(v[j].y * inv);
-            d[q8_pos<BITS>(e + 2)] = (int8_t)__float2int_rn(v[j].z * inv);
-            d[q8_pos<BITS>(e + 3)] = (int8_t)__float2int_rn(v[j].w * inv);
-            if (e == 0) xd[m][seg] = amax / 127.0f, xs[m][seg] = sum;
+#pragma unroll
+            for (int j = 0; j < Q8_QPT; j++) {
+                int i = i0 + j * blockDim.x + threadIdx.x;
+                float amax = fmaxf(fmaxf(fabsf(v[j].x), fabsf(v[j].y)), fmaxf(fabsf(v[j].z), fabsf(v[j].w)));
+                float sum = (v[j].x + v[j].y) + (v[j].z + v[j].w);
+#pragma unroll
+                for (int o = 1; o < 8; o <<= 1) {
+                    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+                    sum += __shfl_xor_sync(0xffffffffu, sum, o);
+                }
+                if (i >= quads) continue;
+                float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+                int k = i * 4, seg = k / QG_SEG, e = k % QG_SEG;
+                int8_t *d = xq + (size_t)m * cap + seg * QG_SEG;
+                d[q8_pos<BITS>(e)] = (int8_t)__float2int_rn(v[j].x * inv);
+                d[q8_pos<BITS>(e + 1)] = (int8_t)__float2int_rn(v[j].y * inv);
+                d[q8_pos<BITS>(e + 2)] = (int8_t)__float2int_rn(v[j].z * inv);
+                d[q8_pos<BITS>(e + 3)] = (int8_t)__float2int_rn(v[j].w * inv);
+                if (e == 0) xd[m * (cap / QG_SEG) + seg] = amax / 127.0f, xs[m * (cap / QG_SEG) + seg] = sum;
+            }
         }
     }
 }
@@ -289,7 +295,7 @@ __global__ void __launch_bounds__(Q8_WARPS * 32, BITS == 8 && ROWS >= 4 ? 2 : 3)
             }
         }
         __syncthreads(); /* the previous chunk has been consumed */
-        q8_stage<BITS, ROWS>(xq, xd, xs, x, K, k0, kc, M);
+        q8_stage<BITS, ROWS>(&xq[0][0], &xd[0][0], &xs[0][0], Q8_KC, x, K, k0, kc, M);
         __syncthreads();
         if (n0 >= N) continue;
 #pragma unroll
@@ -326,6 +332,140 @@ __global__ void __launch_bounds__(Q8_WARPS * 32, BITS == 8 && ROWS >= 4 ? 2 : 3)
                 y[(size_t)m * N + n0 + r] = acc[r][m] + (bias ? bias[n0 + r] : 0.0f);
 }
 
+/* One or two activation rows: the whole of x is staged once per block, and
+ * the block's warps then stream weight rows (Q8_RW at a time, a grid-stride
+ * over the matrix) with 64 bytes of codes in flight per row and lane and no
+ * further barrier. The grid is a few blocks per multiprocessor, so the
+ * staging is paid a few hundred times, not once per 16 rows. */
+#define Q8_STREAM_BLOCKS_PER_SM 3
+
+template <int BITS, int ROWS>
+__global__ void __launch_bounds__(Q8_WARPS * 32, ROWS == 1 ? Q8_STREAM_BLOCKS_PER_SM : 2)
+    qgemv_i8_stream_kernel(gemv_set set, const float *x, int sdt, int M, int K, int group) {
+    constexpr int Q8_U = BITS == 8 ? 2 : 4; /* segments in flight per row and lane */
+    extern __shared__ __align__(16) int8_t q8_smem[];
+    int8_t *xq = q8_smem;
+    float *xd = (float *)(q8_smem + (size_t)ROWS * K), *xs = xd + (size_t)ROWS * (K / QG_SEG);
+    q8_stage<BITS, ROWS>(xq, xd, xs, K, x, K, 0, K, M);
+    __syncthreads();
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nseg = K / QG_SEG;
+    size_t words_per_row = (size_t)K / 32 * BITS, groups_per_row = (size_t)(K / group);
+    int N = set.start[set.count]; /* rows of all the set's matrices */
+    for (int n0 = (blockIdx.x * Q8_WARPS + warp) * Q8_RW; n0 < N; n0 += gridDim.x * Q8_WARPS * Q8_RW) {
+        /* each of the warp's rows in its own matrix (a pair may straddle two) */
+        const uint32_t *wr[Q8_RW];
+        const void *rsc[Q8_RW], *rbi[Q8_RW];
+        size_t rg0[Q8_RW];
+#pragma unroll
+        for (int r = 0; r < Q8_RW; r++) {
+            int v = n0 + r < N ? n0 + r : n0, g = gemv_set_find(set, v), n = v - set.start[g];
+            wr[r] = (const uint32_t *)set.w[g] + (size_t)n * words_per_row;
+            rsc[r] = set.scales[g], rbi[r] = set.biases[g];
+            rg0[r] = (size_t)n * groups_per_row;
+        }
+        float acc[Q8_RW][ROWS];
+#pragma unroll
+        for (int r = 0; r < Q8_RW; r++)
+#pragma unroll
+            for (int m = 0; m < ROWS; m++) acc[r][m] = 0.0f;
+        for (int s0 = lane; s0 < nseg; s0 += 32 * Q8_U) {
+            uint32_t words[Q8_RW][Q8_U][BITS];
+            float sc[Q8_RW][Q8_U], bi[Q8_RW][Q8_U];
+#pragma unroll
+            for (int u = 0; u < Q8_U; u++) {
+                int seg = s0 + u * 32;
+                if (seg < nseg) {
+#pragma unroll
+                    for (int r = 0; r < Q8_RW; r++) {
+                        size_t gi = rg0[r] + (size_t)seg * QG_SEG / group;
+                        load_segment<BITS>(wr[r], (size_t)seg, words[r][u]);
+                        sc[r][u] = q_scalar(rsc[r], sdt, gi);
+                        bi[r][u] = q_scalar(rbi[r], sdt, gi);
+                    }
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < Q8_U; u++) {
+                int seg = s0 + u * 32;
+                if (seg >= nseg) break;
+#pragma unroll
+                for (int m = 0; m < ROWS; m++) {
+                    if (m >= M) break;
+                    float dx = xd[m * (K / QG_SEG) + seg], sx = xs[m * (K / QG_SEG) + seg];
+#pragma unroll
+                    for (int r = 0; r < Q8_RW; r++) {
+                        int d = q8_dot<BITS>(words[r][u], xq + (size_t)m * K + (size_t)seg * QG_SEG);
+                        float b = BITS == 8 ? fmaf(128.0f, sc[r][u], bi[r][u]) : bi[r][u];
+                        acc[r][m] = fmaf(sc[r][u] * dx, (float)d, fmaf(b, sx, acc[r][m]));
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < Q8_RW; r++)
+#pragma unroll
+            for (int m = 0; m < ROWS; m++) {
+                float v = acc[r][m];
+                for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+                acc[r][m] = v;
+            }
+#pragma unroll
+        for (int r = 0; r < Q8_RW; r++) {
+            if (n0 + r >= N) break;
+            int g = gemv_set_find(set, n0 + r), n = n0 + r - set.start[g], Ng = set.start[g + 1] - set.start[g];
+            const float *bias = set.bias[g];
+#pragma unroll
+            for (int m = 0; m < ROWS; m++)
+                if (lane == (r * ROWS + m) % 32 && m < M)
+                    set.y[g][(size_t)m * Ng + n] = acc[r][m] + (bias ? bias[n] : 0.0f);
+        }
+    }
+}
+
+/* Shared memory of the streaming kernel for ROWS rows of K activations. */
+static size_t q8_stream_smem(int rows, int K) { return (size_t)rows * ((size_t)K + (size_t)K / QG_SEG * 8); }
+
+/* w0: the set's first weight (they share bits, cols, group and scale dtype). */
+template <int BITS, int ROWS>
+static void qgemv_i8_stream_set(cuda_backend *cb, const gemv_set &set, const em_weight *w0, const float *x, int M) {
+    int N = set.start[set.count], K = (int)w0->cols, per_block = Q8_WARPS * Q8_RW;
+    int blocks = (N + per_block - 1) / per_block, most = cb->n_sm * (ROWS == 1 ? Q8_STREAM_BLOCKS_PER_SM : 2);
+    qgemv_i8_stream_kernel<BITS, ROWS><<<(unsigned)(blocks < most ? blocks : most), Q8_WARPS * 32,
+                                         q8_stream_smem(ROWS, K), cb->stream>>>(set, x, (int)w0->scale_dtype, M, K,
+                                                                                w0->group_size);
+    CUDA_LAUNCHED(cb, "quantized matmul (int8 gemv)");
+}
+
+template <int BITS, int ROWS>
+static void qgemv_i8_stream(cuda_backend *cb, float *y, const float *x, int M, const em_weight *w, const float *bias) {
+    float *ys[1] = {y};
+    const float *bs[1] = {bias};
+    qgemv_i8_stream_set<BITS, ROWS>(cb, gemv_set_make(1, ys, &w, bs), w, x, M);
+}
+
+bool cuda_qgemv_i8_set(cuda_backend *cb, const gemv_set *s, const em_weight *w0, const float *x, int M) {
+    if ((w0->bits != 4 && w0->bits != 8) || M < 1 || M > 2 || w0->cols % 4 || !qweight_ok(w0) ||
+        q8_stream_smem(2, (int)w0->cols) > Q8_STREAM_SMEM_MAX)
+        return false;
+    for (int i = 0; i < s->count; i++)
+        if (!words_aligned(s->w[i], w0->bits)) return false;
+    if (cb->graphs.mode) {
+        cuda_graph_mix(cb, cuda_graph_word(x)), cuda_graph_mix(cb, (uint64_t)M), cuda_graph_mix(cb, (uint64_t)s->count);
+        for (int i = 0; i < s->count; i++) {
+            cuda_graph_mix(cb, cuda_graph_word(s->w[i])), cuda_graph_mix(cb, cuda_graph_word(s->y[i]));
+            cuda_graph_mix(cb, cuda_graph_word(s->bias[i])), cuda_graph_mix(cb, cuda_graph_word(s->scales[i]));
+            cuda_graph_mix(cb, (uint64_t)s->start[i + 1]);
+        }
+        cuda_graph_mix(cb, (uint64_t)w0->bits), cuda_graph_mix(cb, (uint64_t)w0->cols);
+        if (cb->graphs.mode == 2 /* EM_GRAPH_REPLAY */) return true;
+    }
+    if (w0->bits == 4 && M == 1) qgemv_i8_stream_set<4, 1>(cb, *s, w0, x, M);
+    else if (w0->bits == 4) qgemv_i8_stream_set<4, 2>(cb, *s, w0, x, M);
+    else if (M == 1) qgemv_i8_stream_set<8, 1>(cb, *s, w0, x, M);
+    else qgemv_i8_stream_set<8, 2>(cb, *s, w0, x, M);
+    return true;
+}
+
 template <int BITS, int ROWS>
 static void qgemv_i8_pass(cuda_backend *cb, float *y, const float *x, int M, const em_weight *w, const float *bias) {
     int N = (int)w->rows, K = (int)w->cols, per_block = Q8_WARPS * Q8_RW;
@@ -341,7 +481,10 @@ static void qgemv_i8_launch(cuda_backend *cb, float *y, const float *x, int M, c
         int mr = M - m0 < Q8_MAX_M ? M - m0 : Q8_MAX_M;
         float *ym = y + (size_t)m0 * N;
         const float *xm = x + (size_t)m0 * K;
-        if (mr == 1) qgemv_i8_pass<BITS, 1>(cb, ym, xm, mr, w, bias);
+        bool stream = q8_stream_smem(2, K) <= Q8_STREAM_SMEM_MAX;
+        if (mr == 1 && stream) qgemv_i8_stream<BITS, 1>(cb, ym, xm, mr, w, bias);
+        else if (mr == 2 && stream) qgemv_i8_stream<BITS, 2>(cb, ym, xm, mr, w, bias);
+        else if (mr == 1) qgemv_i8_pass<BITS, 1>(cb, ym, xm, mr, w, bias);
         else if (mr == 2) qgemv_i8_pass<BITS, 2>(cb, ym, xm, mr, w, bias);
         else if (mr <= 4) qgemv_i8_pass<BITS, 4>(cb, ym, xm, mr, w, bias);
         else qgemv_i8_pass<BITS, 8>(cb, ym, xm, mr, w, bias);
