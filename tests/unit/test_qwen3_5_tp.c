@@ -8,12 +8,16 @@
  *  - the recurrent state each rank keeps for its heads follows a rollback
  *    (mark, a verified span, a cut back into it with its replay) and a
  *    snapshot restored, as the one-device graph does;
- *  - no multi-token-prediction head is offered under tensor parallelism.
+ *  - speculative decoding is refused under tensor parallelism (the
+ *    multi-token-prediction head is not split), and so is one process per
+ *    rank (the step descriptor carries no recurrent-state operations).
  *
  * `test_qwen3_5_tp --device cuda [--ranks N] [DIR...]` runs the same
  * comparisons on GPUs: one GPU against N (tests/cuda/test_tensor_parallel.sh
  * runs it where there are two). */
 #include "tp_compare.h"
+
+#include "base/config.h"
 
 #include <glob.h>
 
@@ -79,6 +83,16 @@ static float *rollback_script(em_model *m) {
     return out;
 }
 
+/* Speculative decoding asked of a split model: refused, saying why. */
+static void spec_refused(em_model *m) {
+    CHECK(!em_model_has_mtp(m));
+    int32_t prompt[3] = {5, 6, 7};
+    em_generate_params p = {.prompt = prompt, .n_prompt = 3, .max_tokens = 2, .spec_draft_tokens = 2};
+    em_generate_result res;
+    CHECK(em_generate(m, &p, &res) == EM_ERR_UNSUPPORTED);
+    CHECK(strstr(em_last_error(), "not available with tensor parallelism") != NULL);
+}
+
 static void check_rollback(const char *dir) {
     em_open_options o = tpc_options();
     em_model *m;
@@ -96,7 +110,7 @@ static void check_rollback(const char *dir) {
     for (int r = 2; r <= tpc_max_ranks; r *= 2) {
         if (!q35_splits(&c, r)) continue;
         REQUIRE(tpc_open_split(dir, r, &m) == EM_OK);
-        CHECK(!em_model_has_mtp(m));
+        spec_refused(m);
         float *got = rollback_script(m);
         double worst = tpc_worst(got, want, n);
         CHECKF(TPC_CLOSE(worst, range), "%s over %d ranks, rollback and snapshot: max err %g (range %g)", dir, r,
@@ -106,6 +120,20 @@ static void check_rollback(const char *dir) {
         em_model_free(m);
     }
     free(want);
+}
+
+/* One process per rank (EMBER_WORLD_SIZE) is refused for this family,
+ * before any rendezvous, with the reason. */
+static void procs_refused(const char *dir) {
+    char *env[] = {"EMBER_WORLD_SIZE=2", "EMBER_RANK=0", NULL};
+    em_config *cfg;
+    REQUIRE(em_config_from_env(env, &cfg) == EM_OK);
+    em_open_options o = tpc_options();
+    o.config = cfg;
+    em_model *m;
+    CHECK(model_open_host_split(dir, &o, &m) == EM_ERR_UNSUPPORTED);
+    CHECK(strstr(em_last_error(), "one process only") != NULL);
+    em_config_release(cfg);
 }
 
 int main(int argc, char **argv) {
@@ -125,6 +153,7 @@ int main(int argc, char **argv) {
         tpc_check_model(g.gl_pathv[i], q35_splits);
         check_rollback(g.gl_pathv[i]);
     }
+    if (!strcmp(tpc_device, "cpu")) procs_refused(g.gl_pathv[0]);
     globfree(&g);
     return test_summary();
 }
