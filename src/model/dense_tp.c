@@ -1,5 +1,7 @@
 /* dense_tp.c — the Llama family graph split over several GPUs (tensor
- * parallelism, Megatron-style; the plan is in tp_plan.h).
+ * parallelism, Megatron-style; the plan is in tp_plan.h), and the step the
+ * split Qwen3.5 graph shares with it: the Qwen3.5 family plugs in its own
+ * token mixer (qwen3_5_tp.c), everything else below is the same.
  *
  * One process drives every rank: each rank has its own CUDA backend (one
  * stream), its own weight slices and its own KV storage, and the host
