@@ -10,7 +10,8 @@
  *    snapshot restored, as the one-device graph does;
  *  - speculative decoding is refused under tensor parallelism (the
  *    multi-token-prediction head is not split), and so is one process per
- *    rank (the step descriptor carries no recurrent-state operations).
+ *    rank (the step descriptor carries no recurrent-state operations), and
+ *    the on-disk prefix store (it would keep rank 0's KV heads only).
  *
  * `test_qwen3_5_tp --device cuda [--ranks N] [DIR...]` runs the same
  * comparisons on GPUs: one GPU against N (tests/cuda/test_tensor_parallel.sh
@@ -18,6 +19,7 @@
 #include "tp_compare.h"
 
 #include "base/config.h"
+#include "engine/kv_store.h"
 
 #include <glob.h>
 
@@ -93,6 +95,14 @@ static void spec_refused(em_model *m) {
     CHECK(strstr(em_last_error(), "not available with tensor parallelism") != NULL);
 }
 
+/* The on-disk prefix store keeps the model's cache, one rank's KV heads:
+ * refused for a split model. */
+static void kv_store_refused(em_model *m) {
+    kv_store *s = NULL;
+    CHECK(kv_store_open(m, "/tmp/ember-tp-kv-store-never-made", 0, &s) == EM_ERR_UNSUPPORTED);
+    CHECK(s == NULL && strstr(em_last_error(), "tensor parallelism") != NULL);
+}
+
 static void check_rollback(const char *dir) {
     em_open_options o = tpc_options();
     em_model *m;
@@ -111,6 +121,7 @@ static void check_rollback(const char *dir) {
         if (!q35_splits(&c, r)) continue;
         REQUIRE(tpc_open_split(dir, r, &m) == EM_OK);
         spec_refused(m);
+        kv_store_refused(m);
         float *got = rollback_script(m);
         double worst = tpc_worst(got, want, n);
         CHECKF(TPC_CLOSE(worst, range), "%s over %d ranks, rollback and snapshot: max err %g (range %g)", dir, r,
