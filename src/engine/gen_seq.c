@@ -24,6 +24,9 @@ static em_status check_params(const em_model *m, const em_generate_params *p) {
         return em_fail(EM_ERR_INVALID, "precision %d is not auto, exact or fast", (int)p->precision);
     if (p->spec_draft_tokens < 0 || p->spec_draft_tokens > 16)
         return em_fail(EM_ERR_INVALID, "spec_draft_tokens must be between 0 and 16");
+    if (p->spec_draft_tokens > 0 && model_tp_size(m) > 1 && !em_model_has_mtp(m))
+        return em_fail(EM_ERR_UNSUPPORTED, "%s: speculative decoding is not available with tensor parallelism (the "
+                       "multi-token-prediction head is not split)", m->dir);
     if (p->spec_draft_tokens > 0 && !em_model_has_mtp(m))
         return em_fail(EM_ERR_UNSUPPORTED, "%s has no multi-token-prediction head for speculative decoding", m->dir);
     return EM_OK;

@@ -241,6 +241,11 @@ static em_status make_dir(const char *path) {
 }
 
 em_status kv_store_open(em_model *m, const char *dir, size_t max_bytes, kv_store **out) {
+    /* blocks are saved from and restored into the model's cache, which holds
+     * only rank 0's KV heads of a split model: the other ranks' would be stale */
+    if (model_tp_size(m) > 1)
+        return em_fail(EM_ERR_UNSUPPORTED, "kv store %s: not available with tensor parallelism (it would keep one "
+                       "rank's KV heads only)", dir);
     kv_store *s = em_calloc(1, sizeof *s);
     if (!s) return em_fail(EM_ERR_NOMEM, "out of memory");
     s->m = m;

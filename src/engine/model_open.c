@@ -76,18 +76,24 @@ static em_status tp_choose(em_model *m, const em_open_options *o, bool host_spli
     if (!cuda && !host_split)
         return em_fail(EM_ERR_UNSUPPORTED, "tensor parallelism (--tensor-parallel %d) needs --device cuda: it splits a "
                        "model over GPUs", n);
-    if (m->family != &dense_family)
-        return em_fail(EM_ERR_UNSUPPORTED, "%s: tensor parallelism runs the Llama family (implementation dense) only; "
-                       "this model uses %s, which runs on one GPU (splitting the Qwen3.5 hybrid family is future "
-                       "work)", m->dir, m->identity.impl->name);
+    bool q35 = m->family == &qwen3_5_family;
+    if (m->family != &dense_family && !q35)
+        return em_fail(EM_ERR_UNSUPPORTED, "%s: tensor parallelism runs the Llama family (implementation dense) and "
+                       "the Qwen3.5 family only; this model uses %s, which runs on one GPU", m->dir,
+                       m->identity.impl->name);
+    if (q35 && m->tp_procs)
+        return em_fail(EM_ERR_UNSUPPORTED, "%s: the Qwen3.5 family splits over the GPUs of one process only "
+                       "(--tensor-parallel %d without EMBER_WORLD_SIZE): the steps rank 0 sends other processes do "
+                       "not carry its recurrent-state operations (rollback, prefix snapshots)", m->dir, n);
     if (m->qcfg.present)
         return em_fail(EM_ERR_UNSUPPORTED, "%s: tensor parallelism runs f32/f16/bf16 weights only; this checkpoint is "
                        "quantized", m->dir);
     tp_shard sh;
     EM_TRY(tp_plan_make(m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.intermediate, m->cfg.vocab, 0, n, &sh));
+    if (q35 && m->cfg.q35.n_linear) EM_TRY(tp_plan_gdn(m->cfg.q35.lin_k_heads, m->cfg.q35.lin_v_heads, &sh));
     m->tp_size = n;
     m->tp_device0 = index;
-    m->family = &dense_tp_family;
+    m->family = q35 ? &qwen3_5_tp_family : &dense_tp_family;
     return EM_OK;
 }
 

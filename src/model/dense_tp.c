@@ -1,5 +1,7 @@
 /* dense_tp.c — the Llama family graph split over several GPUs (tensor
- * parallelism, Megatron-style; the plan is in tp_plan.h).
+ * parallelism, Megatron-style; the plan is in tp_plan.h), and the step the
+ * split Qwen3.5 graph shares with it: the Qwen3.5 family plugs in its own
+ * token mixer (qwen3_5_tp.c), everything else below is the same.
  *
  * One process drives every rank: each rank has its own CUDA backend (one
  * stream), its own weight slices and its own KV storage, and the host
@@ -42,12 +44,18 @@ em_status dense_tp_ensure_workspace(em_model *m, tp_impl *t, int T) {
         R->logits = NULL;
         dense_tp_free_workspace(R);
         R->logits = keep_logits;
-        float **bufs[] = {&R->x, &R->h, &R->q, &R->k, &R->v, &R->att, &R->gate, &R->up, &R->act};
+        float **bufs[] = {&R->x, &R->h, &R->q, &R->k, &R->v, &R->att, &R->gate, &R->up, &R->act,
+                          &R->qg, &R->attn_gate, &R->qkv, &R->z, &R->a, &R->b, &R->g, &R->beta, &R->core};
         size_t qd = (size_t)R->sh.n_q_heads * c->head_dim, kvd = (size_t)R->sh.n_kv_heads * c->head_dim;
-        size_t ff = (size_t)R->sh.n_ff;
-        size_t widths[] = {(size_t)c->hidden, (size_t)c->hidden, qd, kvd, kvd, qd, ff, ff, ff};
+        size_t ff = (size_t)R->sh.n_ff, hv = (size_t)R->sh.n_lin_v_heads, vd = hv * (size_t)c->q35.lin_v_dim;
+        /* widths of the Qwen3.5 buffers: 0 (none) in the Llama family */
+        size_t q = t->q35 ? 1 : 0;
+        size_t widths[] = {(size_t)c->hidden, (size_t)c->hidden, qd, kvd, kvd, qd, ff, ff, ff,
+                           q * 2 * qd, q * qd, q * (size_t)t->lin_channels, q * vd, q * hv, q * hv, q * hv, q * hv,
+                           q * vd};
         for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) {
             size_t bytes;
+            if (!widths[k]) continue;
             if (!em_mul(widths[k] * sizeof(float), (size_t)T, &bytes) || !(*bufs[k] = be->ops->alloc(be, bytes)))
                 return em_fail(EM_ERR_NOMEM, "out of %s memory for a batch of %d tokens", be->desc, T);
         }
@@ -148,7 +156,7 @@ em_status dense_tp_map_update(const kv_cache *kv, tp_rank *R, int seq, const int
     return EM_OK;
 }
 
-static em_kv_view rank_view(const em_model *m, const tp_rank *R, int seq, int layer) {
+em_kv_view dense_tp_view(const em_model *m, const tp_rank *R, int seq, int layer) {
     if (!R->maps) return kv_seq_view(m->kv, seq, layer);
     const tp_seq_map *mp = &R->maps[seq];
     em_kv_view v = {mp->k + (size_t)layer * mp->cap, mp->v + (size_t)layer * mp->cap, m->kv->block_size, mp->n};
@@ -179,7 +187,7 @@ static void attention_part(em_model *m, tp_impl *t, tp_rank *R, int layer, const
     op->rope(be, R->k, T, nkv, hd, t->rot_dim, t->pos, t->inv_freq, t->attn_factor);
     float scale = 1.0f / sqrtf((float)hd);
     if (op->attention_spans && op->kv_write_spans) {
-        for (int s = 0; s < b->n_spans; s++) R->views[s] = rank_view(m, R, b->spans[s].seq, layer);
+        for (int s = 0; s < b->n_spans; s++) R->views[s] = dense_tp_view(m, R, b->spans[s].seq, layer);
         em_kv_spans spans = {R->views, t->span_rows, b->n_spans};
         op->kv_write_spans(be, &spans, R->k, R->v, t->pos, nkv, hd);
         op->attention_spans(be, R->att, R->q, &spans, t->pos, nq, nkv, hd, scale, t->window[layer]);
@@ -188,7 +196,7 @@ static void attention_part(em_model *m, tp_impl *t, tp_rank *R, int layer, const
         size_t qd = (size_t)nq * hd, kvd = (size_t)nkv * hd;
         for (int s = 0; s < b->n_spans; s++) {
             const em_span *sp = &b->spans[s];
-            em_kv_view kv = rank_view(m, R, sp->seq, layer);
+            em_kv_view kv = dense_tp_view(m, R, sp->seq, layer);
             op->kv_write(be, &kv, R->k + row * kvd, R->v + row * kvd, t->pos + row, sp->n, nkv, hd);
             op->attention(be, R->att + row * qd, R->q + row * qd, &kv, t->pos + row, sp->n, nq, nkv, hd, scale,
                           t->window[layer]);
@@ -232,9 +240,10 @@ static em_status issue_step(em_model *m, tp_impl *t, const em_batch *b, int T, r
     const model_config *c = &m->cfg;
     for (int r = 0; r < t->n; r++)
         if (HAS(mask, r)) t->r[r].be->ops->embed(t->r[r].be, t->r[r].x, &t->r[r].embed, t->ids, T);
+    tp_mixer_fn mix = t->mixer ? t->mixer : attention_part;
     for (int l = 0; l < c->n_layers; l++) {
         for (int r = 0; r < t->n; r++)
-            if (HAS(mask, r)) attention_part(m, t, &t->r[r], l, b, T);
+            if (HAS(mask, r)) mix(m, t, &t->r[r], l, b, T);
         EM_TRY(reduce_into_x(m, t, T, mask, collectives));
         for (int r = 0; r < t->n; r++)
             if (HAS(mask, r)) mlp_part(m, t, &t->r[r], l, T);
@@ -471,16 +480,25 @@ const family_ops dense_tp_family = {
     .kv_ready = dense_tp_kv_ready,
 };
 
-int model_tp_size(const em_model *m) { return m->family == &dense_tp_family ? ((const tp_impl *)m->impl)->world : 1; }
+tp_impl *dense_tp_of(const em_model *m) {
+    return m->impl && (m->family == &dense_tp_family || m->family == &qwen3_5_tp_family) ? m->impl : NULL;
+}
+
+int model_tp_size(const em_model *m) {
+    const tp_impl *t = dense_tp_of(m);
+    return t ? t->world : 1;
+}
 
 void model_tp_timing(em_model *m, bool on) {
-    if (m->family == &dense_tp_family && m->impl) em_comm_set_timing(((tp_impl *)m->impl)->comm, on);
+    tp_impl *t = dense_tp_of(m);
+    if (t) em_comm_set_timing(t->comm, on);
 }
 
 double model_tp_take_time(em_model *m, long *calls) {
-    if (m->family != &dense_tp_family || !m->impl) {
+    tp_impl *t = dense_tp_of(m);
+    if (!t) {
         if (calls) *calls = 0;
         return 0;
     }
-    return em_comm_take_time(((tp_impl *)m->impl)->comm, calls);
+    return em_comm_take_time(t->comm, calls);
 }

@@ -37,7 +37,8 @@ static em_status follow_step(em_model *m, tp_impl *t, const int32_t *w, int n_sp
 }
 
 bool model_tp_follower(const em_model *m) {
-    return m->family == &dense_tp_family && m->impl && ((const tp_impl *)m->impl)->rank0 != 0;
+    const tp_impl *t = dense_tp_of(m);
+    return t && t->rank0 != 0;
 }
 
 em_status model_tp_follow(em_model *m) {

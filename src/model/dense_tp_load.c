@@ -1,7 +1,8 @@
-/* dense_tp_load.c — loading the split Llama graph: each rank's weight
- * slices (tp_plan.h says which), the ranks' backends and communicator —
- * one process over several GPUs, or one rank per process met at the
- * rendezvous — and the ranks' KV storage. */
+/* dense_tp_load.c — loading a split graph: the ranks' backends and
+ * communicator — one process over several GPUs, or one rank per process
+ * met at the rendezvous — the weight slices every family has (embedding,
+ * head, final norm), the Llama family's layer slices (tp_plan.h says
+ * which), and the ranks' KV storage. */
 #include "model/dense_tp_internal.h"
 
 #include "base/alloc.h"
@@ -15,11 +16,9 @@
 
 #define LNAME(buf, i, suffix) snprintf(buf, sizeof buf, "model.layers.%d.%s", i, suffix)
 
-
-
-
-static em_status vec(em_model *m, tp_rank *R, const char *name, int64_t n_full, int64_t off, int64_t n, float **out) {
-    EM_TRY(weight_load_vector_shard(m, R->be, name, n_full, off, n, out));
+em_status dense_tp_f32(em_model *m, tp_rank *R, const char *name, int ndim, const int64_t *shape, const tp_rows *rows,
+                       int n, float shift, float **out) {
+    EM_TRY(weight_load_rows_shard(m, R->be, name, ndim, shape, rows, n, shift, out));
     em_status s = dev_list_add(&R->wl, *out);
     if (s != EM_OK) {
         R->be->ops->free(R->be, *out);
@@ -28,69 +27,104 @@ static em_status vec(em_model *m, tp_rank *R, const char *name, int64_t n_full, 
     return s;
 }
 
-static em_status bind_rows(em_model *m, tp_rank *R, const char *name, int64_t rows, int64_t cols, int64_t r0,
-                           int64_t n, em_weight *w) {
+em_status dense_tp_vec(em_model *m, tp_rank *R, const char *name, int64_t n_full, int64_t off, int64_t n, float **out) {
+    tp_rows r = {off, n};
+    return dense_tp_f32(m, R, name, 1, &n_full, &r, 1, 0.0f, out);
+}
+
+em_status dense_tp_rows(em_model *m, tp_rank *R, const char *name, int64_t rows, int64_t cols, int64_t r0, int64_t n,
+                        em_weight *w) {
     tp_slice s = {r0, n, 0, cols, n};
     return weight_bind_shard(m, &R->wl, name, rows, cols, &s, w);
 }
 
-static em_status bind_cols(em_model *m, tp_rank *R, const char *name, int64_t rows, int64_t cols, int64_t c0,
-                           int64_t n, em_weight *w) {
+em_status dense_tp_cols(em_model *m, tp_rank *R, const char *name, int64_t rows, int64_t cols, int64_t c0, int64_t n,
+                        em_weight *w) {
     tp_slice s = {0, rows, c0, n, rows};
     return weight_bind_shard(m, &R->wl, name, rows, cols, &s, w);
+}
+
+em_status dense_tp_bind_attn(em_model *m, tp_rank *R, const char *p, int q_rows, tp_layer *L) {
+    const model_config *c = &m->cfg;
+    const tp_shard *sh = &R->sh;
+    int64_t H = c->hidden, hd = c->head_dim;
+    int64_t qd = (int64_t)c->n_heads * hd, kvd = (int64_t)c->n_kv_heads * hd;
+    int64_t q0 = sh->q_head0 * hd, qn = sh->n_q_heads * hd, k0 = sh->kv_head0 * hd, kn = sh->n_kv_heads * hd;
+    char name[200];
+#define PNAME(suffix) (snprintf(name, sizeof name, "%s%s", p, suffix), name)
+    EM_TRY(dense_tp_rows(m, R, PNAME("self_attn.q_proj.weight"), q_rows * qd, H, q_rows * q0, q_rows * qn, &L->wq));
+    EM_TRY(dense_tp_rows(m, R, PNAME("self_attn.k_proj.weight"), kvd, H, k0, kn, &L->wk));
+    EM_TRY(dense_tp_rows(m, R, PNAME("self_attn.v_proj.weight"), kvd, H, k0, kn, &L->wv));
+    EM_TRY(dense_tp_cols(m, R, PNAME("self_attn.o_proj.weight"), H, qd, q0, qn, &L->wo));
+    if (c->qkv_bias) {
+        EM_TRY(dense_tp_vec(m, R, PNAME("self_attn.q_proj.bias"), q_rows * qd, q_rows * q0, q_rows * qn, &L->bq));
+        EM_TRY(dense_tp_vec(m, R, PNAME("self_attn.k_proj.bias"), kvd, k0, kn, &L->bk));
+        EM_TRY(dense_tp_vec(m, R, PNAME("self_attn.v_proj.bias"), kvd, k0, kn, &L->bv));
+    }
+    /* summed over ranks after the all-reduce: added once, by rank 0 */
+    if (c->o_bias && sh->rank == 0) EM_TRY(dense_tp_vec(m, R, PNAME("self_attn.o_proj.bias"), H, 0, H, &L->bo));
+#undef PNAME
+    return EM_OK;
+}
+
+em_status dense_tp_bind_mlp(em_model *m, tp_rank *R, const char *p, tp_layer *L) {
+    const tp_shard *sh = &R->sh;
+    int64_t H = m->cfg.hidden, F = m->cfg.intermediate;
+    char name[200];
+#define PNAME(suffix) (snprintf(name, sizeof name, "%s%s", p, suffix), name)
+    EM_TRY(dense_tp_rows(m, R, PNAME("mlp.gate_proj.weight"), F, H, sh->ff0, sh->n_ff, &L->wg));
+    EM_TRY(dense_tp_rows(m, R, PNAME("mlp.up_proj.weight"), F, H, sh->ff0, sh->n_ff, &L->wu));
+    EM_TRY(dense_tp_cols(m, R, PNAME("mlp.down_proj.weight"), H, F, sh->ff0, sh->n_ff, &L->wd));
+#undef PNAME
+    return EM_OK;
 }
 
 static em_status bind_layer(em_model *m, tp_rank *R, int i, tp_layer *L) {
     const model_config *c = &m->cfg;
     const tp_shard *sh = &R->sh;
     int64_t H = c->hidden, hd = c->head_dim, F = c->intermediate;
-    int64_t qd = (int64_t)c->n_heads * hd, kvd = (int64_t)c->n_kv_heads * hd;
-    int64_t q0 = sh->q_head0 * hd, qn = sh->n_q_heads * hd, k0 = sh->kv_head0 * hd, kn = sh->n_kv_heads * hd;
     char name[160];
 #define NM(suffix) (LNAME(name, i, suffix), name)
-    EM_TRY(bind_rows(m, R, NM("self_attn.q_proj.weight"), qd, H, q0, qn, &L->wq));
-    EM_TRY(bind_rows(m, R, NM("self_attn.k_proj.weight"), kvd, H, k0, kn, &L->wk));
-    EM_TRY(bind_rows(m, R, NM("self_attn.v_proj.weight"), kvd, H, k0, kn, &L->wv));
-    EM_TRY(bind_cols(m, R, NM("self_attn.o_proj.weight"), H, qd, q0, qn, &L->wo));
-    EM_TRY(bind_rows(m, R, NM("mlp.gate_proj.weight"), F, H, sh->ff0, sh->n_ff, &L->wg));
-    EM_TRY(bind_rows(m, R, NM("mlp.up_proj.weight"), F, H, sh->ff0, sh->n_ff, &L->wu));
-    EM_TRY(bind_cols(m, R, NM("mlp.down_proj.weight"), H, F, sh->ff0, sh->n_ff, &L->wd));
-    if (c->qkv_bias) {
-        EM_TRY(vec(m, R, NM("self_attn.q_proj.bias"), qd, q0, qn, &L->bq));
-        EM_TRY(vec(m, R, NM("self_attn.k_proj.bias"), kvd, k0, kn, &L->bk));
-        EM_TRY(vec(m, R, NM("self_attn.v_proj.bias"), kvd, k0, kn, &L->bv));
-    }
-    /* summed over ranks after the all-reduce: added once, by rank 0 */
-    if (c->o_bias && sh->rank == 0) EM_TRY(vec(m, R, NM("self_attn.o_proj.bias"), H, 0, H, &L->bo));
+    snprintf(name, sizeof name, "model.layers.%d.", i);
+    EM_TRY(dense_tp_bind_attn(m, R, name, 1, L));
+    EM_TRY(dense_tp_bind_mlp(m, R, name, L));
     if (c->mlp_bias) {
-        EM_TRY(vec(m, R, NM("mlp.gate_proj.bias"), F, sh->ff0, sh->n_ff, &L->bg));
-        EM_TRY(vec(m, R, NM("mlp.up_proj.bias"), F, sh->ff0, sh->n_ff, &L->bu));
-        if (sh->rank == 0) EM_TRY(vec(m, R, NM("mlp.down_proj.bias"), H, 0, H, &L->bd));
+        EM_TRY(dense_tp_vec(m, R, NM("mlp.gate_proj.bias"), F, sh->ff0, sh->n_ff, &L->bg));
+        EM_TRY(dense_tp_vec(m, R, NM("mlp.up_proj.bias"), F, sh->ff0, sh->n_ff, &L->bu));
+        if (sh->rank == 0) EM_TRY(dense_tp_vec(m, R, NM("mlp.down_proj.bias"), H, 0, H, &L->bd));
     }
-    EM_TRY(vec(m, R, NM("input_layernorm.weight"), H, 0, H, &L->attn_norm));
-    EM_TRY(vec(m, R, NM("post_attention_layernorm.weight"), H, 0, H, &L->mlp_norm));
+    EM_TRY(dense_tp_vec(m, R, NM("input_layernorm.weight"), H, 0, H, &L->attn_norm));
+    EM_TRY(dense_tp_vec(m, R, NM("post_attention_layernorm.weight"), H, 0, H, &L->mlp_norm));
     if (c->qk_norm) {
-        EM_TRY(vec(m, R, NM("self_attn.q_norm.weight"), hd, 0, hd, &L->q_norm));
-        EM_TRY(vec(m, R, NM("self_attn.k_norm.weight"), hd, 0, hd, &L->k_norm));
+        EM_TRY(dense_tp_vec(m, R, NM("self_attn.q_norm.weight"), hd, 0, hd, &L->q_norm));
+        EM_TRY(dense_tp_vec(m, R, NM("self_attn.k_norm.weight"), hd, 0, hd, &L->k_norm));
     }
 #undef NM
     return EM_OK;
+}
+
+em_status dense_tp_bind_ends(em_model *m, tp_rank *R, float norm_shift) {
+    const model_config *c = &m->cfg;
+    char buf[256];
+    EM_TRY(dense_tp_rows(m, R, "model.embed_tokens.weight", c->vocab, c->hidden, 0, c->vocab, &R->embed));
+    const char *head = "lm_head.weight";
+    if (c->tied_embeddings || !st_find(m->st, weight_resolve(m, head, buf, sizeof buf))) {
+        if (!c->tied_embeddings)
+            return em_fail(EM_ERR_FORMAT, "%s: tensor %s is missing and tie_word_embeddings is false", m->dir, buf);
+        head = "model.embed_tokens.weight";
+    }
+    tp_slice hs = {R->sh.vocab0, R->sh.n_vocab, 0, c->hidden, R->sh.vocab_pad};
+    EM_TRY(weight_bind_shard(m, &R->wl, head, c->vocab, c->hidden, &hs, &R->head));
+    int64_t H = c->hidden;
+    tp_rows all = {0, H};
+    return dense_tp_f32(m, R, "model.norm.weight", 1, &H, &all, 1, norm_shift, &R->final_norm);
 }
 
 static em_status bind_rank(em_model *m, tp_rank *R) {
     const model_config *c = &m->cfg;
     R->layers = em_calloc((size_t)c->n_layers, sizeof *R->layers);
     if (!R->layers) return em_fail(EM_ERR_NOMEM, "out of memory");
-    EM_TRY(bind_rows(m, R, "model.embed_tokens.weight", c->vocab, c->hidden, 0, c->vocab, &R->embed));
-    const char *head = "lm_head.weight";
-    if (c->tied_embeddings || !st_find(m->st, head)) {
-        if (!c->tied_embeddings)
-            return em_fail(EM_ERR_FORMAT, "%s: tensor lm_head.weight is missing and tie_word_embeddings is false", m->dir);
-        head = "model.embed_tokens.weight";
-    }
-    tp_slice hs = {R->sh.vocab0, R->sh.n_vocab, 0, c->hidden, R->sh.vocab_pad};
-    EM_TRY(weight_bind_shard(m, &R->wl, head, c->vocab, c->hidden, &hs, &R->head));
-    EM_TRY(vec(m, R, "model.norm.weight", c->hidden, 0, c->hidden, &R->final_norm));
+    EM_TRY(dense_tp_bind_ends(m, R, 0.0f));
     for (int i = 0; i < c->n_layers; i++) EM_TRY(bind_layer(m, R, i, &R->layers[i]));
     EM_LOGI("%s: rank %d on %s: query heads %d..%d, KV heads %d..%d%s, features %lld..%lld, vocabulary %lld..%lld",
             m->dir, R->sh.rank, R->be->desc, R->sh.q_head0, R->sh.q_head0 + R->sh.n_q_heads - 1, R->sh.kv_head0,
@@ -101,7 +135,8 @@ static em_status bind_rank(em_model *m, tp_rank *R) {
 }
 
 void dense_tp_free_workspace(tp_rank *R) {
-    float **ws[] = {&R->x, &R->h, &R->q, &R->k, &R->v, &R->att, &R->gate, &R->up, &R->act, &R->logits};
+    float **ws[] = {&R->x, &R->h, &R->q,  &R->k, &R->v, &R->att, &R->gate, &R->up,   &R->act,  &R->logits,
+                    &R->qg, &R->attn_gate, &R->qkv, &R->z, &R->a, &R->b, &R->g, &R->beta, &R->core};
     for (size_t k = 0; k < sizeof ws / sizeof ws[0]; k++) {
         if (*ws[k]) R->be->ops->free(R->be, *ws[k]);
         *ws[k] = NULL;
@@ -111,6 +146,7 @@ void dense_tp_free_workspace(tp_rank *R) {
 static void free_rank(em_model *m, tp_rank *R) {
     if (!R->be) return;
     dense_tp_free_workspace(R);
+    rstate_free(R->rs);
     if (R->amax_ids) R->be->ops->free(R->be, R->amax_ids);
     if (R->amax_vals) R->be->ops->free(R->be, R->amax_vals);
     dev_list_free(&R->wl);
@@ -168,6 +204,7 @@ void dense_tp_free(em_model *m) {
     free(t->frame);
     free(t->rx);
     free(t->rx_spans);
+    free(t->q35_spans);
     free(t);
     m->impl = NULL;
 }
@@ -215,7 +252,7 @@ static em_status open_procs(em_model *m, tp_impl *t) {
     return em_comm_init_rank(m->be, t->rank0, t->world, id, timeout, &t->comm);
 }
 
-em_status dense_tp_load(em_model *m) {
+em_status dense_tp_start(em_model *m) {
     const model_config *c = &m->cfg;
     tp_impl *t = em_calloc(1, sizeof *t);
     if (!t) return em_fail(EM_ERR_NOMEM, "out of memory");
@@ -231,10 +268,7 @@ em_status dense_tp_load(em_model *m) {
         EM_TRY(tp_plan_make(c->n_heads, c->n_kv_heads, c->intermediate, c->vocab, t->rank0 + r, t->world, &t->r[r].sh));
     t->r[0].be = m->be;
     EM_TRY(m->tp_procs ? open_procs(m, t) : open_ranks(m, t));
-    for (int r = 0; r < t->n; r++) {
-        t->r[r].wl.be = t->r[r].be;
-        EM_TRY(bind_rank(m, &t->r[r]));
-    }
+    for (int r = 0; r < t->n; r++) t->r[r].wl.be = t->r[r].be;
     for (int i = 0; i < c->n_layers; i++)
         t->window[i] = c->sliding_window > 0 && c->layer_sliding[i] ? c->sliding_window : 0;
     t->rot_dim = (int)(c->head_dim * c->rope.partial_rotary_factor);
@@ -247,6 +281,13 @@ em_status dense_tp_load(em_model *m) {
                 em_config_flag(m->config, EMC_CUDA_GRAPHS) && t->n <= 64;
     /* the cache holds a rank's KV heads */
     m->kv_heads = t->r[0].sh.n_kv_heads;
+    return EM_OK;
+}
+
+em_status dense_tp_load(em_model *m) {
+    EM_TRY(dense_tp_start(m));
+    tp_impl *t = m->impl;
+    for (int r = 0; r < t->n; r++) EM_TRY(bind_rank(m, &t->r[r]));
     return EM_OK;
 }
 

@@ -89,6 +89,8 @@ extern const family_ops qwen3_5_family;
 /* The dense family split over GPUs (dense_tp.c), chosen by model_open when
  * tensor parallelism is asked for. */
 extern const family_ops dense_tp_family;
+/* The Qwen3.5 family split over GPUs (qwen3_5_tp.c), likewise. */
+extern const family_ops qwen3_5_tp_family;
 
 /* Everything the registry knows about a model directory: its fingerprints
  * and the implementation chosen for it, with the reason (registry.h). */
@@ -139,7 +141,7 @@ struct em_model {
     const char *(*weight_name)(const em_model *m, const char *name, char *buf, size_t len);
 };
 
-/* Tensor parallelism (dense_tp.c): GPUs the model spans (1 without);
+/* Tensor parallelism (dense_tp.c, either family): GPUs the model spans (1 without);
  * all-reduce timing on or off; milliseconds spent in all-reduces and their
  * count since the last take. */
 int model_tp_size(const em_model *m);

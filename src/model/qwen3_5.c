@@ -119,13 +119,18 @@ static em_status bind_head(em_model *m, q35_impl *d) {
     return q35_gain(m, d, "model.norm.weight", c->hidden, &d->final_norm);
 }
 
-static em_status q35_load(em_model *m) {
-    const model_config *c = &m->cfg;
-    const qwen3_5_config *q = &c->q35;
+em_status q35_backend_check(const em_model *m) {
     const em_backend_ops *ops = m->be->ops;
     if (!ops->conv1d_silu || !ops->gated_delta_rule || !ops->gdn_gates || !ops->rmsnorm_gated || !ops->sigmoid_mul)
         return em_fail(EM_ERR_UNSUPPORTED, "%s: the Qwen3.5 family needs the Gated DeltaNet operations, which the %s "
                        "backend does not have yet (use --device cpu)", m->dir, m->be->desc);
+    return EM_OK;
+}
+
+static em_status q35_load(em_model *m) {
+    const model_config *c = &m->cfg;
+    const qwen3_5_config *q = &c->q35;
+    EM_TRY(q35_backend_check(m));
     q35_impl *d = em_calloc(1, sizeof *d);
     if (!d) return em_fail(EM_ERR_NOMEM, "out of memory");
     m->impl = d;
@@ -188,14 +193,6 @@ em_status q35_workspace(em_model *m, q35_impl *d, int T) {
     return EM_OK;
 }
 
-/* q_proj writes [query (head_dim) | gate (head_dim)] per head: split them
- * (strided copies in backend memory). */
-static void split_query_gate(em_backend *be, const model_config *c, q35_impl *d, int T) {
-    int hd = c->head_dim, rows = T * c->n_heads;
-    be->ops->copy_rows(be, d->q, hd, d->qg, 2 * hd, rows, hd);
-    be->ops->copy_rows(be, d->gate, hd, d->qg + hd, 2 * hd, rows, hd);
-}
-
 em_status q35_logits(em_model *m, q35_impl *d, const em_batch *b, float *logits, const float *h, int rows,
                      const em_weight *head) {
     em_backend *be = m->be;
@@ -216,37 +213,39 @@ em_status q35_logits(em_model *m, q35_impl *d, const em_batch *b, float *logits,
     return model_logits_out(m, b, d->logits, rows, logits);
 }
 
-/* h (normed input) -> h (attention output), positions in d->pos. */
-static void gated_attention(em_model *m, q35_impl *d, q35_layer *L, const q35_span *sp, int n_spans, int T) {
-    const model_config *c = &m->cfg;
-    em_backend *be = m->be;
+void q35_gated_attention(const q35_attn_run *r, const q35_attn *A, int kv_layer, const q35_span *sp, int n_spans,
+                         int T) {
+    em_backend *be = r->be;
     const em_backend_ops *op = be->ops;
-    const q35_attn *A = &L->attn;
-    int qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
-    float eps = (float)c->rms_eps;
-    row_runs_matmul(be, &d->runs, d->qg, d->h, &A->wq, A->bq);
-    row_runs_matmul(be, &d->runs, d->k, d->h, &A->wk, A->bk);
-    row_runs_matmul(be, &d->runs, d->v, d->h, &A->wv, A->bv);
-    split_query_gate(be, c, d, T);
-    op->rmsnorm(be, d->q, d->q, A->q_norm, T * c->n_heads, c->head_dim, eps, 0.0f);
-    op->rmsnorm(be, d->k, d->k, A->k_norm, T * c->n_kv_heads, c->head_dim, eps, 0.0f);
-    op->rope(be, d->q, T, c->n_heads, c->head_dim, d->rot_dim, d->pos, d->inv_freq, d->attn_factor);
-    op->rope(be, d->k, T, c->n_kv_heads, c->head_dim, d->rot_dim, d->pos, d->inv_freq, d->attn_factor);
-    float scale = 1.0f / sqrtf((float)c->head_dim);
+    int hd = r->head_dim, nq = r->n_heads, nkv = r->n_kv_heads;
+    size_t qd = (size_t)nq * hd, kvd = (size_t)nkv * hd;
+    row_runs_matmul(be, r->runs, r->qg, r->h, &A->wq, A->bq);
+    row_runs_matmul(be, r->runs, r->k, r->h, &A->wk, A->bk);
+    row_runs_matmul(be, r->runs, r->v, r->h, &A->wv, A->bv);
+    /* q_proj writes [query (head_dim) | gate (head_dim)] per head: split
+     * them (strided copies in backend memory) */
+    op->copy_rows(be, r->q, hd, r->qg, 2 * hd, T * nq, hd);
+    op->copy_rows(be, r->gate, hd, r->qg + hd, 2 * hd, T * nq, hd);
+    op->rmsnorm(be, r->q, r->q, A->q_norm, T * nq, hd, r->eps, 0.0f);
+    op->rmsnorm(be, r->k, r->k, A->k_norm, T * nkv, hd, r->eps, 0.0f);
+    op->rope(be, r->q, T, nq, hd, r->rot_dim, r->pos, r->inv_freq, r->attn_factor);
+    op->rope(be, r->k, T, nkv, hd, r->rot_dim, r->pos, r->inv_freq, r->attn_factor);
+    float scale = 1.0f / sqrtf((float)hd);
     int row = 0;
     for (int s = 0; s < n_spans; s++) {
         if (sp[s].n) {
-            em_kv_view kv = kv_seq_view(m->kv, sp[s].seq, L->slot);
-            op->kv_write(be, &kv, d->k + (size_t)row * kvd, d->v + (size_t)row * kvd, d->pos + row, sp[s].n,
-                         c->n_kv_heads, c->head_dim);
-            op->attention(be, d->att + (size_t)row * qd, d->q + (size_t)row * qd, &kv, d->pos + row, sp[s].n,
-                          c->n_heads, c->n_kv_heads, c->head_dim, scale, 0);
+            em_kv_view kv = r->view(r->view_arg, sp[s].seq, kv_layer);
+            op->kv_write(be, &kv, r->k + (size_t)row * kvd, r->v + (size_t)row * kvd, r->pos + row, sp[s].n, nkv, hd);
+            op->attention(be, r->att + (size_t)row * qd, r->q + (size_t)row * qd, &kv, r->pos + row, sp[s].n, nq, nkv,
+                          hd, scale, 0);
         }
         row += sp[s].n;
     }
-    op->sigmoid_mul(be, d->att, d->gate, T, qd, qd);
-    row_runs_matmul(be, &d->runs, d->h, d->att, &A->wo, A->bo);
+    op->sigmoid_mul(be, r->att, r->gate, T, (int)qd, (int)qd);
+    row_runs_matmul(be, r->runs, r->h, r->att, &A->wo, A->bo);
 }
+
+static em_kv_view cache_view(const void *kv, int seq, int layer) { return kv_seq_view(kv, seq, layer); }
 
 void q35_mlp(em_model *m, q35_impl *d, q35_layer *L, int T) {
     const model_config *c = &m->cfg;
@@ -264,14 +263,21 @@ void q35_attention_layer(em_model *m, q35_impl *d, q35_layer *L, const q35_span 
     const model_config *c = &m->cfg;
     em_backend *be = m->be;
     be->ops->rmsnorm(be, d->h, d->x, L->attn_norm, T, c->hidden, (float)c->rms_eps, 0.0f);
-    if (L->linear) q35_gdn_block(m, d, L, sp, n_spans, T);
-    else gated_attention(m, d, L, sp, n_spans, T);
+    if (L->linear) {
+        q35_gdn_run r = q35_gdn_run_of(m, d);
+        q35_gdn_block(&r, &L->gdn, L->slot, sp, n_spans, T);
+    } else {
+        q35_attn_run r = {be, &d->runs, c->n_heads, c->n_kv_heads, c->head_dim, d->rot_dim, (float)c->rms_eps,
+                          d->attn_factor, d->inv_freq, d->pos, d->h, d->qg, d->q, d->gate, d->k, d->v, d->att,
+                          cache_view, m->kv};
+        q35_gated_attention(&r, &L->attn, L->slot, sp, n_spans, T);
+    }
     be->ops->add(be, d->x, d->h, (size_t)T * c->hidden);
     q35_mlp(m, d, L, T);
 }
 
-/* Positions, ids, KV room and recurrent-state bookkeeping of each span. */
-static em_status prepare_spans(em_model *m, q35_impl *d, const em_batch *b, q35_span *sp) {
+em_status q35_prepare_spans(em_model *m, rstate *const *rs, int n_rs, const em_batch *b, q35_span *sp, int32_t *ids,
+                            int32_t *pos) {
     const model_config *c = &m->cfg;
     int row = 0;
     for (int s = 0; s < b->n_spans; s++) {
@@ -284,26 +290,25 @@ static em_status prepare_spans(em_model *m, q35_impl *d, const em_batch *b, q35_
         int len = m->kv->seqs[e->seq].len;
         EM_TRY(kv_seq_reserve(m->kv, e->seq, len + e->n));
         sp[s] = (q35_span){e->seq, e->n, -1};
-        if (d->rs && e->n) {
-            if (len == 0) rstate_reset(d->rs, e->seq); /* a new sequence starts from zero state */
+        /* every rank's state moves in step: their journals agree */
+        for (int r = 0; r < n_rs && e->n; r++) {
+            if (len == 0) rstate_reset(rs[r], e->seq); /* a new sequence starts from zero state */
             bool active;
             int first;
-            EM_TRY(rstate_journal_span(d->rs, e->seq, len, e->n, &first, &active));
+            EM_TRY(rstate_journal_span(rs[r], e->seq, len, e->n, &first, &active));
             if (active) sp[s].journal_first = first;
         }
         for (int i = 0; i < e->n; i++) {
             if (e->tokens[i] < 0 || e->tokens[i] >= c->vocab)
                 return em_fail(EM_ERR_INVALID, "token id %d is outside the vocabulary of %d", e->tokens[i], c->vocab);
-            d->ids[row] = e->tokens[i];
-            d->pos[row++] = len + i;
+            ids[row] = e->tokens[i];
+            pos[row++] = len + i;
         }
     }
     return EM_OK;
 }
 
-/* Journaled spans (speculative verification) stay EXACT so they compute
- * what single steps would. */
-static em_status plan_runs(em_model *m, q35_impl *d, const em_batch *b, const q35_span *sp) {
+em_status q35_plan_runs(em_model *m, row_runs *runs, const em_batch *b, const q35_span *sp) {
     int n_spans = b->n_spans;
     int ns[64];
     bool ex[64];
@@ -317,7 +322,7 @@ static em_status plan_runs(em_model *m, q35_impl *d, const em_batch *b, const q3
         e[i] = sp[i].journal_first >= 0;
         math[i] = span_prefill_math(&b->spans[i], m->prefill_math);
     }
-    if (st == EM_OK) st = row_runs_plan(&d->runs, n, e, math, n_spans, m->prefill_math);
+    if (st == EM_OK) st = row_runs_plan(runs, n, e, math, n_spans, m->prefill_math);
     if (n != ns) free(n);
     if (e != ex) free(e);
     if (math != ms) free(math);
@@ -333,8 +338,8 @@ static em_status q35_forward(em_model *m, const em_batch *b, float *logits) {
     EM_TRY(q35_workspace(m, d, T));
     q35_span stack[8], *sp = b->n_spans <= 8 ? stack : em_mallocn((size_t)b->n_spans, sizeof *sp);
     if (!sp) return em_fail(EM_ERR_NOMEM, "out of memory");
-    em_status st = prepare_spans(m, d, b, sp);
-    if (st == EM_OK) st = plan_runs(m, d, b, sp);
+    em_status st = q35_prepare_spans(m, &d->rs, d->rs ? 1 : 0, b, sp, d->ids, d->pos);
+    if (st == EM_OK) st = q35_plan_runs(m, &d->runs, b, sp);
     if (st == EM_OK) {
         em_backend *be = m->be;
         be->ops->embed(be, d->x, &d->embed, d->ids, T);
@@ -366,8 +371,9 @@ static em_status q35_seq_truncate(em_model *m, int seq, int len) {
         EM_TRY(rstate_rewind(d->rs, seq, len, &replay));
         if (replay > 0) {
             EM_TRY(q35_workspace(m, d, replay));
+            q35_gdn_run r = q35_gdn_run_of(m, d);
             for (int l = 0; l < m->cfg.n_layers; l++)
-                if (d->layers[l].linear) q35_gdn_replay(m, d, &d->layers[l], seq, replay);
+                if (d->layers[l].linear) q35_gdn_replay(&r, &d->layers[l].gdn, d->layers[l].slot, seq, replay);
         }
     }
     if (d->rs) rstate_journal_close(d->rs, seq);

@@ -75,7 +75,44 @@ typedef struct q35_span {
     int journal_first; /* >= 0: journal these tokens from this index */
 } q35_span;
 
+/* What the gated attention of one layer runs over: the one device's heads
+ * (qwen3_5.c) or one tensor-parallel rank's share (qwen3_5_tp.c). The
+ * workspace buffers hold T rows of this graph's widths. */
+typedef struct q35_attn_run {
+    em_backend *be;
+    const row_runs *runs;
+    int n_heads, n_kv_heads, head_dim, rot_dim;
+    float eps, attn_factor;
+    const float *inv_freq;
+    const int32_t *pos;
+    float *h, *qg, *q, *gate, *k, *v, *att;
+    /* sequence seq's KV-cache layer in this graph's storage */
+    em_kv_view (*view)(const void *arg, int seq, int layer);
+    const void *view_arg;
+} q35_attn_run;
+
+/* What a Gated DeltaNet block runs over: hk key and hv value heads (all of
+ * the model's, or one rank's), their recurrent state and workspace. */
+typedef struct q35_gdn_run {
+    em_backend *be;
+    const row_runs *runs;
+    rstate *rs;
+    int hk, hv, dk, dv, kernel;
+    int channels; /* 2 * hk * dk + hv * dv */
+    float eps;
+    float *h, *qkv, *z, *a, *b, *g, *beta, *core;
+} q35_gdn_run;
+
 em_status q35_workspace(em_model *m, q35_impl *d, int T);
+/* Checks a batch's spans, reserves their KV room and fills sp, ids and
+ * pos (T entries); the recurrent states rs[0..n_rs) (the one device's, or
+ * every rank's) are reset for new sequences and journal the spans a
+ * rollback mark covers. */
+em_status q35_prepare_spans(em_model *m, rstate *const *rs, int n_rs, const em_batch *b, q35_span *sp, int32_t *ids,
+                            int32_t *pos);
+/* Plans the batch's row runs; journaled spans (speculative verification)
+ * stay EXACT so they compute what single steps would. */
+em_status q35_plan_runs(em_model *m, row_runs *runs, const em_batch *b, const q35_span *sp);
 /* Host logits[rows, vocab] = h[rows, hidden] · headᵀ (h in backend memory);
  * through a backend buffer and a download on device backends. */
 em_status q35_logits(em_model *m, q35_impl *d, const em_batch *b, float *logits, const float *h, int rows,
@@ -83,12 +120,25 @@ em_status q35_logits(em_model *m, q35_impl *d, const em_batch *b, float *logits,
 /* x += attention(rmsnorm(x)), x += mlp(rmsnorm(x)) for one decoder layer. */
 void q35_attention_layer(em_model *m, q35_impl *d, q35_layer *L, const q35_span *sp, int n_spans, int T);
 void q35_mlp(em_model *m, q35_impl *d, q35_layer *L, int T);
+/* r->h (normed input) -> r->h (the output projection of attention over KV
+ * layer kv_layer), positions in r->pos. */
+void q35_gated_attention(const q35_attn_run *r, const q35_attn *A, int kv_layer, const q35_span *sp, int n_spans,
+                         int T);
 
-/* gdn.c: the token mixer of a linear-attention layer over d->h -> d->h. */
-void q35_gdn_block(em_model *m, q35_impl *d, q35_layer *L, const q35_span *sp, int n_spans, int T);
-/* Replays n journaled tokens of layer L into seq's restored state. */
-void q35_gdn_replay(em_model *m, q35_impl *d, q35_layer *L, int seq, int n);
+/* gdn.c: the token mixer of a linear-attention layer (recurrent-state
+ * layer `slot`) over r->h -> r->h. */
+void q35_gdn_block(const q35_gdn_run *r, const q35_gdn *g, int slot, const q35_span *sp, int n_spans, int T);
+/* Replays n journaled tokens of layer `slot` into seq's restored state. */
+void q35_gdn_replay(const q35_gdn_run *r, const q35_gdn *g, int slot, int seq, int n);
+/* The one device's run of the GDN blocks. */
+q35_gdn_run q35_gdn_run_of(em_model *m, q35_impl *d);
 em_status q35_gdn_bind(em_model *m, q35_impl *d, int i, q35_layer *L);
+/* The shape of conv1d weight `name` (C channels, kernel K) as the
+ * checkpoint stores it. */
+void q35_conv_shape(const em_model *m, const char *name, int64_t C, int64_t K, int64_t shape[3]);
+/* Whether m's backend has the Gated DeltaNet operations (an error saying
+ * so otherwise). */
+em_status q35_backend_check(const em_model *m);
 void q35_gdn_free(em_backend *be, q35_gdn *g);
 
 /* Loads a norm gain, shifted by +1 when the checkpoint stores gamma - 1. */

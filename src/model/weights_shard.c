@@ -64,8 +64,9 @@ static em_status upload_slice(em_model *m, em_backend *be, const st_tensor *t, i
     return st;
 }
 
-em_status weight_bind_shard(em_model *m, dev_list *l, const char *canonical, int64_t rows, int64_t cols,
-                            const tp_slice *s, em_weight *w) {
+/* The tensor behind canonical `name`, checked to be a float [rows, cols]
+ * matrix that is not a quantized module. */
+static em_status find_matrix(em_model *m, const char *canonical, int64_t rows, int64_t cols, const st_tensor **out) {
     char buf[256];
     const char *name = weight_resolve(m, canonical, buf, sizeof buf);
     const st_tensor *t = st_find(m->st, name);
@@ -84,58 +85,96 @@ em_status weight_bind_shard(em_model *m, dev_list *l, const char *canonical, int
     if (t->ndim != 2 || t->shape[0] != rows || t->shape[1] != cols)
         return em_fail(EM_ERR_FORMAT, "%s: tensor %s does not have the shape [%lld, %lld] the config implies", m->dir,
                        name, (long long)rows, (long long)cols);
-    if (!slice_ok(s, rows, cols))
-        return em_fail(EM_ERR_INTERNAL, "%s: slice rows %lld+%lld, columns %lld+%lld is outside %s", m->dir,
-                       (long long)s->row0, (long long)s->nrows, (long long)s->col0, (long long)s->ncols, name);
+    *out = t;
+    return EM_OK;
+}
+
+em_status weight_bind_shard_pieces(em_model *m, dev_list *l, const char *canonical, int64_t rows, int64_t cols,
+                                   const tp_slice *s, int n, em_weight *w) {
+    const st_tensor *t;
+    EM_TRY(find_matrix(m, canonical, rows, cols, &t));
+    int64_t held = 0;
+    for (int i = 0; i < n; i++) {
+        if (!slice_ok(&s[i], rows, cols) || s[i].col0 != s[0].col0 || s[i].ncols != s[0].ncols)
+            return em_fail(EM_ERR_INTERNAL, "%s: slice rows %lld+%lld, columns %lld+%lld is outside %s", m->dir,
+                           (long long)s[i].row0, (long long)s[i].nrows, (long long)s[i].col0, (long long)s[i].ncols,
+                           t->name);
+        held += s[i].pad_rows;
+    }
+    if (n < 1) return em_fail(EM_ERR_INTERNAL, "%s: no slice of %s", m->dir, t->name);
     em_backend *be = l->be;
-    size_t bytes;
-    if (!em_mul((size_t)s->pad_rows * (size_t)s->ncols, dtype_size(t->dtype), &bytes))
-        return em_fail(EM_ERR_NOMEM, "%s: slice of %s is too large", m->dir, name);
+    size_t esize = dtype_size(t->dtype), row_bytes = (size_t)s[0].ncols * esize, bytes;
+    if (!em_mul((size_t)held, row_bytes, &bytes))
+        return em_fail(EM_ERR_NOMEM, "%s: slice of %s is too large", m->dir, t->name);
     char *d = be->ops->alloc(be, bytes); /* zeroed: padding rows stay 0 */
     if (!d) return em_fail(EM_ERR_NOMEM, "%s: no room in %s memory for a slice of %s (%zu bytes)", m->dir, be->desc,
-                           name, bytes);
+                           t->name, bytes);
     em_status st = dev_list_add(l, d);
     if (st != EM_OK) {
         be->ops->free(be, d);
         return st;
     }
-    if (s->nrows) EM_TRY(upload_slice(m, be, t, cols, s, d));
-    *w = (em_weight){.dtype = t->dtype, .rows = s->pad_rows, .cols = s->ncols, .data = d, .name = t->name};
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        if (s[i].nrows) EM_TRY(upload_slice(m, be, t, cols, &s[i], d + at));
+        at += (size_t)s[i].pad_rows * row_bytes;
+    }
+    *w = (em_weight){.dtype = t->dtype, .rows = held, .cols = s[0].ncols, .data = d, .name = t->name};
     return EM_OK;
 }
 
-em_status weight_load_vector_shard(em_model *m, em_backend *be, const char *canonical, int64_t n_full, int64_t off,
-                                   int64_t n, float **out) {
+em_status weight_bind_shard(em_model *m, dev_list *l, const char *canonical, int64_t rows, int64_t cols,
+                            const tp_slice *s, em_weight *w) {
+    return weight_bind_shard_pieces(m, l, canonical, rows, cols, s, 1, w);
+}
+
+em_status weight_load_rows_shard(em_model *m, em_backend *be, const char *canonical, int ndim, const int64_t *shape,
+                                 const tp_rows *rows, int n, float shift, float **out) {
     char buf[256];
     const char *name = weight_resolve(m, canonical, buf, sizeof buf);
     *out = NULL;
     const st_tensor *t = st_find(m->st, name);
     if (!t) return em_fail(EM_ERR_FORMAT, "%s: tensor %s is missing", m->dir, name);
-    if (t->ndim != 1 || t->shape[0] != n_full)
-        return em_fail(EM_ERR_FORMAT, "%s: tensor %s does not have the shape [%lld] the config implies", m->dir, name,
-                       (long long)n_full);
+    bool same = t->ndim == ndim && ndim >= 1;
+    int64_t row = 1;
+    for (int i = 0; same && i < ndim; i++) {
+        same = t->shape[i] == shape[i];
+        if (i) row *= shape[i];
+    }
+    if (!same)
+        return em_fail(EM_ERR_FORMAT, "%s: tensor %s does not have the shape the config implies (%d dims, first %lld)",
+                       m->dir, name, ndim, (long long)shape[0]);
     if (t->dtype != EM_F32 && t->dtype != EM_BF16 && t->dtype != EM_F16)
         return em_fail(EM_ERR_UNSUPPORTED, "%s: tensor %s has dtype %s; expected a float type", m->dir, name,
                        dtype_name(t->dtype));
-    if (off < 0 || n < 1 || off + n > n_full)
-        return em_fail(EM_ERR_INTERNAL, "%s: elements %lld+%lld are outside %s", m->dir, (long long)off, (long long)n,
-                       name);
-    float *h = em_mallocn((size_t)n, sizeof *h);
-    float *v = be->ops->alloc(be, (size_t)n * sizeof(float));
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        if (rows[i].row0 < 0 || rows[i].nrows < 1 || rows[i].row0 + rows[i].nrows > shape[0])
+            return em_fail(EM_ERR_INTERNAL, "%s: rows %lld+%lld are outside %s", m->dir, (long long)rows[i].row0,
+                           (long long)rows[i].nrows, name);
+        total += rows[i].nrows * row;
+    }
+    if (n < 1) return em_fail(EM_ERR_INTERNAL, "%s: no rows of %s", m->dir, name);
+    float *h = em_mallocn((size_t)total, sizeof *h);
+    float *v = be->ops->alloc(be, (size_t)total * sizeof(float));
     if (!h || !v) {
         free(h);
         if (v) be->ops->free(be, v);
         return em_fail(EM_ERR_NOMEM, "out of memory loading %s", name);
     }
-    for (int64_t i = 0; i < n; i++) {
-        int64_t k = off + i;
-        switch (t->dtype) {
-        case EM_F32: h[i] = ((const float *)t->data)[k]; break;
-        case EM_BF16: h[i] = bf16_to_f32(((const uint16_t *)t->data)[k]); break;
-        default: h[i] = f16_to_f32(((const uint16_t *)t->data)[k]); break;
+    size_t at = 0;
+    for (int p = 0; p < n; p++) {
+        for (int64_t i = rows[p].row0 * row; i < (rows[p].row0 + rows[p].nrows) * row; i++) {
+            float x;
+            switch (t->dtype) {
+            case EM_F32: x = ((const float *)t->data)[i]; break;
+            case EM_BF16: x = bf16_to_f32(((const uint16_t *)t->data)[i]); break;
+            default: x = f16_to_f32(((const uint16_t *)t->data)[i]); break;
+            }
+            h[at++] = x + shift;
         }
     }
-    em_status s = be->ops->upload(be, v, h, (size_t)n * sizeof(float));
+    em_status s = be->ops->upload(be, v, h, (size_t)total * sizeof(float));
     free(h);
     if (s != EM_OK) {
         be->ops->free(be, v);
@@ -143,4 +182,10 @@ em_status weight_load_vector_shard(em_model *m, em_backend *be, const char *cano
     }
     *out = v;
     return EM_OK;
+}
+
+em_status weight_load_vector_shard(em_model *m, em_backend *be, const char *canonical, int64_t n_full, int64_t off,
+                                   int64_t n, float **out) {
+    tp_rows r = {off, n};
+    return weight_load_rows_shard(m, be, canonical, 1, &n_full, &r, 1, 0.0f, out);
 }

@@ -41,9 +41,24 @@ void shard_gather_rows(void *dst, const void *src, int64_t cols, size_t esize, i
  * Quantized modules are refused. */
 em_status weight_bind_shard(em_model *m, dev_list *l, const char *name, int64_t rows, int64_t cols, const tp_slice *s,
                             em_weight *w);
+/* The same for n slices of one tensor stacked in order (each held as its
+ * pad_rows rows; all of the same columns): a projection whose output has
+ * parts split separately, as in_proj_qkv's q, k and v. */
+em_status weight_bind_shard_pieces(em_model *m, dev_list *l, const char *name, int64_t rows, int64_t cols,
+                                   const tp_slice *s, int n, em_weight *w);
 /* Loads elements [off, off + n) of the 1-D tensor `name` of n_full elements
  * as f32 into be's memory (owned by the caller). */
 em_status weight_load_vector_shard(em_model *m, em_backend *be, const char *name, int64_t n_full, int64_t off,
                                    int64_t n, float **out);
+/* Rows [row0, row0 + nrows) of a tensor, along its first dimension. */
+typedef struct tp_rows {
+    int64_t row0, nrows;
+} tp_rows;
+/* Loads n row ranges (stacked in order) of the tensor `name` of exactly
+ * `shape` (ndim dims, a row being everything after the first) as f32 into
+ * be's memory, `shift` added to every element (a norm gain stored as
+ * gamma - 1); owned by the caller. */
+em_status weight_load_rows_shard(em_model *m, em_backend *be, const char *name, int ndim, const int64_t *shape,
+                                 const tp_rows *rows, int n, float shift, float **out);
 
 #endif

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Tensor parallelism on two GPUs for the Llama family: for every golden dense
-# checkpoint that splits over two GPUs, (1) `ember logits --tensor-parallel 2`
+# Tensor parallelism on two GPUs for the Llama and Qwen3.5 families: for every
+# golden dense and Qwen3.5 checkpoint that splits over two GPUs, (1) `ember
+# logits --tensor-parallel 2`
 # matches the float64 reference logits as closely as one GPU must, and
 # matches `--tensor-parallel 1`; (2) greedy generations are equal; shapes that
 # cannot be split are refused with a message saying why. Then a batched
@@ -19,7 +20,7 @@ if ! "$EMBER_BIN" logits "$first" --ids 1 --out "$tmp/probe.bin" --device cuda -
   cat "$tmp/probe.err"; exit 1
 fi
 fail=0
-for d in "$EMBER_SRC"/tests/golden/dense/*/; do
+for d in "$EMBER_SRC"/tests/golden/dense/*/ "$EMBER_SRC"/tests/golden/qwen3_5/*/; do
   name=$(basename "$d")
   ids=$(python3 -c "import json,sys; print(','.join(map(str, json.load(open(sys.argv[1]))['ids'])))" "$d/ref.json")
   if ! "$EMBER_BIN" logits "$d" --ids "$ids" --out "$tmp/$name.tp2.bin" --device cuda --tensor-parallel 2 2>"$tmp/$name.err"; then
@@ -47,10 +48,13 @@ for d in "$EMBER_SRC"/tests/golden/dense/*/; do
   done
 done
 # prefill over several KV blocks, then batched decode steps (recorded) of two
-# sequences: every golden that splits, one GPU against two
-if [ -x "${EMBER_BUILD:-}/tests/test_dense_tp" ]; then
-  "$EMBER_BUILD/tests/test_dense_tp" --device cuda --ranks 2 || { echo "FAIL test_dense_tp on cuda"; fail=1; }
-fi
+# sequences: every golden that splits, one GPU against two (Qwen3.5: with a
+# rollback into a verified span and a snapshot restored)
+for t in test_dense_tp test_qwen3_5_tp; do
+  if [ -x "${EMBER_BUILD:-}/tests/$t" ]; then
+    "$EMBER_BUILD/tests/$t" --device cuda --ranks 2 || { echo "FAIL $t on cuda"; fail=1; }
+  fi
+done
 # several sequences per step (the batched attention and block tables of
 # every rank), with the all-reduce figure (timed when steps are not recorded)
 out=$(EMBER_CUDA_GRAPHS=0 "$EMBER_BIN" bench "$first" --device cuda --tensor-parallel 2 --prompt-tokens 40 \
@@ -74,6 +78,13 @@ if "$EMBER_BIN" logits "$first" --ids 1 --out "$tmp/x.bin" --device cuda --tenso
 fi
 # one process per GPU: rank 1 runs what rank 0 sends
 port=$((20000 + RANDOM % 20000))
+# (the Qwen3.5 family splits in one process only: refused before any rendezvous)
+q35=$(ls -d "$EMBER_SRC"/tests/golden/qwen3_5/*/ | head -n1)
+if EMBER_WORLD_SIZE=2 EMBER_RANK=0 EMBER_MASTER_ADDR=127.0.0.1 EMBER_MASTER_PORT=$port EMBER_TP_TIMEOUT=5 \
+     "$EMBER_BIN" logits "$q35" --ids 1 --out "$tmp/x.bin" --device cuda:0 2>"$tmp/q35mp.err" ||
+   ! grep -q "one process only" "$tmp/q35mp.err"; then
+  echo "FAIL Qwen3.5 with one process per rank was not refused clearly: $(cat "$tmp/q35mp.err")"; fail=1
+fi
 mp() { # rank, device, verb args...
   local rank=$1 dev=$2; shift 2
   EMBER_WORLD_SIZE=2 EMBER_RANK=$rank EMBER_MASTER_ADDR=127.0.0.1 EMBER_MASTER_PORT=$port EMBER_TP_TIMEOUT=20 \

@@ -94,6 +94,52 @@ static void refusals(void) {
     CHECK(tp_plan_make(4, 2, 256, 0, 0, 2, &s) == EM_ERR_INVALID);
 }
 
+/* Gated DeltaNet heads: 16 key heads, 32 value heads (2 value heads per
+ * key head) split over 1..16 ranks, then over 32 ranks with key heads
+ * replicated; every rank's value heads read exactly its key heads. */
+static void gdn_split(void) {
+    for (int world = 1; world <= 32; world *= 2) {
+        int covered_v = 0, covered_k = 0;
+        for (int r = 0; r < world; r++) {
+            tp_shard s;
+            REQUIRE(tp_plan_make(32, 8, 256, 1000, r, world, &s) == EM_OK);
+            REQUIRE(tp_plan_gdn(16, 32, &s) == EM_OK);
+            CHECK(s.n_lin_v_heads == 32 / world);
+            CHECK(s.lin_v_head0 == covered_v);
+            CHECK(s.lin_k_replicated == (world > 16));
+            if (!s.lin_k_replicated) CHECK(s.lin_k_head0 == covered_k);
+            CHECK(s.lin_v_head0 / 2 == s.lin_k_head0);
+            CHECK((s.lin_v_head0 + s.n_lin_v_heads - 1) / 2 == s.lin_k_head0 + s.n_lin_k_heads - 1);
+            covered_v += s.n_lin_v_heads;
+            covered_k += s.n_lin_k_heads;
+        }
+        CHECK(covered_v == 32);
+        CHECK(covered_k == (world > 16 ? world : 16));
+    }
+    /* 2 key heads, 4 value heads over 4 ranks: one value head each */
+    int want[4] = {0, 0, 1, 1};
+    for (int r = 0; r < 4; r++) {
+        tp_shard s;
+        REQUIRE(tp_plan_make(4, 2, 128, 256, r, 4, &s) == EM_OK);
+        REQUIRE(tp_plan_gdn(2, 4, &s) == EM_OK);
+        CHECK(s.n_lin_v_heads == 1 && s.lin_v_head0 == r);
+        CHECK(s.n_lin_k_heads == 1 && s.lin_k_replicated);
+        CHECKF(s.lin_k_head0 == want[r], "rank %d reads key head %d", r, s.lin_k_head0);
+    }
+}
+
+static void gdn_refusals(void) {
+    tp_shard s;
+    REQUIRE(tp_plan_make(2, 1, 192, 320, 0, 2, &s) == EM_OK);
+    CHECK(tp_plan_gdn(1, 3, &s) == EM_ERR_UNSUPPORTED);
+    CHECK(strstr(em_last_error(), "3 linear-attention value heads are not divisible by 2") != NULL);
+    /* 3 key heads, 6 value heads over 2 ranks: a rank's 3 value heads straddle key heads */
+    CHECK(tp_plan_gdn(3, 6, &s) == EM_ERR_UNSUPPORTED);
+    CHECK(strstr(em_last_error(), "3 linear-attention key heads") != NULL);
+    CHECK(tp_plan_gdn(2, 3, &s) == EM_ERR_INVALID); /* value heads not a multiple of key heads */
+    CHECK(tp_plan_gdn(0, 4, &s) == EM_ERR_INVALID);
+}
+
 /* Column slices of a row-major matrix, as o_proj and down_proj are read. */
 static void gather_columns(void) {
     enum { R = 5, C = 12 };
@@ -114,6 +160,8 @@ int main(void) {
     kv_replicated();
     vocab_padding();
     refusals();
+    gdn_split();
+    gdn_refusals();
     gather_columns();
     return test_summary();
 }
