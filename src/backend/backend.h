@@ -123,6 +123,11 @@ typedef struct em_backend_ops {
      * pos[row], multiplied by attn_factor. */
     void (*rope)(em_backend *be, float *x, int rows, int n_heads, int head_dim, int rot_dim, const int32_t *pos,
                  const float *inv_freq, float attn_factor);
+    /* rope over the queries (n_heads per row) and the keys (n_kv_heads) of
+     * the same rows, bitwise what two rope calls give: one launch where the
+     * backend fuses them. Optional (NULL: rope twice). */
+    void (*rope_qk)(em_backend *be, float *q, float *k, int rows, int n_heads, int n_kv_heads, int head_dim,
+                    int rot_dim, const int32_t *pos, const float *inv_freq, float attn_factor);
     /* out[i] = silu(gate[i]) * up[i] for rows of n, gate/up strided by ld. */
     void (*swiglu)(em_backend *be, float *out, const float *gate, const float *up, int rows, int n, int ld_in);
     void (*add)(em_backend *be, float *y, const float *x, size_t n); /* y += x */

@@ -221,8 +221,13 @@ static void attention_block(em_model *m, dense_impl *d, dense_layer *L, int laye
         op->rmsnorm(be, d->q, d->q, L->q_norm, T * c->n_heads, c->head_dim, (float)c->rms_eps, 0.0f);
         op->rmsnorm(be, d->k, d->k, L->k_norm, T * c->n_kv_heads, c->head_dim, (float)c->rms_eps, 0.0f);
     }
-    op->rope(be, d->q, T, c->n_heads, c->head_dim, d->rot_dim, d->pos, d->inv_freq, d->attn_factor);
-    op->rope(be, d->k, T, c->n_kv_heads, c->head_dim, d->rot_dim, d->pos, d->inv_freq, d->attn_factor);
+    if (op->rope_qk) {
+        op->rope_qk(be, d->q, d->k, T, c->n_heads, c->n_kv_heads, c->head_dim, d->rot_dim, d->pos, d->inv_freq,
+                    d->attn_factor);
+    } else {
+        op->rope(be, d->q, T, c->n_heads, c->head_dim, d->rot_dim, d->pos, d->inv_freq, d->attn_factor);
+        op->rope(be, d->k, T, c->n_kv_heads, c->head_dim, d->rot_dim, d->pos, d->inv_freq, d->attn_factor);
+    }
     float scale = 1.0f / sqrtf((float)c->head_dim);
     if (op->attention_spans && op->kv_write_spans) {
         for (int s = 0; s < b->n_spans; s++) d->views[s] = kv_seq_view(m->kv, b->spans[s].seq, layer);

@@ -347,6 +347,7 @@ static em_backend_ops make_ops(void) {
     o.rmsnorm = cuda_rmsnorm;
     o.add_rmsnorm = cuda_add_rmsnorm;
     o.rope = cuda_rope;
+    o.rope_qk = cuda_rope_qk;
     o.swiglu = cuda_swiglu;
     o.add = cuda_add;
     o.embed = cuda_embed;

@@ -232,6 +232,8 @@ void cuda_rmsnorm(em_backend *be, float *y, const float *x, const float *gain, i
                   float gain_offset);
 void cuda_add_rmsnorm(em_backend *be, float *x, const float *h, float *y, const float *gain, int rows, int n, float eps,
                       float gain_offset);
+void cuda_rope_qk(em_backend *be, float *q, float *k, int rows, int n_heads, int n_kv_heads, int head_dim,
+                  int rot_dim, const int32_t *pos, const float *inv_freq, float attn_factor);
 void cuda_rope(em_backend *be, float *x, int rows, int n_heads, int head_dim, int rot_dim, const int32_t *pos,
                const float *inv_freq, float attn_factor);
 void cuda_swiglu(em_backend *be, float *out, const float *gate, const float *up, int rows, int n, int ld_in);

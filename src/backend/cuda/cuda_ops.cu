@@ -64,38 +64,46 @@ void cuda_add_rmsnorm(em_backend *be, float *x, const float *h, float *y, const 
     CUDA_LAUNCHED(cb, "add_rmsnorm");
 }
 
-/* One thread per (row, head, i < rot_dim/2): rotate-half on the pair (i, i + half). */
-__global__ void rope_kernel(float *x, int rows, int n_heads, int head_dim, int half, const int32_t *pos,
+/* One thread per (row, head, i < rot_dim/2): rotate-half on the pair (i,
+ * i + half). A row's first nq heads are in x (nq per row), the next nk in
+ * k (nk per row; rope_qk), so queries and keys share one launch. */
+__global__ void rope_kernel(float *x, float *k, int rows, int nq, int nk, int head_dim, int half, const int32_t *pos,
                             const float *inv_freq, float attn_factor) {
-    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x, total = (size_t)rows * n_heads * half;
+    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x, total = (size_t)rows * (nq + nk) * half;
     if (t >= total) return;
     int i = (int)(t % half);
     size_t rh = t / half;
-    int r = (int)(rh / n_heads);
+    int r = (int)(rh / (nq + nk)), h = (int)(rh % (nq + nk));
     float ang = (float)pos[r] * inv_freq[i]; /* in f32, as the reference computes position * inv_freq */
     float c = cosf(ang) * attn_factor, s = sinf(ang) * attn_factor;
-    float *v = x + rh * head_dim;
+    float *v = h < nq ? x + ((size_t)r * nq + h) * head_dim : k + ((size_t)r * nk + h - nq) * head_dim;
     float a = v[i], b = v[i + half];
     v[i] = a * c - b * s;
     v[i + half] = b * c + a * s;
 }
 
-void cuda_rope(em_backend *be, float *x, int rows, int n_heads, int head_dim, int rot_dim, const int32_t *pos,
-               const float *inv_freq, float attn_factor) {
+void cuda_rope_qk(em_backend *be, float *q, float *k, int rows, int n_heads, int n_kv_heads, int head_dim,
+                  int rot_dim, const int32_t *pos, const float *inv_freq, float attn_factor) {
     cuda_backend *cb = cuda_enter(be);
     int half = rot_dim / 2;
-    if (rows <= 0 || n_heads <= 0 || half <= 0) return;
+    if (!k) n_kv_heads = 0;
+    if (rows <= 0 || n_heads + n_kv_heads <= 0 || half <= 0) return;
     size_t pb = (size_t)rows * sizeof *pos, fb = (size_t)half * sizeof *inv_freq;
     cuda_stage_begin(cb, pb + fb, 2);
     const int32_t *dpos = (const int32_t *)cuda_stage_put(cb, pos, pb);
     const float *dfreq = (const float *)cuda_stage_put(cb, inv_freq, fb);
     if (!dpos || !dfreq) return;
     cuda_stage_flush(cb);
-    size_t total = (size_t)rows * n_heads * half;
-    if (cuda_graph_skip(cb, x, rows, n_heads, head_dim, half, attn_factor)) return;
-    rope_kernel<<<cuda_blocks(total, 256), 256, 0, cb->stream>>>(x, rows, n_heads, head_dim, half, dpos, dfreq,
-                                                                  attn_factor);
+    size_t total = (size_t)rows * (n_heads + n_kv_heads) * half;
+    if (cuda_graph_skip(cb, q, k, rows, n_heads, n_kv_heads, head_dim, half, attn_factor)) return;
+    rope_kernel<<<cuda_blocks(total, 256), 256, 0, cb->stream>>>(q, k, rows, n_heads, n_kv_heads, head_dim, half,
+                                                                  dpos, dfreq, attn_factor);
     CUDA_LAUNCHED(cb, "rope");
+}
+
+void cuda_rope(em_backend *be, float *x, int rows, int n_heads, int head_dim, int rot_dim, const int32_t *pos,
+               const float *inv_freq, float attn_factor) {
+    cuda_rope_qk(be, x, NULL, rows, n_heads, 0, head_dim, rot_dim, pos, inv_freq, attn_factor);
 }
 
 __global__ void swiglu_kernel(float *out, const float *gate, const float *up, int rows, int n, int ld) {

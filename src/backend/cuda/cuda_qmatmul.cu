@@ -234,9 +234,9 @@ __device__ __forceinline__ void q8_stage(int8_t *xq, float *xd, float *xs, int c
     }
 }
 
-/* sum(x8 * q') over one segment: BITS words of codes, 8 staged words of x. */
-template <int BITS> __device__ __forceinline__ int q8_dot(const uint32_t *w, const int8_t *xseg) {
-    uint4 a = *(const uint4 *)xseg, b = *(const uint4 *)(xseg + 16);
+/* sum(x8 * q') over one segment: BITS words of codes, the 8 words of its
+ * staged activations (q8_dot loads them; q8_dot_x takes them loaded). */
+template <int BITS> __device__ __forceinline__ int q8_dot_x(const uint32_t *w, const uint4 &a, const uint4 &b) {
     int xv[8] = {(int)a.x, (int)a.y, (int)a.z, (int)a.w, (int)b.x, (int)b.y, (int)b.z, (int)b.w};
     int d = 0;
     if (BITS == 4) {
@@ -250,6 +250,10 @@ template <int BITS> __device__ __forceinline__ int q8_dot(const uint32_t *w, con
         for (int j = 0; j < 8; j++) d = __dp4a((int)(w[j] ^ 0x80808080u), xv[j], d);
     }
     return d;
+}
+
+template <int BITS> __device__ __forceinline__ int q8_dot(const uint32_t *w, const int8_t *xseg) {
+    return q8_dot_x<BITS>(w, *(const uint4 *)xseg, *(const uint4 *)(xseg + 16));
 }
 
 /* Registers capped so that 3 blocks (2 for 8-bit codes and 4+ rows) share
@@ -333,16 +337,17 @@ __global__ void __launch_bounds__(Q8_WARPS * 32, BITS == 8 && ROWS >= 4 ? 2 : 3)
 }
 
 /* One or two activation rows: the whole of x is staged once per block, and
- * the block's warps then stream weight rows (Q8_RW at a time, a grid-stride
- * over the matrix) with 64 bytes of codes in flight per row and lane and no
+ * the block's warps then stream weight rows (Q8S_RW at a time, a grid-stride
+ * over the matrix) with 32 bytes of codes in flight per row and lane and no
  * further barrier. The grid is a few blocks per multiprocessor, so the
  * staging is paid a few hundred times, not once per 16 rows. */
-#define Q8_STREAM_BLOCKS_PER_SM 3
+#define Q8_STREAM_BLOCKS_PER_SM 2
+#define Q8S_RW 4 /* weight rows per warp */
 
 template <int BITS, int ROWS>
-__global__ void __launch_bounds__(Q8_WARPS * 32, ROWS == 1 ? Q8_STREAM_BLOCKS_PER_SM : 2)
+__global__ void __launch_bounds__(Q8_WARPS * 32, Q8_STREAM_BLOCKS_PER_SM)
     qgemv_i8_stream_kernel(gemv_set set, const float *x, int sdt, int M, int K, int group) {
-    constexpr int Q8_U = BITS == 8 ? 2 : 4; /* segments in flight per row and lane */
+    constexpr int Q8_U = BITS == 8 ? 1 : 2; /* segments in flight per row and lane */
     extern __shared__ __align__(16) int8_t q8_smem[];
     int8_t *xq = q8_smem;
     float *xd = (float *)(q8_smem + (size_t)ROWS * K), *xs = xd + (size_t)ROWS * (K / QG_SEG);
@@ -350,37 +355,38 @@ __global__ void __launch_bounds__(Q8_WARPS * 32, ROWS == 1 ? Q8_STREAM_BLOCKS_PE
     __syncthreads();
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nseg = K / QG_SEG;
     size_t words_per_row = (size_t)K / 32 * BITS, groups_per_row = (size_t)(K / group);
-    int N = set.start[set.count]; /* rows of all the set's matrices */
-    for (int n0 = (blockIdx.x * Q8_WARPS + warp) * Q8_RW; n0 < N; n0 += gridDim.x * Q8_WARPS * Q8_RW) {
-        /* each of the warp's rows in its own matrix (a pair may straddle two) */
-        const uint32_t *wr[Q8_RW];
-        const void *rsc[Q8_RW], *rbi[Q8_RW];
-        size_t rg0[Q8_RW];
+    /* the warps walk units of Q8S_RW rows of one matrix: matrix g's rows
+     * padded to a whole number of units, so a unit never straddles two */
+    int ustart[EM_MATMUL_GROUP_MAX + 1];
+    ustart[0] = 0;
+    for (int g = 0; g < set.count; g++)
+        ustart[g + 1] = ustart[g] + (set.start[g + 1] - set.start[g] + Q8S_RW - 1) / Q8S_RW;
+    for (int unit = blockIdx.x * Q8_WARPS + warp; unit < ustart[set.count]; unit += gridDim.x * Q8_WARPS) {
+        int g = 0;
+        while (g + 1 < set.count && unit >= ustart[g + 1]) g++;
+        int n0 = (unit - ustart[g]) * Q8S_RW, Ng = set.start[g + 1] - set.start[g];
+        const uint32_t *w0 = (const uint32_t *)set.w[g] + (size_t)n0 * words_per_row;
+        const void *rsc = set.scales[g], *rbi = set.biases[g];
+        size_t gbase = (size_t)n0 * groups_per_row;
+        float acc[Q8S_RW][ROWS];
 #pragma unroll
-        for (int r = 0; r < Q8_RW; r++) {
-            int v = n0 + r < N ? n0 + r : n0, g = gemv_set_find(set, v), n = v - set.start[g];
-            wr[r] = (const uint32_t *)set.w[g] + (size_t)n * words_per_row;
-            rsc[r] = set.scales[g], rbi[r] = set.biases[g];
-            rg0[r] = (size_t)n * groups_per_row;
-        }
-        float acc[Q8_RW][ROWS];
-#pragma unroll
-        for (int r = 0; r < Q8_RW; r++)
+        for (int r = 0; r < Q8S_RW; r++)
 #pragma unroll
             for (int m = 0; m < ROWS; m++) acc[r][m] = 0.0f;
         for (int s0 = lane; s0 < nseg; s0 += 32 * Q8_U) {
-            uint32_t words[Q8_RW][Q8_U][BITS];
-            float sc[Q8_RW][Q8_U], bi[Q8_RW][Q8_U];
+            uint32_t words[Q8S_RW][Q8_U][BITS];
+            float sc[Q8S_RW][Q8_U], bi[Q8S_RW][Q8_U];
 #pragma unroll
             for (int u = 0; u < Q8_U; u++) {
                 int seg = s0 + u * 32;
                 if (seg < nseg) {
 #pragma unroll
-                    for (int r = 0; r < Q8_RW; r++) {
-                        size_t gi = rg0[r] + (size_t)seg * QG_SEG / group;
-                        load_segment<BITS>(wr[r], (size_t)seg, words[r][u]);
-                        sc[r][u] = q_scalar(rsc[r], sdt, gi);
-                        bi[r][u] = q_scalar(rbi[r], sdt, gi);
+                    for (int r = 0; r < Q8S_RW; r++) {
+                        int rr = n0 + r < Ng ? r : 0; /* rows past the matrix reread its unit's first */
+                        size_t gi = gbase + (size_t)rr * groups_per_row + (size_t)seg * QG_SEG / group;
+                        load_segment<BITS>(w0 + (size_t)rr * words_per_row, (size_t)seg, words[r][u]);
+                        sc[r][u] = q_scalar(rsc, sdt, gi);
+                        bi[r][u] = q_scalar(rbi, sdt, gi);
                     }
                 }
             }
@@ -392,9 +398,11 @@ __global__ void __launch_bounds__(Q8_WARPS * 32, ROWS == 1 ? Q8_STREAM_BLOCKS_PE
                 for (int m = 0; m < ROWS; m++) {
                     if (m >= M) break;
                     float dx = xd[m * (K / QG_SEG) + seg], sx = xs[m * (K / QG_SEG) + seg];
+                    const int8_t *xseg = xq + (size_t)m * K + (size_t)seg * QG_SEG;
+                    uint4 xa = *(const uint4 *)xseg, xb = *(const uint4 *)(xseg + 16);
 #pragma unroll
-                    for (int r = 0; r < Q8_RW; r++) {
-                        int d = q8_dot<BITS>(words[r][u], xq + (size_t)m * K + (size_t)seg * QG_SEG);
+                    for (int r = 0; r < Q8S_RW; r++) {
+                        int d = q8_dot_x<BITS>(words[r][u], xa, xb);
                         float b = BITS == 8 ? fmaf(128.0f, sc[r][u], bi[r][u]) : bi[r][u];
                         acc[r][m] = fmaf(sc[r][u] * dx, (float)d, fmaf(b, sx, acc[r][m]));
                     }
@@ -402,22 +410,21 @@ __global__ void __launch_bounds__(Q8_WARPS * 32, ROWS == 1 ? Q8_STREAM_BLOCKS_PE
             }
         }
 #pragma unroll
-        for (int r = 0; r < Q8_RW; r++)
+        for (int r = 0; r < Q8S_RW; r++)
 #pragma unroll
             for (int m = 0; m < ROWS; m++) {
                 float v = acc[r][m];
                 for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
                 acc[r][m] = v;
             }
+        const float *bias = set.bias[g];
 #pragma unroll
-        for (int r = 0; r < Q8_RW; r++) {
-            if (n0 + r >= N) break;
-            int g = gemv_set_find(set, n0 + r), n = n0 + r - set.start[g], Ng = set.start[g + 1] - set.start[g];
-            const float *bias = set.bias[g];
+        for (int r = 0; r < Q8S_RW; r++) {
+            if (n0 + r >= Ng) break;
 #pragma unroll
             for (int m = 0; m < ROWS; m++)
                 if (lane == (r * ROWS + m) % 32 && m < M)
-                    set.y[g][(size_t)m * Ng + n] = acc[r][m] + (bias ? bias[n] : 0.0f);
+                    set.y[g][(size_t)m * Ng + n0 + r] = acc[r][m] + (bias ? bias[n0 + r] : 0.0f);
         }
     }
 }
@@ -428,8 +435,9 @@ static size_t q8_stream_smem(int rows, int K) { return (size_t)rows * ((size_t)K
 /* w0: the set's first weight (they share bits, cols, group and scale dtype). */
 template <int BITS, int ROWS>
 static void qgemv_i8_stream_set(cuda_backend *cb, const gemv_set &set, const em_weight *w0, const float *x, int M) {
-    int N = set.start[set.count], K = (int)w0->cols, per_block = Q8_WARPS * Q8_RW;
-    int blocks = (N + per_block - 1) / per_block, most = cb->n_sm * (ROWS == 1 ? Q8_STREAM_BLOCKS_PER_SM : 2);
+    int units = 0, K = (int)w0->cols;
+    for (int g = 0; g < set.count; g++) units += (set.start[g + 1] - set.start[g] + Q8S_RW - 1) / Q8S_RW;
+    int blocks = (units + Q8_WARPS - 1) / Q8_WARPS, most = cb->n_sm * Q8_STREAM_BLOCKS_PER_SM;
     qgemv_i8_stream_kernel<BITS, ROWS><<<(unsigned)(blocks < most ? blocks : most), Q8_WARPS * 32,
                                          q8_stream_smem(ROWS, K), cb->stream>>>(set, x, (int)w0->scale_dtype, M, K,
                                                                                 w0->group_size);
