@@ -194,6 +194,13 @@ Q2_TARGET __attribute__((always_inline)) static inline __m256 dot32(__m256i wq, 
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
 }
 
+/* Prefetches the byte `ahead` bytes past p. The address is formed as an
+ * integer: past the last tile it lies outside the matrix, where pointer
+ * arithmetic would be undefined (the prefetch itself never faults). */
+Q2_TARGET __attribute__((always_inline)) static inline void qi8_prefetch(const uint8_t *p, size_t ahead) {
+    _mm_prefetch((const char *)((uintptr_t)p + ahead), _MM_HINT_T0);
+}
+
 /* One activation row against NR weight rows: per block of 32 the integer
  * dot products are scaled by the block's activation scale into a group
  * accumulator, which the group's weight scale then folds into the row's
@@ -207,8 +214,7 @@ Q2_TARGET __attribute__((always_inline)) static inline void qtile_i8_n(const cpu
     _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) wr[n] = (const uint8_t *)w->data + (size_t)(n0 + n) * row_bytes;
     /* Each row is prefetched where the next tile (NR rows on) reads: the
      * loads' latency, not the arithmetic, bounded this loop, and rows of a
-     * few KB end before the hardware prefetcher is up to speed. (A prefetch
-     * past the matrix is harmless: it never faults.) */
+     * few KB end before the hardware prefetcher is up to speed. */
     const size_t ahead = (size_t)NR * row_bytes;
     const int8_t *xq = x->q + (size_t)m * (size_t)K;
     const float *xd = x->d + (size_t)m * (size_t)(K / 32), *xs = x->sum + (size_t)m * (size_t)gpr;
@@ -228,7 +234,7 @@ Q2_TARGET __attribute__((always_inline)) static inline void qtile_i8_n(const cpu
                 __m256i xo = _mm256_loadu_si256((const __m256i *)(xq + k + 32));
                 __m256 d = _mm256_set_m128(_mm_broadcast_ss(xd + k / 32 + 1), _mm_broadcast_ss(xd + k / 32));
                 _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) {
-                    _mm_prefetch((const char *)(wr[n] + k / 2 + ahead), _MM_HINT_T0);
+                    qi8_prefetch(wr[n] + k / 2, ahead);
                     __m256i v = _mm256_loadu_si256((const __m256i *)(wr[n] + k / 2)), m4 = _mm256_set1_epi8(0x0F);
                     __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
                     __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xe), _mm256_maddubs_epi16(hi, xo));
@@ -242,7 +248,7 @@ Q2_TARGET __attribute__((always_inline)) static inline void qtile_i8_n(const cpu
                 __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + k));
                 __m256 d = _mm256_broadcast_ss(xd + k / 32);
                 _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) {
-                    _mm_prefetch((const char *)(wr[n] + k * BITS / 8 + ahead), _MM_HINT_T0);
+                    qi8_prefetch(wr[n] + k * BITS / 8, ahead);
                     accg[n] = _mm256_fmadd_ps(dot32(codes32(wr[n], k, BITS), xv, BITS), d, accg[n]);
                 }
             }
