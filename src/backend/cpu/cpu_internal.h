@@ -54,6 +54,13 @@ typedef struct cpu_kernels {
     qtile_i8_fn qtile_i8;   /* NULL: FAST few-row products stay in f32 */
     float (*dot)(const float *a, const float *b, int n);
     void (*axpy)(float *y, float a, const float *x, int n); /* y += a * x */
+    /* Attention over rows at a fixed stride (one KV block's keys or values),
+     * head_dim a multiple of 8; NULL: dot / axpy per row. dots: out[i] =
+     * q · k[i * stride], each dot's arithmetic the same whatever n and i.
+     * axpy_rows: o += sum over i in order of w[i] * v[i * stride], o held in
+     * registers across the rows. */
+    void (*dots)(const float *q, const float *k, size_t stride, int n, int hd, float *out);
+    void (*axpy_rows)(float *o, const float *w, const float *v, size_t stride, int n, int hd);
     void (*silu_mul)(float *out, const float *gate, const float *up, int n);
 } cpu_kernels;
 

@@ -77,6 +77,51 @@ AVX2_TARGET static void avx2_axpy(float *y, float a, const float *x, int n) {
     for (; i < n; i++) y[i] += a * x[i];
 }
 
+/* Eight dots at once: the keys' partial sums (8 lanes each) reduced by one
+ * hadd tree into a vector of 8 results. */
+AVX2_TARGET static inline __m256 dot8_rows(const float *q, const float *const k[8], int hd) {
+    __m256 a[8];
+    _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
+    for (int d = 0; d < hd; d += 8) {
+        __m256 qv = _mm256_loadu_ps(q + d);
+        _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) a[i] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[i] + d), a[i]);
+    }
+    __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
+    __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
+    __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+AVX2_TARGET static void avx2_dots(const float *q, const float *k, size_t stride, int n, int hd, float *out) {
+    for (int i0 = 0; i0 < n; i0 += 8) {
+        const float *rows[8];
+        for (int i = 0; i < 8; i++) rows[i] = k + (size_t)(i0 + i < n ? i0 + i : n - 1) * stride;
+        float r[8];
+        _mm256_storeu_ps(r, dot8_rows(q, rows, hd));
+        for (int i = 0; i < 8 && i0 + i < n; i++) out[i0 + i] = r[i];
+    }
+}
+
+/* C * 8 dims of o (C <= 8) held in registers across every row. */
+AVX2_TARGET __attribute__((always_inline)) static inline void axpy_rows_c(float *o, const float *w, const float *v,
+                                                                         size_t stride, int n, const int C) {
+    __m256 acc[8];
+    _Pragma("GCC unroll 8") for (int j = 0; j < C; j++) acc[j] = _mm256_loadu_ps(o + 8 * j);
+    for (int i = 0; i < n; i++) {
+        __m256 wi = _mm256_set1_ps(w[i]);
+        const float *vr = v + (size_t)i * stride;
+        _Pragma("GCC unroll 8") for (int j = 0; j < C; j++) acc[j] = _mm256_fmadd_ps(wi, _mm256_loadu_ps(vr + 8 * j), acc[j]);
+    }
+    _Pragma("GCC unroll 8") for (int j = 0; j < C; j++) _mm256_storeu_ps(o + 8 * j, acc[j]);
+}
+
+/* 64 dims of o at a time, then the rest 8 at a time. */
+AVX2_TARGET static void avx2_axpy_rows(float *o, const float *w, const float *v, size_t stride, int n, int hd) {
+    int d0 = 0;
+    for (; d0 + 64 <= hd; d0 += 64) axpy_rows_c(o + d0, w, v + d0, stride, n, 8);
+    for (; d0 < hd; d0 += 8) axpy_rows_c(o + d0, w, v + d0, stride, n, 1);
+}
+
 static const cpu_kernels avx2_kernels = {
     .isa = "avx2-fma",
     .tile_f32_bf16 = avx2_f32_bf16,
@@ -88,6 +133,8 @@ static const cpu_kernels avx2_kernels = {
     .qtile_i8 = cpu_qtile_i8_avx2,
     .dot = avx2_dot,
     .axpy = avx2_axpy,
+    .dots = avx2_dots,
+    .axpy_rows = avx2_axpy_rows,
     .silu_mul = cpu_silu_mul_ref,
 };
 
