@@ -57,6 +57,10 @@ typedef struct em_kv_spans {
     const em_kv_view *views;
     const int *rows;
     int n_spans;
+    /* FAST: every row may round its queries, keys, values and weights (a
+     * backend may then use bf16 tensor cores); EXACT (the zero value) keeps
+     * f32 arithmetic. */
+    em_math math;
 } em_kv_spans;
 
 /* What graph_begin decided for a step (see em_backend_ops). */

@@ -94,6 +94,12 @@ void row_runs_matmul_group(em_backend *be, const row_runs *r, int n, float *cons
     }
 }
 
+em_math row_runs_common_math(const row_runs *r) {
+    for (int i = 0; i < r->n; i++)
+        if (r->math[i] != EM_MATH_FAST) return EM_MATH_EXACT;
+    return r->n ? EM_MATH_FAST : EM_MATH_EXACT;
+}
+
 int batch_tokens(const em_batch *b) {
     int t = 0;
     for (int s = 0; s < b->n_spans; s++) t += b->spans[s].n;

@@ -43,6 +43,10 @@ void row_runs_matmul(em_backend *be, const row_runs *r, float *out, const float 
 void row_runs_matmul_group(em_backend *be, const row_runs *r, int n, float *const *outs, const float *in,
                            const em_weight *const *ws, const float *const *biases);
 
+/* FAST when every run of the batch is FAST (what a whole-batch operation
+ * such as attention may then assume), else EXACT. */
+em_math row_runs_common_math(const row_runs *r);
+
 /* Tokens in a batch. */
 int batch_tokens(const em_batch *b);
 /* Copies the rows of x (width H, backend memory) that want logits, in span

@@ -231,7 +231,7 @@ static void attention_block(em_model *m, dense_impl *d, dense_layer *L, int laye
     float scale = 1.0f / sqrtf((float)c->head_dim);
     if (op->attention_spans && op->kv_write_spans) {
         for (int s = 0; s < b->n_spans; s++) d->views[s] = kv_seq_view(m->kv, b->spans[s].seq, layer);
-        em_kv_spans spans = {d->views, d->span_rows, b->n_spans};
+        em_kv_spans spans = {d->views, d->span_rows, b->n_spans, row_runs_common_math(&d->runs)};
         op->kv_write_spans(be, &spans, d->k, d->v, d->pos, c->n_kv_heads, c->head_dim);
         op->attention_spans(be, d->att, d->q, &spans, d->pos, c->n_heads, c->n_kv_heads, c->head_dim, scale,
                             L->window);

@@ -814,6 +814,10 @@ static void test_attention(void) {
     test_attention_case(2, 1, 37, 33, 3, 0);     /* head_dim not /4: scalar path */
     test_attention_case(8, 2, 128, 400, 200, 0); /* one sequence, tiled path */
     test_attention_case(4, 4, 64, 97, 97, 31);   /* tiled path, window, whole prompt */
+    test_attention_case(8, 1, 32, 150, 3, 0);    /* GQA 8, head_dim 32 */
+    test_attention_case(4, 4, 32, 60, 1, 20);    /* MHA, head_dim 32, window */
+    test_attention_case(32, 8, 64, 700, 1, 0);   /* Llama-3.2-1B decode, long context */
+    test_attention_case(32, 8, 128, 9, 2, 0);    /* Llama-3.1-8B shape, fewer keys than a block's slots */
 }
 
 /* One sequence of a batch: `prior` tokens already cached, `rows` new ones. */
@@ -871,7 +875,7 @@ static void test_attention_spans_case(int n_heads, int n_kv, int hd, int window,
         rows[i] = sc[i].rows;
         for (int j = 0; j < sc[i].rows; j++) pos[r++] = sc[i].prior + j;
     }
-    em_kv_spans sg = {views_g, rows, n_spans};
+    em_kv_spans sg = {views_g, rows, n_spans, EM_MATH_EXACT};
     gpu->ops->kv_write_spans(gpu, &sg, kd, vd, pos, n_kv, hd);
     size_t qn = (size_t)n * qrow;
     float *q = rand_f32(qn, 1.0f), *oc = malloc(qn * 4);
@@ -898,6 +902,22 @@ static void test_attention_spans_case(int n_heads, int n_kv, int hd, int window,
     CHECKF(worst <= 1e-4, "attention spans=%d rows=%d hd=%d window=%d: worst row rel err %.3g", n_spans, n, hd, window,
            worst);
     CHECKF(memcmp(og, og2, qn * 4) == 0, "attention spans=%d rows=%d hd=%d: two runs differ", n_spans, n, hd);
+    /* FAST may round queries, keys, values and weights to bf16 (tensor
+     * cores for the tiled path): within bf16's reach, and reproducible */
+    em_kv_spans sf = sg;
+    sf.math = EM_MATH_FAST;
+    gpu->ops->attention_spans(gpu, od, qd, &sf, pos, n_heads, n_kv, hd, scale, window);
+    gpu->ops->attention_spans(gpu, od2, qd, &sf, pos, n_heads, n_kv, hd, scale, window);
+    float *of = down(od, qn), *of2 = down(od2, qn);
+    double ef = rel_err(of, oc, qn), worst_f = 0;
+    for (int r = 0; r < n; r++) {
+        double er = rel_err(of + (size_t)r * qrow, oc + (size_t)r * qrow, qrow);
+        if (er > worst_f || er != er) worst_f = er != er ? INFINITY : er;
+    }
+    CHECKF(ef <= 1e-2 && worst_f <= 3e-2, "attention FAST spans=%d rows=%d hd=%d window=%d: rel err %.3g, worst row %.3g",
+           n_spans, n, hd, window, ef, worst_f);
+    CHECKF(memcmp(of, of2, qn * 4) == 0, "attention FAST spans=%d rows=%d hd=%d: two runs differ", n_spans, n, hd);
+    free(of), free(of2);
     gpu->ops->release(gpu, kpool_g, 0), gpu->ops->release(gpu, vpool_g, 0);
     gpu->ops->free(gpu, kd), gpu->ops->free(gpu, vd), gpu->ops->free(gpu, qd);
     gpu->ops->free(gpu, od), gpu->ops->free(gpu, od2);

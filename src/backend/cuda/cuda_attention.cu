@@ -2,7 +2,10 @@
  *
  * Two paths:
  * - Decode and small batches (up to ATT_SPLIT_MAX_ROWS rows, and any batch
- *   while a step is recorded): here. One block per (query row, head) visits
+ *   while a step is recorded): here. For head dims 32/64/128 and 1/2/4/8
+ *   query heads per kv head, attention_gqa_kernel: one block per (row, kv
+ *   head), its query heads sharing each key and value it loads. Otherwise
+ *   attention_kernel: one block per (query row, head) visits
  *   keys in tiles of one key per thread: each thread scores its key, the
  *   block finds the tile's maximum and the softmax weights, and each thread
  *   accumulates the weighted values of its own output dimensions, rescaling
@@ -140,6 +143,139 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_kernel(float *out, floa
     }
 }
 
+/* The per-row kernel for the usual shapes (head_dim 32, 64 or 128; 1, 2, 4
+ * or 8 query heads per kv head): block x serves one row and one kv head
+ * (x / n_kv, x % n_kv), so the G query heads that read a key and value
+ * load them once. TPK = head_dim / 4 lanes share a key (a float4 of it
+ * each), so a warp holds 32 / TPK keys at a time and the block SLOTS keys:
+ * slot s visits keys start + s, start + s + SLOTS, ... keeping its own
+ * online softmax per head; the slots are then merged through shared memory
+ * in slot order. Splits (gridDim.y > 1) write the same partials as
+ * attention_kernel, for attention_combine. A row's result depends on its
+ * keys and the split count only, never on the other rows of the batch. */
+template <int TPK, int G>
+__global__ void __launch_bounds__(ATT_THREADS)
+    attention_gqa_kernel(float *out, float *part, const float *q, float *const *base, const int32_t *toff,
+                         const int32_t *pos, const int32_t *rmap, int n, int n_heads, int n_kv, int bs, float scale,
+                         int window) {
+    constexpr int HD = TPK * 4, KPW = 32 / TPK, SLOTS = (ATT_THREADS / 32) * KPW;
+    /* each slot's accumulators per head, [SLOTS][G][HD], then its (m, l) per head, [SLOTS][G][2] */
+    extern __shared__ float4 gsm4[];
+    float *gacc = (float *)gsm4, *gml = gacc + (size_t)SLOTS * G * HD;
+    int xr = (int)blockIdx.x / n_kv, kvh = (int)blockIdx.x % n_kv;
+    int row = rmap ? rmap[xr] : xr;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, sub = lane / TPK, d0 = (lane % TPK) * 4;
+    int slot = warp * KPW + sub;
+    float *const *kb = base + toff[row], *const *vb = base + toff[n + row];
+    size_t rowlen = (size_t)n_kv * HD, head_off = (size_t)kvh * HD + d0;
+    float4 qv[G];
+#pragma unroll
+    for (int g = 0; g < G; g++) qv[g] = *(const float4 *)(q + ((size_t)row * n_heads + (size_t)kvh * G + g) * HD + d0);
+    int p = pos[row];
+    int start = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0, end = p;
+    if (part) {
+        int len = p - start + 1, per = (len + (int)gridDim.y - 1) / (int)gridDim.y;
+        start += (int)blockIdx.y * per;
+        end = start + per - 1 < p ? start + per - 1 : p;
+    }
+    float m[G], l[G];
+    float4 acc[G];
+#pragma unroll
+    for (int g = 0; g < G; g++) m[g] = -INFINITY, l[g] = 0.0f, acc[g] = make_float4(0.f, 0.f, 0.f, 0.f);
+    /* every lane runs every step (the shuffles need the whole warp); a slot
+     * past the end computes nothing it keeps. The next step's key and value
+     * are loaded before this step's are used. */
+    float4 kn = make_float4(0.f, 0.f, 0.f, 0.f), vn = kn;
+    if (start + slot <= end) {
+        int j = start + slot;
+        size_t off = (size_t)(j % bs) * rowlen + head_off;
+        kn = *(const float4 *)(kb[j / bs] + off), vn = *(const float4 *)(vb[j / bs] + off);
+    }
+    for (int j0 = start; j0 <= end; j0 += SLOTS) {
+        int j = j0 + slot, jn = j + SLOTS;
+        bool valid = j <= end;
+        float4 kv = kn, vv = vn;
+        if (jn <= end) {
+            size_t off = (size_t)(jn % bs) * rowlen + head_off;
+            kn = *(const float4 *)(kb[jn / bs] + off), vn = *(const float4 *)(vb[jn / bs] + off);
+        }
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            float dot = qv[g].x * kv.x + qv[g].y * kv.y + qv[g].z * kv.z + qv[g].w * kv.w;
+#pragma unroll
+            for (int o = TPK / 2; o; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+            if (!valid) continue;
+            float sc = dot * scale, m_new = fmaxf(m[g], sc);
+            float corr = expf(m[g] - m_new), w = expf(sc - m_new);
+            l[g] = l[g] * corr + w;
+            acc[g].x = acc[g].x * corr + w * vv.x, acc[g].y = acc[g].y * corr + w * vv.y;
+            acc[g].z = acc[g].z * corr + w * vv.z, acc[g].w = acc[g].w * corr + w * vv.w;
+            m[g] = m_new;
+        }
+    }
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        size_t sg = (size_t)slot * G + g;
+        if (d0 == 0) gml[2 * sg] = m[g], gml[2 * sg + 1] = l[g];
+        *(float4 *)(gacc + sg * HD + d0) = acc[g];
+    }
+    __syncthreads();
+    /* merge the slots, in slot order, one (head, dim) per thread */
+    for (int i = threadIdx.x; i < G * HD; i += ATT_THREADS) {
+        int g = i / HD, d = i % HD;
+        float mx = -INFINITY;
+        for (int s = 0; s < SLOTS; s++) mx = fmaxf(mx, gml[2 * ((size_t)s * G + g)]);
+        float L = 0.0f, A = 0.0f;
+        for (int s = 0; s < SLOTS; s++) {
+            size_t sg = (size_t)s * G + g;
+            if (gml[2 * sg] == -INFINITY) continue; /* a slot that saw no key */
+            float f = expf(gml[2 * sg] - mx);
+            L += gml[2 * sg + 1] * f;
+            A += gacc[sg * HD + d] * f;
+        }
+        size_t rh = (size_t)xr * n_heads + (size_t)kvh * G + g; /* the grid's row, as attention_combine reads */
+        if (part) {
+            float *pp = part + (rh * gridDim.y + blockIdx.y) * (HD + 2);
+            if (d == 0) pp[0] = mx, pp[1] = L;
+            pp[2 + d] = A;
+        } else {
+            out[((size_t)row * n_heads + (size_t)kvh * G + g) * HD + d] = A / L;
+        }
+    }
+}
+
+/* Launches attention_gqa_kernel where a specialisation exists; false when
+ * the shape needs the general kernel (nothing launched). */
+template <int TPK>
+static bool gqa_launch_g(cudaStream_t st, unsigned rows, unsigned splits, int group, float *out, float *part,
+                         const float *q, float *const *base, const int32_t *toff, const int32_t *dpos,
+                         const int32_t *rmap, int n, int n_heads, int n_kv, int bs, float scale, int window) {
+    dim3 grid(rows * (unsigned)n_kv, splits);
+    size_t smem = (size_t)(ATT_THREADS / 32) * (32 / TPK) * (TPK * 4 + 2) * sizeof(float);
+#define GQA_CASE(GG)                                                                                              \
+    case GG:                                                                                                      \
+        attention_gqa_kernel<TPK, GG><<<grid, ATT_THREADS, smem * GG, st>>>(out, part, q, base, toff, dpos, rmap, n, \
+                                                                            n_heads, n_kv, bs, scale, window);    \
+        return true;
+    switch (group) {
+        GQA_CASE(1) GQA_CASE(2) GQA_CASE(4) GQA_CASE(8)
+    default: return false;
+    }
+#undef GQA_CASE
+}
+
+static bool gqa_launch(cudaStream_t st, unsigned rows, unsigned splits, int group, int hd, float *out, float *part,
+                       const float *q, float *const *base, const int32_t *toff, const int32_t *dpos,
+                       const int32_t *rmap, int n, int n_heads, int n_kv, int bs, float scale, int window) {
+    if (((uintptr_t)q & 15) != 0) return false;
+    switch (hd) {
+    case 32: return gqa_launch_g<8>(st, rows, splits, group, out, part, q, base, toff, dpos, rmap, n, n_heads, n_kv, bs, scale, window);
+    case 64: return gqa_launch_g<16>(st, rows, splits, group, out, part, q, base, toff, dpos, rmap, n, n_heads, n_kv, bs, scale, window);
+    case 128: return gqa_launch_g<32>(st, rows, splits, group, out, part, q, base, toff, dpos, rmap, n, n_heads, n_kv, bs, scale, window);
+    default: return false;
+    }
+}
+
 /* Merges the splits of one (row, head): rescales each partial to the
  * common maximum, in split order. Rows as in attention_kernel. */
 __global__ void attention_combine(float *out, const float *part, const int32_t *rmap, int n_heads, int splits,
@@ -180,8 +316,10 @@ static void attention_rows(cuda_backend *cb, float *out, const float *q, float *
         return;
     float *part = splits > 1 ? cb->att_part : NULL;
     if (cuda_graph_skip(cb, out, q, base, part, m, n_heads, n_kv, head_dim, bs, scale, window)) return;
-    attention_kernel<<<dim3((unsigned)rows_heads, splits), ATT_THREADS, smem, cb->stream>>>(
-        out, part, q, base, toff, dpos, rmap, n, n_heads, n_heads / n_kv, n_kv, head_dim, bs, scale, window);
+    if (!gqa_launch(cb->stream, (unsigned)m, splits, n_heads / n_kv, head_dim, out, part, q, base, toff, dpos, rmap, n,
+                    n_heads, n_kv, bs, scale, window))
+        attention_kernel<<<dim3((unsigned)rows_heads, splits), ATT_THREADS, smem, cb->stream>>>(
+            out, part, q, base, toff, dpos, rmap, n, n_heads, n_heads / n_kv, n_kv, head_dim, bs, scale, window);
     if (part) {
         CUDA_LAUNCHED(cb, "attention (splits)");
         attention_combine<<<(unsigned)rows_heads, 64, 0, cb->stream>>>(out, part, rmap, n_heads, (int)splits,
@@ -209,7 +347,8 @@ static void attention_batch(cuda_backend *cb, float *out, const float *q, const 
     cuda_stage_flush(cb);
     int bs = s->views[0].block_size;
     if (p.n_items)
-        cuda_attention_tiled(cb, out, q, base, toff, dpos, dplan, &p, n, n_heads, n_kv, head_dim, bs, scale, window);
+        cuda_attention_tiled(cb, out, q, base, toff, dpos, dplan, &p, n, n_heads, n_kv, head_dim, bs, scale, window,
+                             s->math);
     if (p.n_rest)
         attention_rows(cb, out, q, base, toff, dpos, dplan + (size_t)p.n_items * CUDA_TILE_FIELDS, p.n_rest, n,
                        n_heads, n_kv, head_dim, bs, scale, window);
@@ -241,6 +380,6 @@ void cuda_attention_spans(em_backend *be, float *out, const float *q, const em_k
 void cuda_attention(em_backend *be, float *out, const float *q, const em_kv_view *kv, const int32_t *pos, int n,
                     int n_heads, int n_kv, int head_dim, float scale, int window) {
     if (n <= 0 || kv->n_blocks <= 0) return;
-    em_kv_spans s = {kv, &n, 1};
+    em_kv_spans s = {kv, &n, 1, EM_MATH_EXACT};
     cuda_attention_spans(be, out, q, &s, pos, n_heads, n_kv, head_dim, scale, window);
 }

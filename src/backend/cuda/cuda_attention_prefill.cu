@@ -309,7 +309,7 @@ template <int HD> static void tile_launch(cuda_backend *cb, unsigned blocks, flo
 
 void cuda_attention_tiled(cuda_backend *cb, float *out, const float *q, float *const *base, const int32_t *toff,
                           const int32_t *pos, const int32_t *dplan, const cuda_att_plan *p, int n, int n_heads,
-                          int n_kv, int head_dim, int bs, float scale, int window) {
+                          int n_kv, int head_dim, int bs, float scale, int window, em_math math) {
     float *part = NULL;
     if (p->n_slots) {
         size_t bytes = (size_t)p->n_slots * n_kv * TILE_PAIRS * ((size_t)head_dim + 2) * sizeof(float);
@@ -318,7 +318,10 @@ void cuda_attention_tiled(cuda_backend *cb, float *out, const float *q, float *c
     }
     unsigned blocks = (unsigned)p->n_items * (unsigned)n_kv;
     int hdc = tile_dims(head_dim);
-    if (hdc == 64)
+    if (math == EM_MATH_FAST && cuda_attention_tc_fits(cb, head_dim))
+        cuda_attention_tc(cb, blocks, out, part, q, base, toff, pos, dplan, n, n_heads, n_kv, head_dim, bs, scale,
+                          window);
+    else if (hdc == 64)
         tile_launch<64>(cb, blocks, out, part, q, base, toff, pos, dplan, n, n_heads, n_kv, head_dim, bs, scale, window);
     else if (hdc == 128)
         tile_launch<128>(cb, blocks, out, part, q, base, toff, pos, dplan, n, n_heads, n_kv, head_dim, bs, scale, window);

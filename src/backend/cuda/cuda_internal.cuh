@@ -285,7 +285,13 @@ static inline size_t cuda_att_plan_ints(const cuda_att_plan *p) {
  * other arguments as cuda_stage_spans staged them. */
 void cuda_attention_tiled(cuda_backend *cb, float *out, const float *q, float *const *base, const int32_t *toff,
                           const int32_t *pos, const int32_t *dplan, const cuda_att_plan *p, int n, int n_heads,
-                          int n_kv, int head_dim, int bs, float scale, int window);
+                          int n_kv, int head_dim, int bs, float scale, int window, em_math math);
+/* cuda_attention_tc.cu: the same work items on tensor cores (FAST; head_dim
+ * 64 or 128, where the shared memory it needs is available). */
+bool cuda_attention_tc_fits(cuda_backend *cb, int head_dim);
+void cuda_attention_tc(cuda_backend *cb, unsigned blocks, float *out, float *part, const float *q, float *const *base,
+                       const int32_t *toff, const int32_t *pos, const int32_t *tiles, int n, int n_heads, int n_kv,
+                       int head_dim, int bs, float scale, int window);
 em_graph_mode cuda_graph_begin(em_backend *be, uint64_t key);
 em_status cuda_graph_end(em_backend *be, bool *ran);
 void cuda_graph_reset(em_backend *be);

@@ -324,6 +324,6 @@ void cuda_kv_write_spans(em_backend *be, const em_kv_spans *s, const float *k, c
 void cuda_kv_write(em_backend *be, const em_kv_view *kv, const float *k, const float *v, const int32_t *pos, int n,
                    int n_kv, int head_dim) {
     if (n <= 0 || kv->n_blocks <= 0) return;
-    em_kv_spans s = {kv, &n, 1};
+    em_kv_spans s = {kv, &n, 1, EM_MATH_EXACT};
     cuda_kv_write_spans(be, &s, k, v, pos, n_kv, head_dim);
 }
