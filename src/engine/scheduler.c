@@ -259,6 +259,11 @@ static void step(em_scheduler *s) {
         em_status ss = b.argmax && gen_seq_greedy_id(g) ? gen_seq_take(g, s->argmax[row])
                                                          : gen_seq_sample(g, s->logits + (size_t)row * (size_t)s->m->cfg.vocab);
         if (ss != EM_OK) gen_seq_finish(g, EM_FINISH_NONE);
+        if (g->r->n_generated == 1)
+            EM_LOGD("scheduler: first token %.2f ms after arrival (queued %.2f ms, step forward %.2f ms, sample "
+                    "%.2f ms, %d rows fed of which %zu cached)",
+                    (em_now() - g->t_start) * 1e3, (s->span_req[i]->t_admitted - g->t_start) * 1e3, (t1 - t0) * 1e3,
+                    (em_now() - t1) * 1e3, s->spans[i].n, g->r->n_cached);
         row++;
     }
     pthread_mutex_lock(&s->mu);

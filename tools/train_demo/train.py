@@ -459,6 +459,7 @@ def main():
     ap.add_argument("--chat-batch", type=int, default=58)
     ap.add_argument("--text-batch", type=int, default=6)
     ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--weight-decay", type=float, default=0.1, help="AdamW decay of the matrices")
     ap.add_argument("--warmup", type=int, default=150)
     ap.add_argument("--eval-every", type=int, default=250)
     args = ap.parse_args()
@@ -516,7 +517,7 @@ def main():
     log("model: %d parameters, attention %s" % (params, getattr(model.config, "_attn_implementation", "?")))
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "embed" not in n]
     other = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "embed" not in n)]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay}, {"params": other, "weight_decay": 0.0}],
                             lr=args.lr, betas=(0.9, 0.95), fused=True)
 
     total = args.max_steps
