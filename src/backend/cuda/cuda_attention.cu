@@ -63,6 +63,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_kernel(float *out, floa
                                                                 const int32_t *pos, const int32_t *rmap, int n,
                                                                 int n_heads, int group, int n_kv, int hd, int bs,
                                                                 float scale, int window) {
+    cuda_pdl_enter();
     extern __shared__ float sm[];
     float *qs = sm, *ps = sm + hd;
     __shared__ float red[32];
@@ -158,6 +159,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     attention_gqa_kernel(float *out, float *part, const float *q, float *const *base, const int32_t *toff,
                          const int32_t *pos, const int32_t *rmap, int n, int n_heads, int n_kv, int bs, float scale,
                          int window) {
+    cuda_pdl_enter();
     constexpr int HD = TPK * 4, KPW = 32 / TPK, SLOTS = (ATT_THREADS / 32) * KPW;
     /* each slot's accumulators per head, [SLOTS][G][HD], then its (m, l) per head, [SLOTS][G][2] */
     extern __shared__ float4 gsm4[];
@@ -254,7 +256,7 @@ static bool gqa_launch_g(cudaStream_t st, unsigned rows, unsigned splits, int gr
     size_t smem = (size_t)(ATT_THREADS / 32) * (32 / TPK) * (TPK * 4 + 2) * sizeof(float);
 #define GQA_CASE(GG)                                                                                              \
     case GG:                                                                                                      \
-        attention_gqa_kernel<TPK, GG><<<grid, ATT_THREADS, smem * GG, st>>>(out, part, q, base, toff, dpos, rmap, n, \
+        cuda_launch(attention_gqa_kernel<TPK, GG>, grid, ATT_THREADS, smem * GG, st, out, part, q, base, toff, dpos, rmap, n, \
                                                                             n_heads, n_kv, bs, scale, window);    \
         return true;
     switch (group) {
@@ -280,6 +282,7 @@ static bool gqa_launch(cudaStream_t st, unsigned rows, unsigned splits, int grou
  * common maximum, in split order. Rows as in attention_kernel. */
 __global__ void attention_combine(float *out, const float *part, const int32_t *rmap, int n_heads, int splits,
                                   int hd) {
+    cuda_pdl_enter();
     const float *pp = part + (size_t)blockIdx.x * splits * (hd + 2);
     float mx = -INFINITY;
     for (int s = 0; s < splits; s++) mx = fmaxf(mx, pp[(size_t)s * (hd + 2)]);
@@ -318,11 +321,11 @@ static void attention_rows(cuda_backend *cb, float *out, const float *q, float *
     if (cuda_graph_skip(cb, out, q, base, part, m, n_heads, n_kv, head_dim, bs, scale, window)) return;
     if (!gqa_launch(cb->stream, (unsigned)m, splits, n_heads / n_kv, head_dim, out, part, q, base, toff, dpos, rmap, n,
                     n_heads, n_kv, bs, scale, window))
-        attention_kernel<<<dim3((unsigned)rows_heads, splits), ATT_THREADS, smem, cb->stream>>>(
+        cuda_launch(attention_kernel, dim3((unsigned)rows_heads, splits), ATT_THREADS, smem, cb->stream, 
             out, part, q, base, toff, dpos, rmap, n, n_heads, n_heads / n_kv, n_kv, head_dim, bs, scale, window);
     if (part) {
         CUDA_LAUNCHED(cb, "attention (splits)");
-        attention_combine<<<(unsigned)rows_heads, 64, 0, cb->stream>>>(out, part, rmap, n_heads, (int)splits,
+        cuda_launch(attention_combine, (unsigned)rows_heads, 64, 0, cb->stream, out, part, rmap, n_heads, (int)splits,
                                                                         head_dim);
     }
     CUDA_LAUNCHED(cb, "attention");

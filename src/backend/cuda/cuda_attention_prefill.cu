@@ -90,6 +90,7 @@ __global__ void __launch_bounds__(TILE_THREADS, HD <= 128 ? 2 : 1)
     attention_tiled_kernel(float *out, float *part, const float *q, float *const *base, const int32_t *toff,
                            const int32_t *pos, const int32_t *tiles, int n, int n_heads, int group, int n_kv, int hd,
                            int bs, float scale, int window) {
+    cuda_pdl_enter();
     constexpr int BM = TILE_PAIRS, RM = BM / 16, RN = BN / 16, CV = HD / 64, LD = HD + 4, PLD = BN + 4;
     constexpr int C4 = HD / 4; /* float4 per row */
     static_assert(RM == 4 && BN % 16 == 0 && HD % 64 == 0, "thread layout: 16 x 16, 4 pairs, BN/16 keys, HD/16 dims");
@@ -255,6 +256,7 @@ __global__ void __launch_bounds__(TILE_THREADS, HD <= 128 ? 2 : 1)
  * some share. */
 __global__ void __launch_bounds__(TILE_THREADS)
     tile_merge(float *out, const float *part, const int32_t *merges, int n_heads, int group, int n_kv, int hd) {
+    cuda_pdl_enter();
     const int32_t *mg = merges + (size_t)CUDA_MERGE_FIELDS * (blockIdx.x / n_kv);
     int kvh = (int)blockIdx.x % n_kv, row0 = mg[0], pairs = mg[1] * group, slot0 = mg[2], splits = mg[3];
     size_t stride = (size_t)n_kv * TILE_PAIRS * (hd + 2); /* from one slot to the next */
@@ -303,7 +305,7 @@ template <int HD> static void tile_launch(cuda_backend *cb, unsigned blocks, flo
               cudaFuncSetAttribute(attention_tiled_kernel<HD, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)smem),
               "attention (tiled): shared memory");
-    attention_tiled_kernel<HD, BN><<<blocks, TILE_THREADS, smem, cb->stream>>>(
+    cuda_launch(attention_tiled_kernel<HD, BN>, blocks, TILE_THREADS, smem, cb->stream, 
         out, part, q, base, toff, pos, tiles, n, n_heads, n_heads / n_kv, n_kv, hd, bs, scale, window);
 }
 
@@ -330,7 +332,7 @@ void cuda_attention_tiled(cuda_backend *cb, float *out, const float *q, float *c
     CUDA_LAUNCHED(cb, "attention (tiled)");
     if (p->n_merge) {
         const int32_t *merges = dplan + (size_t)p->n_items * CUDA_TILE_FIELDS + p->n_rest;
-        tile_merge<<<(unsigned)p->n_merge * (unsigned)n_kv, TILE_THREADS, 0, cb->stream>>>(
+        cuda_launch(tile_merge, (unsigned)p->n_merge * (unsigned)n_kv, TILE_THREADS, 0, cb->stream, 
             out, part, merges, n_heads, n_heads / n_kv, n_kv, head_dim);
         CUDA_LAUNCHED(cb, "attention (tiled, merge)");
     }

@@ -49,6 +49,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     attention_tc_kernel(float *out, float *part, const float *q, float *const *base, const int32_t *toff,
                         const int32_t *pos, const int32_t *tiles, int n, int n_heads, int group, int n_kv, int bs,
                         float scale, int window) {
+    cuda_pdl_enter();
     using L = tc_layout<HD>;
     extern __shared__ float4 tc_sm4[];
     char *sm = (char *)tc_sm4;
@@ -189,7 +190,7 @@ static void tc_launch(cuda_backend *cb, unsigned blocks, float *out, float *part
     size_t smem = tc_layout<HD>::bytes;
     cuda_note(cb, cudaFuncSetAttribute(attention_tc_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
               "attention (tensor cores): shared memory");
-    attention_tc_kernel<HD><<<blocks, TC_THREADS, smem, cb->stream>>>(out, part, q, base, toff, pos, tiles, n, n_heads,
+    cuda_launch(attention_tc_kernel<HD>, blocks, TC_THREADS, smem, cb->stream, out, part, q, base, toff, pos, tiles, n, n_heads,
                                                                      n_heads / n_kv, n_kv, bs, scale, window);
     CUDA_LAUNCHED(cb, "attention (tensor cores)");
 }

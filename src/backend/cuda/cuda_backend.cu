@@ -9,6 +9,7 @@
 
 extern "C" {
 #include "base/alloc.h"
+#include "base/config.h"
 #include "base/log.h"
 }
 
@@ -19,6 +20,9 @@ cuda_backend *cuda_enter(em_backend *be) {
     cuda_note(cb, cudaSetDevice(cb->device), "selecting the device");
     return cb;
 }
+
+bool cuda_pdl_allowed = false;
+thread_local bool cuda_pdl_now = false;
 
 bool cuda_scratch(cuda_backend *cb, void **buf, size_t *cap, size_t bytes) {
     if (bytes <= *cap) return true;
@@ -434,6 +438,7 @@ extern "C" em_status cuda_backend_create(int device, em_backend **out) {
     be->n_threads = 1;
     cb->device = device;
     cb->n_sm = prop.multiProcessorCount;
+    cuda_pdl_allowed = prop.major >= 9 && em_config_flag(em_config_global(), EMC_CUDA_PDL);
     snprintf(be->desc, sizeof be->desc, "cuda:%d (%.48s, %.0f GiB)", device, prop.name,
              (double)prop.totalGlobalMem / 1073741824.0);
     char why[256];

@@ -32,6 +32,7 @@ __device__ __forceinline__ float gdn_sigmoid(float x) { return 1.0f / (1.0f + ex
 /* ---- sigmoid_mul ---- */
 
 __global__ void sigmoid_mul_kernel(float *y, const float *gate, int rows, int n, int ld) {
+    cuda_pdl_enter();
     size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x, total = (size_t)rows * n;
     if (t >= total) return;
     size_t r = t / n, i = t % n;
@@ -42,7 +43,7 @@ void cuda_sigmoid_mul(em_backend *be, float *y, const float *gate, int rows, int
     cuda_backend *cb = cuda_enter(be);
     if (rows <= 0 || n <= 0) return;
     size_t total = (size_t)rows * n;
-    sigmoid_mul_kernel<<<cuda_blocks(total, GDN_THREADS), GDN_THREADS, 0, cb->stream>>>(y, gate, rows, n, ld_gate);
+    cuda_launch(sigmoid_mul_kernel, cuda_blocks(total, GDN_THREADS), GDN_THREADS, 0, cb->stream, y, gate, rows, n, ld_gate);
     CUDA_LAUNCHED(cb, "sigmoid_mul");
 }
 
@@ -54,6 +55,7 @@ void cuda_sigmoid_mul(em_backend *be, float *y, const float *gate, int rows, int
  * thread touches that channel. */
 template <int KMAX>
 __global__ void conv_kernel(float *y, const float *x, int n, int C, int ld, const float *w, int K, float *state) {
+    cuda_pdl_enter();
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     /* every index below is a compile-time constant after unrolling, so
@@ -107,9 +109,9 @@ void cuda_conv1d_silu(em_backend *be, float *y, const float *x, int n, int C, in
     }
     if (n <= 0) return;
     dim3 grid(cuda_blocks((size_t)C, CONV_THREADS));
-    if (K <= 4) conv_kernel<4><<<grid, CONV_THREADS, 0, cb->stream>>>(y, x, n, C, ld, w, K, state);
-    else if (K <= 8) conv_kernel<8><<<grid, CONV_THREADS, 0, cb->stream>>>(y, x, n, C, ld, w, K, state);
-    else conv_kernel<CONV_MAX_KERNEL><<<grid, CONV_THREADS, 0, cb->stream>>>(y, x, n, C, ld, w, K, state);
+    if (K <= 4) cuda_launch(conv_kernel<4>, grid, CONV_THREADS, 0, cb->stream, y, x, n, C, ld, w, K, state);
+    else if (K <= 8) cuda_launch(conv_kernel<8>, grid, CONV_THREADS, 0, cb->stream, y, x, n, C, ld, w, K, state);
+    else cuda_launch(conv_kernel<CONV_MAX_KERNEL>, grid, CONV_THREADS, 0, cb->stream, y, x, n, C, ld, w, K, state);
     CUDA_LAUNCHED(cb, "conv1d_silu");
 }
 
@@ -117,6 +119,7 @@ void cuda_conv1d_silu(em_backend *be, float *y, const float *x, int n, int C, in
 
 __global__ void gates_kernel(float *g, float *beta, const float *a, const float *b, int ld, const float *A_log,
                              const float *dt_bias, int n, int Hv) {
+    cuda_pdl_enter();
     size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= (size_t)n * Hv) return;
     size_t tok = t / Hv;
@@ -132,7 +135,7 @@ void cuda_gdn_gates(em_backend *be, float *g, float *beta, const float *a, const
     cuda_backend *cb = cuda_enter(be);
     if (n <= 0 || Hv <= 0) return;
     size_t total = (size_t)n * Hv;
-    gates_kernel<<<cuda_blocks(total, GDN_THREADS), GDN_THREADS, 0, cb->stream>>>(g, beta, a, b, ld_in, A_log, dt_bias,
+    cuda_launch(gates_kernel, cuda_blocks(total, GDN_THREADS), GDN_THREADS, 0, cb->stream, g, beta, a, b, ld_in, A_log, dt_bias,
                                                                                   n, Hv);
     CUDA_LAUNCHED(cb, "gdn_gates");
 }
@@ -177,6 +180,7 @@ template <int NJ>
 __global__ void __launch_bounds__(DR_THREADS) delta_rule_kernel(float *out, const float *qkv, int ld, const float *g,
                                                                 const float *beta, float *state, int n, int Hk, int Hv,
                                                                 int dk, int dv) {
+    cuda_pdl_enter();
     int h = blockIdx.x, kh = h / (Hv / Hk), lane = threadIdx.x % 32;
     int part = threadIdx.x % DR_PARTS, c = blockIdx.y * DR_COLS + threadIdx.x / DR_PARTS;
     bool col = c < dv;
@@ -229,6 +233,7 @@ __global__ void __launch_bounds__(DR_THREADS) delta_rule_kernel(float *out, cons
 __global__ void __launch_bounds__(DR_THREADS) delta_rule_wide_kernel(float *out, const float *qkv, int ld,
                                                                      const float *g, const float *beta, float *state,
                                                                      int n, int Hk, int Hv, int dk, int dv) {
+    cuda_pdl_enter();
     int h = blockIdx.x, kh = h / (Hv / Hk), lane = threadIdx.x % 32;
     int part = threadIdx.x % DR_PARTS, c = blockIdx.y * DR_COLS + threadIdx.x / DR_PARTS;
     bool col = c < dv;
@@ -274,15 +279,15 @@ void cuda_gated_delta_rule(em_backend *be, float *out, const float *qkv, int ld,
     dim3 grid((unsigned)Hv, (unsigned)((dv + DR_COLS - 1) / DR_COLS));
     int nj = (dk + DR_PARTS - 1) / DR_PARTS;
     if (nj <= 8)
-        delta_rule_kernel<8><<<grid, DR_THREADS, 0, cb->stream>>>(out, qkv, ld, g, beta, state, n, Hk, Hv, dk, dv);
+        cuda_launch(delta_rule_kernel<8>, grid, DR_THREADS, 0, cb->stream, out, qkv, ld, g, beta, state, n, Hk, Hv, dk, dv);
     else if (nj <= 16)
-        delta_rule_kernel<16><<<grid, DR_THREADS, 0, cb->stream>>>(out, qkv, ld, g, beta, state, n, Hk, Hv, dk, dv);
+        cuda_launch(delta_rule_kernel<16>, grid, DR_THREADS, 0, cb->stream, out, qkv, ld, g, beta, state, n, Hk, Hv, dk, dv);
     else if (nj <= 32)
-        delta_rule_kernel<32><<<grid, DR_THREADS, 0, cb->stream>>>(out, qkv, ld, g, beta, state, n, Hk, Hv, dk, dv);
+        cuda_launch(delta_rule_kernel<32>, grid, DR_THREADS, 0, cb->stream, out, qkv, ld, g, beta, state, n, Hk, Hv, dk, dv);
     else if (nj <= 64)
-        delta_rule_kernel<64><<<grid, DR_THREADS, 0, cb->stream>>>(out, qkv, ld, g, beta, state, n, Hk, Hv, dk, dv);
+        cuda_launch(delta_rule_kernel<64>, grid, DR_THREADS, 0, cb->stream, out, qkv, ld, g, beta, state, n, Hk, Hv, dk, dv);
     else
-        delta_rule_wide_kernel<<<grid, DR_THREADS, 0, cb->stream>>>(out, qkv, ld, g, beta, state, n, Hk, Hv, dk, dv);
+        cuda_launch(delta_rule_wide_kernel, grid, DR_THREADS, 0, cb->stream, out, qkv, ld, g, beta, state, n, Hk, Hv, dk, dv);
     CUDA_LAUNCHED(cb, "gated_delta_rule");
 }
 
@@ -290,6 +295,7 @@ void cuda_gated_delta_rule(em_backend *be, float *out, const float *qkv, int ld,
 
 /* One block per row; y may alias x (every read of x precedes the barrier). */
 __global__ void rmsnorm_gated_kernel(float *y, const float *x, const float *z, const float *gain, int n, float eps) {
+    cuda_pdl_enter();
     __shared__ double red[32];
     size_t off = (size_t)blockIdx.x * n;
     const float *xr = x + off, *zr = z + off;
@@ -306,6 +312,6 @@ void cuda_rmsnorm_gated(em_backend *be, float *y, const float *x, const float *z
     cuda_backend *cb = cuda_enter(be);
     if (rows <= 0 || n <= 0) return;
     int threads = n >= 256 ? 256 : n >= 128 ? 128 : 64;
-    rmsnorm_gated_kernel<<<rows, threads, 0, cb->stream>>>(y, x, z, gain, n, eps);
+    cuda_launch(rmsnorm_gated_kernel, rows, threads, 0, cb->stream, y, x, z, gain, n, eps);
     CUDA_LAUNCHED(cb, "rmsnorm_gated");
 }

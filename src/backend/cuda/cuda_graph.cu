@@ -52,6 +52,7 @@ em_graph_mode cuda_graph_begin(em_backend *be, uint64_t key) {
         return EM_GRAPH_NONE;
     }
     g->mode = EM_GRAPH_RECORD;
+    cuda_pdl_now = cuda_pdl_allowed;
     return EM_GRAPH_RECORD;
 }
 
@@ -60,6 +61,7 @@ static cudaGraphExec_t record_end(cuda_backend *cb) {
     cuda_graphs *g = &cb->graphs;
     cudaGraph_t graph = NULL;
     cudaError_t e = cudaStreamEndCapture(cb->stream, &graph);
+    cuda_pdl_now = false;
     cudaGraphExec_t exec = NULL;
     bool ok = e == cudaSuccess && graph && !g->broken && cb->err == cudaSuccess &&
               cb->blas_err == CUBLAS_STATUS_SUCCESS;

@@ -122,6 +122,46 @@ static inline void cuda_note_blas(cuda_backend *cb, cublasStatus_t e, const char
 /* After a kernel launch: records a launch failure. */
 #define CUDA_LAUNCHED(cb, what) cuda_note((cb), cudaGetLastError(), (what))
 
+/* Programmatic dependent launch (sm_90+). Every kernel of this backend is
+ * launched with cuda_launch and starts with cuda_pdl_enter: it waits until
+ * the kernel before it in the stream has finished and its writes are
+ * visible, then lets the kernel after it be scheduled. So the next kernel's
+ * launch and block set-up overlap this one's work instead of following its
+ * last block, which is most of a small decode kernel's cost; the order of
+ * every read and write is what plain stream order gives. Kernels of other
+ * libraries (cuBLAS, NCCL) are launched plainly and wait as usual.
+ * Only launches recorded into a step's graph are programmatic: on the H200
+ * they make a 1B-shape decode step 2-5 % faster, while 4,096-token
+ * prefills (run eagerly) were 7 % slower with programmatic launches.
+ * cuda_pdl_now is set on the recording thread while it records, when
+ * EMBER_CUDA_PDL allows (the default on sm_90 and newer); otherwise
+ * kernels launch plainly and the wait is a no-op. */
+extern bool cuda_pdl_allowed;
+extern thread_local bool cuda_pdl_now;
+
+__device__ __forceinline__ void cuda_pdl_enter() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+template <typename... K, typename... A>
+static inline void cuda_launch(void (*kernel)(K...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                               A &&...args) {
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = cuda_pdl_now ? 1 : 0;
+    (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<A &&>(args)...); /* a failure is read by CUDA_LAUNCHED */
+}
+
 static inline void cuda_graph_mix(cuda_backend *cb, uint64_t v) {
     uint64_t h = cb->graphs.args ^ (v + 0x9e3779b97f4a7c15ull + (cb->graphs.args << 6) + (cb->graphs.args >> 2));
     h ^= h >> 31;

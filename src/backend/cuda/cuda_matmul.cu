@@ -106,6 +106,7 @@ __device__ __forceinline__ void gemv_finish(float (*acc)[MR], int lane, float *y
 template <int DT, int MR>
 __global__ void __launch_bounds__(GEMV_WARPS * 32, MR == 1 ? 8 : 1) gemv_kernel(gemv_set set, const float *x, int M,
                                                                               int K) {
+    cuda_pdl_enter();
     constexpr int R = 1; /* a warp's rows never straddle two matrices of the set */
     int lane = threadIdx.x % 32, v = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (v >= set.start[set.count]) return;
@@ -162,6 +163,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32, MR == 1 ? 8 : 1) gemv_kernel(
 template <int DT>
 __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_batch_kernel(float *y, const float *x, const void *w,
                                                                      const float *bias, int M, int N, int K) {
+    cuda_pdl_enter();
     constexpr int R = GEMVB_R, MR = GEMVB_MR, KC = GEMVB_KC;
     __shared__ __align__(16) float xs[MR * KC];
     int lane = threadIdx.x % 32, n0 = (blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * R;
@@ -203,6 +205,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_batch_kernel(float *y, c
 /* Scalar path for odd K or unaligned data: one warp per row, lane-strided. */
 template <int DT>
 __global__ void gemv_scalar_kernel(float *y, const float *x, const void *w, const float *bias, int M, int N, int K) {
+    cuda_pdl_enter();
     int lane = threadIdx.x % 32, n = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (n >= N) return;
     for (int m = 0; m < M; m++) {
@@ -214,16 +217,19 @@ __global__ void gemv_scalar_kernel(float *y, const float *x, const void *w, cons
 }
 
 __global__ void widen_kernel(float *dst, const uint16_t *src, size_t n, bool bf16) {
+    cuda_pdl_enter();
     size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t < n) dst[t] = bf16 ? cuda_bf16(src[t]) : cuda_f16(src[t]);
 }
 
 __global__ void to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n) {
+    cuda_pdl_enter();
     size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t < n) dst[t] = __float2bfloat16_rn(src[t]);
 }
 
 __global__ void bias_kernel(float *y, const float *bias, int M, int N) {
+    cuda_pdl_enter();
     size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t < (size_t)M * N) y[t] += bias[t % N];
 }
@@ -247,8 +253,8 @@ gemv_set gemv_set_make(int n, float *const *ys, const em_weight *const *ws, cons
  * weight row. */
 template <int DT> static void gemv_set_launch(cuda_backend *cb, const gemv_set &set, const float *x, int M, int K) {
     unsigned grid = (unsigned)((set.start[set.count] + GEMV_WARPS - 1) / GEMV_WARPS);
-    if (M == 1) gemv_kernel<DT, 1><<<grid, GEMV_WARPS * 32, 0, cb->stream>>>(set, x, M, K);
-    else gemv_kernel<DT, GEMV_ROWS><<<grid, GEMV_WARPS * 32, 0, cb->stream>>>(set, x, M, K);
+    if (M == 1) cuda_launch(gemv_kernel<DT, 1>, grid, GEMV_WARPS * 32, 0, cb->stream, set, x, M, K);
+    else cuda_launch(gemv_kernel<DT, GEMV_ROWS>, grid, GEMV_WARPS * 32, 0, cb->stream, set, x, M, K);
 }
 
 template <int DT>
@@ -256,7 +262,7 @@ static void gemv_launch(cuda_backend *cb, float *y, const float *x, int M, const
                         bool vec) {
     int N = (int)w->rows, K = (int)w->cols;
     if (!vec) {
-        gemv_scalar_kernel<DT><<<(unsigned)((N + GEMV_WARPS - 1) / GEMV_WARPS), GEMV_WARPS * 32, 0, cb->stream>>>(
+        cuda_launch(gemv_scalar_kernel<DT>, (unsigned)((N + GEMV_WARPS - 1) / GEMV_WARPS), GEMV_WARPS * 32, 0, cb->stream, 
             y, x, w->data, bias, M, N, K);
         return;
     }
@@ -265,7 +271,7 @@ static void gemv_launch(cuda_backend *cb, float *y, const float *x, int M, const
      * narrow k/v projections spread over every multiprocessor. */
     if (M > GEMV_ROWS) {
         unsigned grid = (unsigned)((N + GEMVB_R * GEMV_WARPS - 1) / (GEMVB_R * GEMV_WARPS));
-        gemv_batch_kernel<DT><<<grid, GEMV_WARPS * 32, 0, cb->stream>>>(y, x, w->data, bias, M, N, K);
+        cuda_launch(gemv_batch_kernel<DT>, grid, GEMV_WARPS * 32, 0, cb->stream, y, x, w->data, bias, M, N, K);
     } else {
         float *ys[1] = {y};
         const float *bs[1] = {bias};
@@ -287,7 +293,7 @@ static void gemv(cuda_backend *cb, float *y, const float *x, int M, const em_wei
 static void add_bias(cuda_backend *cb, float *y, const float *bias, int M, int N) {
     if (!bias) return;
     size_t total = (size_t)M * N;
-    bias_kernel<<<cuda_blocks(total, 256), 256, 0, cb->stream>>>(y, bias, M, N);
+    cuda_launch(bias_kernel, cuda_blocks(total, 256), 256, 0, cb->stream, y, bias, M, N);
     CUDA_LAUNCHED(cb, "matmul (bias)");
 }
 
@@ -306,7 +312,7 @@ static void gemm_exact(cuda_backend *cb, float *y, const float *x, int M, const 
         const float *ws = (const float *)w->data + (size_t)n0 * K;
         if (w->dtype != EM_F32) {
             size_t elems = (size_t)nr * K;
-            widen_kernel<<<cuda_blocks(elems, 256), 256, 0, cb->stream>>>(
+            cuda_launch(widen_kernel, cuda_blocks(elems, 256), 256, 0, cb->stream, 
                 cb->wide, (const uint16_t *)w->data + (size_t)n0 * K, elems, w->dtype == EM_BF16);
             CUDA_LAUNCHED(cb, "matmul (widening weights)");
             ws = cb->wide;
@@ -322,7 +328,7 @@ static void gemm_fast(cuda_backend *cb, float *y, const float *x, int M, const e
     int N = (int)w->rows, K = (int)w->cols;
     size_t elems = (size_t)M * K;
     if (!cuda_scratch(cb, &cb->xconv, &cb->xconv_bytes, elems * sizeof(__nv_bfloat16))) return;
-    to_bf16_kernel<<<cuda_blocks(elems, 256), 256, 0, cb->stream>>>((__nv_bfloat16 *)cb->xconv, x, elems);
+    cuda_launch(to_bf16_kernel, cuda_blocks(elems, 256), 256, 0, cb->stream, (__nv_bfloat16 *)cb->xconv, x, elems);
     CUDA_LAUNCHED(cb, "matmul (rounding activations)");
     const float one = 1.0f, zero = 0.0f;
     cuda_note_blas(cb,

@@ -10,6 +10,7 @@
 #define ROW_THREADS 256
 
 __global__ void rmsnorm_kernel(float *y, const float *x, const float *gain, int n, float eps, float offset) {
+    cuda_pdl_enter();
     __shared__ double red[32];
     const float *xr = x + (size_t)blockIdx.x * n;
     float *yr = y + (size_t)blockIdx.x * n;
@@ -29,7 +30,7 @@ void cuda_rmsnorm(em_backend *be, float *y, const float *x, const float *gain, i
     if (cuda_graph_skip(cb, y, x, gain, rows, n, eps, gain_offset)) return;
     /* few rows (decode): wide blocks, so each thread's loads are few */
     int threads = rows >= 64 || n <= ROW_THREADS ? ROW_THREADS : 1024;
-    rmsnorm_kernel<<<rows, threads, 0, cb->stream>>>(y, x, gain, n, eps, gain_offset);
+    cuda_launch(rmsnorm_kernel, rows, threads, 0, cb->stream, y, x, gain, n, eps, gain_offset);
     CUDA_LAUNCHED(cb, "rmsnorm");
 }
 
@@ -37,6 +38,7 @@ void cuda_rmsnorm(em_backend *be, float *y, const float *x, const float *gain, i
  * thread reads its own elements of h before the barrier, so y may be h. */
 __global__ void add_rmsnorm_kernel(float *x, const float *h, float *y, const float *gain, int n, float eps,
                                    float offset) {
+    cuda_pdl_enter();
     __shared__ double red[32];
     float *xr = x + (size_t)blockIdx.x * n;
     const float *hr = h + (size_t)blockIdx.x * n;
@@ -60,7 +62,7 @@ void cuda_add_rmsnorm(em_backend *be, float *x, const float *h, float *y, const 
     if (rows <= 0 || n <= 0) return;
     if (cuda_graph_skip(cb, x, h, y, gain, rows, n, eps, gain_offset)) return;
     int threads = rows >= 64 || n <= ROW_THREADS ? ROW_THREADS : 1024;
-    add_rmsnorm_kernel<<<rows, threads, 0, cb->stream>>>(x, h, y, gain, n, eps, gain_offset);
+    cuda_launch(add_rmsnorm_kernel, rows, threads, 0, cb->stream, x, h, y, gain, n, eps, gain_offset);
     CUDA_LAUNCHED(cb, "add_rmsnorm");
 }
 
@@ -69,6 +71,7 @@ void cuda_add_rmsnorm(em_backend *be, float *x, const float *h, float *y, const 
  * k (nk per row; rope_qk), so queries and keys share one launch. */
 __global__ void rope_kernel(float *x, float *k, int rows, int nq, int nk, int head_dim, int half, const int32_t *pos,
                             const float *inv_freq, float attn_factor) {
+    cuda_pdl_enter();
     size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x, total = (size_t)rows * (nq + nk) * half;
     if (t >= total) return;
     int i = (int)(t % half);
@@ -96,7 +99,7 @@ void cuda_rope_qk(em_backend *be, float *q, float *k, int rows, int n_heads, int
     cuda_stage_flush(cb);
     size_t total = (size_t)rows * (n_heads + n_kv_heads) * half;
     if (cuda_graph_skip(cb, q, k, rows, n_heads, n_kv_heads, head_dim, half, attn_factor)) return;
-    rope_kernel<<<cuda_blocks(total, 256), 256, 0, cb->stream>>>(q, k, rows, n_heads, n_kv_heads, head_dim, half,
+    cuda_launch(rope_kernel, cuda_blocks(total, 256), 256, 0, cb->stream, q, k, rows, n_heads, n_kv_heads, head_dim, half,
                                                                   dpos, dfreq, attn_factor);
     CUDA_LAUNCHED(cb, "rope");
 }
@@ -107,6 +110,7 @@ void cuda_rope(em_backend *be, float *x, int rows, int n_heads, int head_dim, in
 }
 
 __global__ void swiglu_kernel(float *out, const float *gate, const float *up, int rows, int n, int ld) {
+    cuda_pdl_enter();
     size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x, total = (size_t)rows * n;
     if (t >= total) return;
     size_t r = t / n, i = t % n;
@@ -119,11 +123,12 @@ void cuda_swiglu(em_backend *be, float *out, const float *gate, const float *up,
     size_t total = (size_t)rows * n;
     if (rows <= 0 || n <= 0) return;
     if (cuda_graph_skip(cb, out, gate, up, rows, n, ld_in)) return;
-    swiglu_kernel<<<cuda_blocks(total, 256), 256, 0, cb->stream>>>(out, gate, up, rows, n, ld_in);
+    cuda_launch(swiglu_kernel, cuda_blocks(total, 256), 256, 0, cb->stream, out, gate, up, rows, n, ld_in);
     CUDA_LAUNCHED(cb, "swiglu");
 }
 
 __global__ void add_kernel(float *y, const float *x, size_t n) {
+    cuda_pdl_enter();
     size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t < n) y[t] += x[t];
 }
@@ -132,7 +137,7 @@ void cuda_add(em_backend *be, float *y, const float *x, size_t n) {
     cuda_backend *cb = cuda_enter(be);
     if (!n) return;
     if (cuda_graph_skip(cb, y, x, n)) return;
-    add_kernel<<<cuda_blocks(n, 256), 256, 0, cb->stream>>>(y, x, n);
+    cuda_launch(add_kernel, cuda_blocks(n, 256), 256, 0, cb->stream, y, x, n);
     CUDA_LAUNCHED(cb, "add");
 }
 
@@ -170,6 +175,7 @@ __device__ __forceinline__ void argmax_block(float &v, int &at) {
 #define ARGMAX_PER_THREAD 8
 #define ARGMAX_CHUNK (ARGMAX_THREADS * ARGMAX_PER_THREAD)
 __global__ void argmax_part_kernel(float *pv, int *pi, const float *x, int n, int ld) {
+    cuda_pdl_enter();
     int r = blockIdx.y, c0 = blockIdx.x * ARGMAX_CHUNK;
     const float *xr = x + (size_t)r * ld;
     float v = -INFINITY, e[ARGMAX_PER_THREAD];
@@ -190,6 +196,7 @@ __global__ void argmax_part_kernel(float *pv, int *pi, const float *x, int n, in
 
 /* Stage 2: one block per row over its chunks' pairs. */
 __global__ void argmax_final_kernel(int32_t *ids, float *vals, const float *pv, const int *pi, int chunks) {
+    cuda_pdl_enter();
     float v = -INFINITY;
     int at = INT_MAX;
     for (int c = threadIdx.x; c < chunks; c += blockDim.x)
@@ -209,13 +216,14 @@ void cuda_argmax_rows(em_backend *be, int32_t *ids, float *vals, const float *x,
     if (cuda_graph_skip(cb, ids, vals, x, rows, n, ld)) return;
     float *pv = (float *)cb->amax_part;
     int *pi = (int *)(pv + pairs);
-    argmax_part_kernel<<<dim3((unsigned)chunks, (unsigned)rows), ARGMAX_THREADS, 0, cb->stream>>>(pv, pi, x, n, ld);
+    cuda_launch(argmax_part_kernel, dim3((unsigned)chunks, (unsigned)rows), ARGMAX_THREADS, 0, cb->stream, pv, pi, x, n, ld);
     CUDA_LAUNCHED(cb, "argmax_rows");
-    argmax_final_kernel<<<rows, chunks < 128 ? 128 : 256, 0, cb->stream>>>(ids, vals, pv, pi, chunks);
+    cuda_launch(argmax_final_kernel, rows, chunks < 128 ? 128 : 256, 0, cb->stream, ids, vals, pv, pi, chunks);
     CUDA_LAUNCHED(cb, "argmax_rows");
 }
 
 __global__ void embed_kernel(float *out, const void *table, em_dtype dt, const int32_t *ids, int n, size_t d) {
+    cuda_pdl_enter();
     size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= (size_t)n * d) return;
     size_t i = t / d, k = t % d, src = (size_t)ids[i] * d + k;
@@ -239,7 +247,7 @@ void cuda_embed(em_backend *be, float *out, const em_weight *t, const int32_t *i
         cuda_qembed(cb, out, t, dids, n);
         return;
     }
-    embed_kernel<<<cuda_blocks(total, 256), 256, 0, cb->stream>>>(out, t->data, t->dtype, dids, n, (size_t)t->cols);
+    cuda_launch(embed_kernel, cuda_blocks(total, 256), 256, 0, cb->stream, out, t->data, t->dtype, dids, n, (size_t)t->cols);
     CUDA_LAUNCHED(cb, "embed");
 }
 
@@ -248,6 +256,7 @@ void cuda_embed(em_backend *be, float *out, const em_weight *t, const int32_t *i
  * value tables. */
 __global__ void kv_write_kernel(float *const *base, const int32_t *toff, const float *k, const float *v,
                                 const int32_t *pos, int n, int bs, size_t row) {
+    cuda_pdl_enter();
     size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= (size_t)n * row) return;
     size_t i = t / row, e = t % row;
@@ -316,7 +325,7 @@ void cuda_kv_write_spans(em_backend *be, const em_kv_spans *s, const float *k, c
     if (!cuda_stage_spans(cb, s, pos, 0, &base, &toff, &dpos, &n)) return;
     size_t row = (size_t)n_kv * head_dim, total = (size_t)n * row;
     if (cuda_graph_skip(cb, base, k, v, n, n_kv, head_dim, s->views[0].block_size)) return;
-    kv_write_kernel<<<cuda_blocks(total, 256), 256, 0, cb->stream>>>(base, toff, k, v, dpos, n,
+    cuda_launch(kv_write_kernel, cuda_blocks(total, 256), 256, 0, cb->stream, base, toff, k, v, dpos, n,
                                                                       s->views[0].block_size, row);
     CUDA_LAUNCHED(cb, "kv_write");
 }

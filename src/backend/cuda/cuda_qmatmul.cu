@@ -90,6 +90,7 @@ template <int BITS, int ROWS>
 __global__ void __launch_bounds__(QG_WARPS * 32, ROWS == 8 ? 1 : 2)
     qgemv_kernel(float *y, const float *x, const uint32_t *w, const void *scales, const void *biases, int sdt,
                  const float *bias, int M, int N, int K, int group) {
+    cuda_pdl_enter();
     constexpr int SPL = ROWS == 1 ? 4 : ROWS == 2 ? 2 : 1;           /* segments per lane per chunk */
     constexpr int KC = SPL * 32 * QG_SEG;                            /* columns staged per chunk */
     constexpr int SEG_ROW = (KC / QG_SEG) * QG_PAD;                  /* staged floats per activation row */
@@ -262,6 +263,7 @@ template <int BITS, int ROWS>
 __global__ void __launch_bounds__(Q8_WARPS * 32, BITS == 8 && ROWS >= 4 ? 2 : 3)
     qgemv_i8_kernel(float *y, const float *x, const uint32_t *w, const void *scales, const void *biases, int sdt,
                     const float *bias, int M, int N, int K, int group) {
+    cuda_pdl_enter();
     __shared__ __align__(16) int8_t xq[ROWS][Q8_KC];
     __shared__ float xd[ROWS][Q8_KC / QG_SEG], xs[ROWS][Q8_KC / QG_SEG];
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -347,6 +349,7 @@ __global__ void __launch_bounds__(Q8_WARPS * 32, BITS == 8 && ROWS >= 4 ? 2 : 3)
 template <int BITS, int ROWS>
 __global__ void __launch_bounds__(Q8_WARPS * 32, Q8_STREAM_BLOCKS_PER_SM)
     qgemv_i8_stream_kernel(gemv_set set, const float *x, int sdt, int M, int K, int group) {
+    cuda_pdl_enter();
     constexpr int Q8_U = BITS == 8 ? 1 : 2; /* segments in flight per row and lane */
     extern __shared__ __align__(16) int8_t q8_smem[];
     int8_t *xq = q8_smem;
@@ -438,8 +441,7 @@ static void qgemv_i8_stream_set(cuda_backend *cb, const gemv_set &set, const em_
     int units = 0, K = (int)w0->cols;
     for (int g = 0; g < set.count; g++) units += (set.start[g + 1] - set.start[g] + Q8S_RW - 1) / Q8S_RW;
     int blocks = (units + Q8_WARPS - 1) / Q8_WARPS, most = cb->n_sm * Q8_STREAM_BLOCKS_PER_SM;
-    qgemv_i8_stream_kernel<BITS, ROWS><<<(unsigned)(blocks < most ? blocks : most), Q8_WARPS * 32,
-                                         q8_stream_smem(ROWS, K), cb->stream>>>(set, x, (int)w0->scale_dtype, M, K,
+    cuda_launch(qgemv_i8_stream_kernel<BITS, ROWS>, (unsigned)(blocks < most ? blocks : most), Q8_WARPS * 32, q8_stream_smem(ROWS, K), cb->stream, set, x, (int)w0->scale_dtype, M, K,
                                                                                 w0->group_size);
     CUDA_LAUNCHED(cb, "quantized matmul (int8 gemv)");
 }
@@ -477,7 +479,7 @@ bool cuda_qgemv_i8_set(cuda_backend *cb, const gemv_set *s, const em_weight *w0,
 template <int BITS, int ROWS>
 static void qgemv_i8_pass(cuda_backend *cb, float *y, const float *x, int M, const em_weight *w, const float *bias) {
     int N = (int)w->rows, K = (int)w->cols, per_block = Q8_WARPS * Q8_RW;
-    qgemv_i8_kernel<BITS, ROWS><<<(unsigned)((N + per_block - 1) / per_block), Q8_WARPS * 32, 0, cb->stream>>>(
+    cuda_launch(qgemv_i8_kernel<BITS, ROWS>, (unsigned)((N + per_block - 1) / per_block), Q8_WARPS * 32, 0, cb->stream, 
         y, x, (const uint32_t *)w->data, w->scales, w->biases, (int)w->scale_dtype, bias, M, N, K, w->group_size);
     CUDA_LAUNCHED(cb, "quantized matmul (int8 gemv)");
 }
@@ -528,6 +530,7 @@ __device__ __forceinline__ float q_element(const uint8_t *words, const void *sca
  * element per thread: for words without the alignment of the wide loads. */
 __global__ void qdequant_kernel(void *dst, bool bf16, const uint8_t *words, const void *scales, const void *biases,
                                 int sdt, int bits, int group, size_t K, size_t r0, size_t rows) {
+    cuda_pdl_enter();
     size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= rows * K) return;
     float v = q_element(words, scales, biases, sdt, bits, group, K, r0 + t / K, t % K);
@@ -540,6 +543,7 @@ __global__ void qdequant_kernel(void *dst, bool bf16, const uint8_t *words, cons
 template <int BITS>
 __global__ void qdequant_seg_kernel(void *dst, bool bf16, const uint32_t *w, const void *scales, const void *biases,
                                     int sdt, int group, size_t K, size_t r0, size_t rows) {
+    cuda_pdl_enter();
     size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x, segs = K / QG_SEG;
     if (t >= rows * segs) return;
     size_t r = r0 + t / segs, seg = t % segs;
@@ -566,17 +570,20 @@ __global__ void qdequant_seg_kernel(void *dst, bool bf16, const uint32_t *w, con
 
 __global__ void qembed_kernel(float *out, const uint8_t *words, const void *scales, const void *biases, int sdt,
                               int bits, int group, const int32_t *ids, int n, size_t K) {
+    cuda_pdl_enter();
     size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= (size_t)n * K) return;
     out[t] = q_element(words, scales, biases, sdt, bits, group, K, (size_t)ids[t / K], t % K);
 }
 
 __global__ void qto_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n) {
+    cuda_pdl_enter();
     size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t < n) dst[t] = __float2bfloat16_rn(src[t]);
 }
 
 __global__ void qbias_kernel(float *y, const float *bias, int M, int N) {
+    cuda_pdl_enter();
     size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t < (size_t)M * N) y[t] += bias[t % N];
 }
@@ -585,7 +592,7 @@ template <int BITS, int ROWS>
 static void qgemv_pass(cuda_backend *cb, float *y, const float *x, int M, const em_weight *w, const float *bias) {
     int N = (int)w->rows, K = (int)w->cols;
     dim3 grid((unsigned)((N + QG_WARPS - 1) / QG_WARPS));
-    qgemv_kernel<BITS, ROWS><<<grid, QG_WARPS * 32, 0, cb->stream>>>(y, x, (const uint32_t *)w->data, w->scales,
+    cuda_launch(qgemv_kernel<BITS, ROWS>, grid, QG_WARPS * 32, 0, cb->stream, y, x, (const uint32_t *)w->data, w->scales,
                                                                      w->biases, (int)w->scale_dtype, bias, M, N, K,
                                                                      w->group_size);
     CUDA_LAUNCHED(cb, "quantized matmul (gemv)");
@@ -621,7 +628,7 @@ static bool qgemv(cuda_backend *cb, float *y, const float *x, int M, const em_we
 template <int BITS>
 static void qdequant_seg(cuda_backend *cb, void *dst, bool bf16, const em_weight *w, size_t r0, size_t rows) {
     size_t K = (size_t)w->cols, segs = rows * (K / QG_SEG);
-    qdequant_seg_kernel<BITS><<<cuda_blocks(segs, 256), 256, 0, cb->stream>>>(
+    cuda_launch(qdequant_seg_kernel<BITS>, cuda_blocks(segs, 256), 256, 0, cb->stream, 
         dst, bf16, (const uint32_t *)w->data, w->scales, w->biases, (int)w->scale_dtype, w->group_size, K, r0, rows);
     CUDA_LAUNCHED(cb, "quantized matmul (dequantizing weights)");
 }
@@ -640,7 +647,7 @@ static void qdequant(cuda_backend *cb, void *dst, bool bf16, const em_weight *w,
         default: break;
         }
     }
-    qdequant_kernel<<<cuda_blocks(elems, 256), 256, 0, cb->stream>>>(dst, bf16, (const uint8_t *)w->data, w->scales,
+    cuda_launch(qdequant_kernel, cuda_blocks(elems, 256), 256, 0, cb->stream, dst, bf16, (const uint8_t *)w->data, w->scales,
                                                                      w->biases, (int)w->scale_dtype, w->bits,
                                                                      w->group_size, K, r0, rows);
     CUDA_LAUNCHED(cb, "quantized matmul (dequantizing weights)");
@@ -657,7 +664,7 @@ static void qgemm(cuda_backend *cb, float *y, const float *x, int M, const em_we
         if (!cuda_scratch(cb, &cb->xconv, &cb->xconv_bytes, xe * sizeof(__nv_bfloat16)) ||
             !cuda_scratch(cb, &cb->wconv, &cb->wconv_bytes, (size_t)slice * K * sizeof(__nv_bfloat16)))
             return;
-        qto_bf16_kernel<<<cuda_blocks(xe, 256), 256, 0, cb->stream>>>((__nv_bfloat16 *)cb->xconv, x, xe);
+        cuda_launch(qto_bf16_kernel, cuda_blocks(xe, 256), 256, 0, cb->stream, (__nv_bfloat16 *)cb->xconv, x, xe);
         CUDA_LAUNCHED(cb, "quantized matmul (rounding activations)");
     } else if (!cuda_scratch(cb, (void **)&cb->wide, &cb->wide_bytes, (size_t)slice * K * sizeof(float))) {
         return;
@@ -702,7 +709,7 @@ void cuda_qmatmul(em_backend *be, float *y, const float *x, int M, const em_weig
     qgemm(cb, y, x, M, w, fast);
     if (bias) {
         size_t total = (size_t)M * N;
-        qbias_kernel<<<cuda_blocks(total, 256), 256, 0, cb->stream>>>(y, bias, M, N);
+        cuda_launch(qbias_kernel, cuda_blocks(total, 256), 256, 0, cb->stream, y, bias, M, N);
         CUDA_LAUNCHED(cb, "quantized matmul (bias)");
     }
 }
@@ -713,7 +720,7 @@ void cuda_qembed(cuda_backend *cb, float *out, const em_weight *t, const int32_t
         return;
     }
     size_t K = (size_t)t->cols, total = (size_t)n * K;
-    qembed_kernel<<<cuda_blocks(total, 256), 256, 0, cb->stream>>>(out, (const uint8_t *)t->data, t->scales, t->biases,
+    cuda_launch(qembed_kernel, cuda_blocks(total, 256), 256, 0, cb->stream, out, (const uint8_t *)t->data, t->scales, t->biases,
                                                                    (int)t->scale_dtype, t->bits, t->group_size, dids,
                                                                    n, K);
     CUDA_LAUNCHED(cb, "embed (quantized)");
