@@ -28,6 +28,11 @@ static void bench_help(void) {
            "  --draft-tokens K      tokens drafted per trunk step with --spec (default 2)\n"
            "  --batch B             decode B sequences together, one token each per step; decode\n"
            "                        tokens/s is then the aggregate of all B (default 1)\n"
+           "  --warmup N            unmeasured runs first, the same prompt and at most 8 generated\n"
+           "                        tokens (default 1 on a GPU: its first run of a shape loads\n"
+           "                        kernels, picks GEMM algorithms and records decode steps; 0 on\n"
+           "                        the CPU)\n"
+           "  --repeat N            measured runs; the best of them is reported (default 1)\n"
            "  --json                machine-readable output\n", cli_model_opts_help());
 }
 
@@ -167,7 +172,7 @@ static int cmd_bench(int argc, char **argv) {
     cli_model_opts mo;
     cli_model_opts_init(&mo, EM_PRECISION_FAST);
     const char *model = NULL, *prompt_file = NULL;
-    long n_prompt = 512, n_gen = 128, repeat = 1, draft_tokens = 2, batch = 1;
+    long n_prompt = 512, n_gen = 128, repeat = 1, draft_tokens = 2, batch = 1, warmup = -1;
     bool json = false, spec = false;
     for (int i = 1; i < argc; i++) {
         int r = cli_model_opt(&mo, argc, argv, &i, "bench");
@@ -178,7 +183,10 @@ static int cmd_bench(int argc, char **argv) {
                      : cli_arg_is(argv[i], "--repeat")        ? &repeat
                      : cli_arg_is(argv[i], "--batch")         ? &batch
                                                               : NULL;
-        if (target) {
+        if (cli_arg_is(argv[i], "--warmup")) {
+            const char *v = cli_take_value(argc, argv, &i, "bench");
+            if (!v || !cli_parse_int(v, 0, 100, &warmup)) { cli_error("bench", "--warmup needs a number in 0..100"); return CLI_USAGE; }
+        } else if (target) {
             const char *v = cli_take_value(argc, argv, &i, "bench");
             if (!v || !cli_parse_int(v, 1, 1 << 22, target)) { cli_error("bench", "%s needs a positive number", argv[i]); return CLI_USAGE; }
         } else if (cli_arg_is(argv[i], "--spec")) {
@@ -231,6 +239,9 @@ static int cmd_bench(int argc, char **argv) {
     }
     bench_result best = {0}, r = {0};
     em_status s = EM_OK;
+    if (warmup < 0) warmup = m->be->ops->host_memory ? 0 : 1;
+    for (long k = 0; k < warmup && s == EM_OK; k++)
+        s = run_once(m, prompt, (int)n_prompt, n_gen < 8 ? (int)n_gen : 8, spec ? (int)draft_tokens : 0, (int)batch, &r);
     for (long k = 0; k < repeat && s == EM_OK; k++) {
         s = run_once(m, prompt, (int)n_prompt, (int)n_gen, spec ? (int)draft_tokens : 0, (int)batch, &r);
         if (r.decode_tps > best.decode_tps) {
