@@ -98,8 +98,110 @@ static void test_argmax(void) {
     CHECK(em_argmax_f32(nan_first, 3) == 1);
 }
 
+/* The truncation written the plain way (every candidate sorted, then top-k,
+ * top-p, min-p in transformers' order): the sampler selects and sorts only
+ * what it needs, and must give exactly these probabilities. */
+static int cmp_ref(const void *a, const void *b, void *ctx) {
+    const float *pr = ctx;
+    float x = pr[*(const int32_t *)a], y = pr[*(const int32_t *)b];
+    if (x != y) return x > y ? -1 : 1;
+    return *(const int32_t *)a - *(const int32_t *)b;
+}
+
+static void distribution_ref(const em_sampling *p, const float *l, int n, float *out) {
+    float mx = -INFINITY, inv_t = 1.0f / p->temperature, *pr = calloc((size_t)n, sizeof *pr);
+    int32_t *c = malloc((size_t)n * sizeof *c);
+    for (int i = 0; i < n; i++) mx = l[i] > mx ? l[i] : mx;
+    int nc = 0;
+    for (int i = 0; i < n; i++) {
+        float z = (l[i] - mx) * inv_t;
+        if (z > -40.0f) c[nc++] = i, pr[i] = expf(z);
+    }
+    double total = 0;
+    for (int i = 0; i < nc; i++) total += pr[c[i]];
+    qsort_r(c, (size_t)nc, sizeof *c, cmp_ref, pr);
+    if (p->top_k > 0 && nc > p->top_k) {
+        nc = p->top_k;
+        total = 0;
+        for (int i = 0; i < nc; i++) total += pr[c[i]];
+    }
+    if (p->top_p > 0 && p->top_p < 1) {
+        double cum = 0, limit = p->top_p * total;
+        int keep = 0;
+        while (keep < nc) {
+            cum += pr[c[keep++]];
+            if (cum >= limit) break;
+        }
+        nc = keep;
+    }
+    if (p->min_p > 0) {
+        int keep = 0;
+        for (int i = 0; i < nc; i++)
+            if (pr[c[i]] >= p->min_p) c[keep++] = c[i];
+        nc = keep;
+    }
+    double sum = 0;
+    for (int i = 0; i < nc; i++) sum += pr[c[i]];
+    memset(out, 0, (size_t)n * sizeof *out);
+    for (int i = 0; i < nc; i++) out[c[i]] = (float)(pr[c[i]] / sum);
+    free(pr);
+    free(c);
+}
+
+/* Large vocabularies, flat and peaked rows, rows of many equal logits
+ * (ties go to the lower id), and every truncation, against the plain way:
+ * the same probabilities, bit for bit. Top-p without top-k sorts only the
+ * prefix it needs, so the checks span nuclei from a few tokens to most of
+ * the vocabulary. */
+static void test_truncation_exact(void) {
+    const int sizes[] = {40, 3000, 70000};
+    const float spreads[] = {0.5f, 4.0f, 30.0f};
+    const em_sampling cases[] = {
+        {.temperature = 1, .top_p = 0.9f},
+        {.temperature = 0.7f, .top_p = 0.3f},
+        {.temperature = 1.5f, .top_p = 0.999f},
+        {.temperature = 0.7f, .top_k = 40, .top_p = 1},
+        {.temperature = 1, .top_k = 2000, .top_p = 1},
+        {.temperature = 1, .top_k = 50, .top_p = 0.95f, .min_p = 0.01f},
+        {.temperature = 0.8f, .top_p = 0.6f, .min_p = 0.05f},
+        {.temperature = 1, .top_k = 100000, .top_p = 0.5f},
+    };
+    uint64_t x = 12345;
+    int bad = 0, runs = 0;
+    for (int si = 0; si < 3; si++)
+        for (int sp = 0; sp < 3; sp++)
+            for (int ties = 0; ties < 2; ties++) {
+                int n = sizes[si];
+                float *l = malloc((size_t)n * sizeof *l), *a = malloc((size_t)n * sizeof *a),
+                      *b = malloc((size_t)n * sizeof *b);
+                for (int i = 0; i < n; i++) {
+                    x = x * 6364136223846793005ull + 1442695040888963407ull;
+                    float u = (float)(x >> 40) / (float)(1 << 24);
+                    l[i] = spreads[sp] * (u - 0.5f) * 2;
+                    if (ties) l[i] = floorf(l[i] * 2) / 2; /* few distinct values */
+                }
+                for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+                    em_sampling p = cases[ci];
+                    p.repetition_penalty = 1;
+                    sampler s;
+                    REQUIRE(sampler_init(&s, &p, n) == EM_OK);
+                    sampler_distribution(&s, l, a);
+                    distribution_ref(&p, l, n, b);
+                    runs++;
+                    if (memcmp(a, b, (size_t)n * sizeof *a)) {
+                        bad++;
+                        fprintf(stderr, "truncation differs: n=%d spread=%g ties=%d case=%zu\n", n, spreads[sp], ties, ci);
+                    }
+                    sampler_free(&s);
+                }
+                free(l), free(a), free(b);
+            }
+    CHECKF(bad == 0, "%d of %d truncations differ from a full sort", bad, runs);
+}
+
 int main(void) {
     test_argmax();
+    test_truncation_exact();
     em_sampling p = {.temperature = 1, .top_p = 1, .repetition_penalty = 1};
     check_distribution(p, "plain");
     p.temperature = 0.7f;
