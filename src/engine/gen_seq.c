@@ -133,10 +133,26 @@ em_status gen_seq_sample(gen_seq *g, float *logits) {
         gen_seq_finish(g, EM_FINISH_CANCELLED);
         return EM_OK;
     }
-    gen_seq_process(g, logits);
-    em_token_info info = {0};
-    int32_t tok = sampler_pick(&g->smp, logits, g->p->top_logprobs, !g->p->no_logprob, &info);
+    int32_t tok;
+    em_token_info info;
+    gen_seq_pick(g, logits, &tok, &info);
     return gen_seq_emit(g, tok, &info);
+}
+
+bool gen_seq_has_processor(const gen_seq *g) { return g->p->on_logits != NULL; }
+
+void gen_seq_pick(gen_seq *g, float *logits, int32_t *tok, em_token_info *info) {
+    gen_seq_process(g, logits);
+    memset(info, 0, sizeof *info);
+    *tok = sampler_pick(&g->smp, logits, g->p->top_logprobs, !g->p->no_logprob, info);
+}
+
+em_status gen_seq_deliver(gen_seq *g, int32_t tok, em_token_info *info) {
+    if (gen_seq_cancelled(g)) {
+        gen_seq_finish(g, EM_FINISH_CANCELLED);
+        return EM_OK;
+    }
+    return gen_seq_emit(g, tok, info);
 }
 
 bool gen_seq_greedy_id(const gen_seq *g) {

@@ -42,6 +42,15 @@ em_status gen_seq_sample(gen_seq *g, float *logits);
 bool gen_seq_greedy_id(const gen_seq *g);
 /* Delivers tok, the argmax chosen by the model, as gen_seq_sample would. */
 em_status gen_seq_take(gen_seq *g, int32_t tok);
+/* gen_seq_sample in two steps, so that the choices of several sequences can
+ * run on several threads (each touches only its own sequence; not for a
+ * sequence with a logit processor, whose callback may not be thread-safe)
+ * while their deliveries stay in order on one: gen_seq_pick chooses the
+ * token from logits into *tok and *info, gen_seq_deliver reports it as
+ * gen_seq_sample would (or finishes a cancelled sequence). */
+bool gen_seq_has_processor(const gen_seq *g);
+void gen_seq_pick(gen_seq *g, float *logits, int32_t *tok, em_token_info *info);
+em_status gen_seq_deliver(gen_seq *g, int32_t tok, em_token_info *info);
 /* The two halves of gen_seq_sample, for loops that choose tokens another
  * way (speculative decoding): penalties, bias and the logit processor in
  * place; then delivery of a chosen token (history, text, callback, stop

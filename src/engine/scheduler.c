@@ -5,6 +5,7 @@
 #include "model/batch_rows.h"
 #include "base/alloc.h"
 #include "base/log.h"
+#include "base/threadpool.h"
 #include "base/timer.h"
 
 #include <pthread.h>
@@ -42,6 +43,12 @@ struct em_scheduler {
     float *logits;
     int32_t *argmax; /* greedy ids chosen by the model, one per logits row */
     size_t logits_rows;
+    /* sampled rows of a step, chosen in parallel on `pool` (NULL: serially) */
+    em_pool *pool;
+    int n_picks;
+    int *pick_span, *pick_row;
+    int32_t *pick_tok;
+    em_token_info *pick_info;
 };
 
 static void push_front(em_scheduler *s, sched_req *r) {
@@ -227,6 +234,38 @@ static void fail_all(em_scheduler *s, em_status st) {
     }
 }
 
+static void pick_task(void *ctx, int task, int thread) {
+    (void)thread;
+    em_scheduler *s = ctx;
+    gen_seq *g = s->span_req[s->pick_span[task]]->g;
+    float *row = s->logits + (size_t)s->pick_row[task] * (size_t)s->m->cfg.vocab;
+    gen_seq_pick(g, row, &s->pick_tok[task], &s->pick_info[task]);
+}
+
+/* Chooses the tokens of the step's sampled rows on the pool: each touches
+ * only its own sequence's sampler, and a 128k-entry row takes milliseconds
+ * on the host, which at batch 64 outlasted the device's step. Rows with a
+ * logit processor (a callback) stay for the serial pass. Records the
+ * picked spans in pick_span, in span order; returns how many. */
+static int pick_parallel(em_scheduler *s, int n, const em_batch *b) {
+    s->n_picks = 0;
+    if (!s->pool) return 0;
+    int row = 0;
+    for (int i = 0; i < n; i++) {
+        if (s->spans[i].logits != LOGITS_LAST) continue;
+        gen_seq *g = s->span_req[i]->g;
+        bool taken = b->argmax && gen_seq_greedy_id(g);
+        if (!taken && !gen_seq_has_processor(g) && !gen_seq_cancelled(g)) {
+            s->pick_span[s->n_picks] = i;
+            s->pick_row[s->n_picks++] = row;
+        }
+        row++;
+    }
+    if (s->n_picks < 2) return s->n_picks = 0; /* one row: no gain from the pool */
+    em_pool_for(s->pool, s->n_picks, pick_task, s);
+    return s->n_picks;
+}
+
 static void step(em_scheduler *s) {
     int rows;
     int n = build_batch(s, &rows);
@@ -246,6 +285,7 @@ static void step(em_scheduler *s) {
         fail_all(s, st);
         return;
     }
+    int picks = pick_parallel(s, n, &b), next_pick = 0;
     int row = 0, tokens = 0, prefill = 0, fast = 0;
     for (int i = 0; i < n; i++) {
         gen_seq *g = s->span_req[i]->g;
@@ -256,8 +296,14 @@ static void step(em_scheduler *s) {
         if (s->spans[i].n > 1 && span_prefill_math(&s->spans[i], s->m->prefill_math) == EM_MATH_FAST)
             fast += s->spans[i].n;
         if (s->spans[i].logits != LOGITS_LAST) continue;
-        em_status ss = b.argmax && gen_seq_greedy_id(g) ? gen_seq_take(g, s->argmax[row])
-                                                         : gen_seq_sample(g, s->logits + (size_t)row * (size_t)s->m->cfg.vocab);
+        em_status ss;
+        if (next_pick < picks && s->pick_span[next_pick] == i) {
+            ss = gen_seq_deliver(g, s->pick_tok[next_pick], &s->pick_info[next_pick]);
+            next_pick++;
+        } else {
+            ss = b.argmax && gen_seq_greedy_id(g) ? gen_seq_take(g, s->argmax[row])
+                                                  : gen_seq_sample(g, s->logits + (size_t)row * (size_t)s->m->cfg.vocab);
+        }
         if (ss != EM_OK) gen_seq_finish(g, EM_FINISH_NONE);
         if (g->r->n_generated == 1)
             EM_LOGD("scheduler: first token %.2f ms after arrival (queued %.2f ms, step forward %.2f ms, sample "
@@ -341,6 +387,15 @@ void sched_get_stats(em_scheduler *s, sched_stats *out) {
     if (s->store) kv_store_get_stats(s->store, &out->store);
 }
 
+static void free_picks(em_scheduler *s) {
+    em_pool_free(s->pool);
+    free(s->pick_span);
+    free(s->pick_row);
+    free(s->pick_tok);
+    free(s->pick_info);
+    s->pool = NULL;
+}
+
 em_status sched_start(em_model *m, const sched_options *o) {
     em_scheduler *s = em_calloc(1, sizeof *s);
     if (!s) return em_fail(EM_ERR_NOMEM, "out of memory");
@@ -362,10 +417,21 @@ em_status sched_start(em_model *m, const sched_options *o) {
     s->active = em_calloc((size_t)s->max_batch, sizeof *s->active);
     s->spans = em_calloc((size_t)s->max_batch, sizeof *s->spans);
     s->span_req = em_calloc((size_t)s->max_batch, sizeof *s->span_req);
+    int threads = o && o->sample_threads > 0 ? o->sample_threads : m->be->ops->host_memory ? 1 : em_cpu_count();
+    if (threads > 16) threads = 16;
+    if (threads > 1 && s->max_batch > 1) {
+        s->pick_span = em_calloc((size_t)s->max_batch, sizeof *s->pick_span);
+        s->pick_row = em_calloc((size_t)s->max_batch, sizeof *s->pick_row);
+        s->pick_tok = em_calloc((size_t)s->max_batch, sizeof *s->pick_tok);
+        s->pick_info = em_calloc((size_t)s->max_batch, sizeof *s->pick_info);
+        /* without the pool the rows are simply chosen one by one */
+        if (s->pick_span && s->pick_row && s->pick_tok && s->pick_info) s->pool = em_pool_create(threads);
+    }
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->work_cv, NULL);
     pthread_cond_init(&s->done_cv, NULL);
     if (!s->active || !s->spans || !s->span_req || pthread_create(&s->thread, NULL, loop, s) != 0) {
+        free_picks(s);
         free(s->active);
         free(s->spans);
         free(s->span_req);
@@ -389,6 +455,7 @@ void sched_stop(em_model *m) {
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->work_cv);
     pthread_cond_destroy(&s->done_cv);
+    free_picks(s);
     free(s->active);
     free(s->spans);
     free(s->span_req);

@@ -31,6 +31,11 @@ typedef struct sched_options {
     int snapshot_every;        /* hybrid families: blocks between periodic state snapshots; 0: 16 */
     const char *kv_store_dir;  /* persist prompt blocks here (kv_store.h); NULL: none */
     size_t kv_store_bytes;     /* bound on the store's folder; 0: 4 GiB */
+    /* threads that choose the tokens of sampled (not greedy) rows of a
+     * step in parallel: 0 = one per core when the model runs on a device
+     * (the host is idle meanwhile), none on the CPU (whose threads run the
+     * model); 1 = none */
+    int sample_threads;
 } sched_options;
 
 typedef struct sched_stats {

@@ -1,7 +1,8 @@
 /* Continuous batching: with greedy sampling every request's output under
  * the scheduler (concurrent, staggered arrivals, mixed lengths, a cancelled
  * neighbour, a KV budget small enough to force preemption) equals serving
- * it alone. */
+ * it alone; so does every seeded sampled request's, with the sampled rows
+ * of each step chosen on several threads. */
 #include "test.h"
 
 #include "engine/scheduler.h"
@@ -20,6 +21,8 @@ typedef struct job {
     int n_out;
     volatile int cancel;
     int cancel_after;
+    int sampled; /* seeded top-k/top-p sampling instead of greedy */
+    float logprob_sum;
     em_status status;
     em_generate_result res;
 } job;
@@ -27,6 +30,7 @@ typedef struct job {
 static int collect(void *user, const em_token_info *t) {
     job *j = user;
     if (t->token >= 0 && j->n_out <= MAX_NEW) j->out[j->n_out++] = t->token;
+    if (t->token >= 0) j->logprob_sum += t->logprob + (t->n_top ? t->top_logprobs[0] : 0.0f);
     if (j->cancel_after && j->n_out >= j->cancel_after) j->cancel = 1;
     return 0;
 }
@@ -36,6 +40,13 @@ static void run_job(job *j) {
     em_generate_params p = {.prompt = j->prompt, .n_prompt = (size_t)j->n_prompt, .max_tokens = j->max_tokens,
                             .on_token = collect, .user = j, .cancel = &j->cancel, .ignore_eos = 1};
     p.sampling.temperature = 0;
+    j->logprob_sum = 0;
+    if (j->sampled) {
+        p.sampling = (em_sampling){.temperature = 0.9f, .top_p = 0.9f, .top_k = 20, .repetition_penalty = 1,
+                                   .seed = 1000u + (uint64_t)j->n_prompt, .has_seed = 1};
+        p.no_logprob = j->n_prompt % 2;
+        p.top_logprobs = j->n_prompt % 3;
+    }
     j->status = em_generate(j->m, &p, &j->res);
 }
 
@@ -46,7 +57,7 @@ static void *thread_main(void *arg) {
     return NULL;
 }
 
-static void run_suite(const char *dir, size_t kv_bytes) {
+static void run_suite(const char *dir, size_t kv_bytes, int sampled) {
     em_open_options o = {.n_threads = 2, .precision = EM_PRECISION_EXACT, .max_sequences = 4, .max_context = 128,
                          .kv_cache_bytes = kv_bytes};
     em_model *m;
@@ -59,13 +70,15 @@ static void run_suite(const char *dir, size_t kv_bytes) {
         a->n_prompt = 20 + (i * 7) % 40; /* some prompts cross the FAST threshold */
         for (int k = 0; k < a->n_prompt; k++) a->prompt[k] = (int32_t)((i * 131 + k * 17 + 5) % m->cfg.vocab);
         a->max_tokens = 4 + (i * 5) % (MAX_NEW - 4);
+        a->sampled = sampled;
         run_job(a);
         REQUIRE(a->status == EM_OK);
         batched[i] = *a;
         batched[i].delay_us = (i % 3) * 500;
     }
     batched[3].cancel_after = 2; /* a neighbour that leaves early */
-    REQUIRE(sched_start(m, &(sched_options){.max_batch = 4, .prefill_chunk = 16}) == EM_OK);
+    REQUIRE(sched_start(m, &(sched_options){.max_batch = 4, .prefill_chunk = 16, .sample_threads = sampled ? 3 : 0}) ==
+            EM_OK);
     pthread_t th[N_REQ];
     for (int i = 0; i < N_REQ; i++) pthread_create(&th[i], NULL, thread_main, &batched[i]);
     for (int i = 0; i < N_REQ; i++) pthread_join(th[i], NULL);
@@ -77,6 +90,10 @@ static void run_suite(const char *dir, size_t kv_bytes) {
         }
         CHECKF(batched[i].n_out == alone[i].n_out && !memcmp(batched[i].out, alone[i].out, sizeof(int32_t) * (size_t)alone[i].n_out),
                "%s request %d differs under batching (%d vs %d tokens, finish %d, prompt %d)", dir, i, batched[i].n_out, alone[i].n_out, (int)batched[i].res.finish, batched[i].n_prompt);
+        /* the dense family's EXACT rows do not depend on the batch: the
+         * logprobs delivered from the parallel choice are the same bits */
+        if (sampled)
+            CHECKF(batched[i].logprob_sum == alone[i].logprob_sum, "%s request %d: logprobs differ under batching", dir, i);
     }
     sched_stats st;
     sched_get_stats(m->sched, &st);
@@ -165,15 +182,16 @@ static void prefix_suite(const char *dir, size_t cache_bytes) {
 int main(void) {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/tests/golden/dense/qwen3_qknorm", test_src_dir());
-    run_suite(dir, 0);
+    run_suite(dir, 0, 0);
+    run_suite(dir, 0, 1); /* seeded sampling, rows chosen on 3 threads */
     /* 3 layers x 2 x 2 kv heads x 32 dim x 4 bytes = 1536 bytes/position:
      * room for 160 positions, enough for one full context of 128 but not
      * for four sequences at once. */
-    run_suite(dir, 1536u * 160u);
+    run_suite(dir, 1536u * 160u, 0);
     /* the hybrid family: recurrent state per sequence under batching */
     char qdir[4096];
     snprintf(qdir, sizeof qdir, "%s/tests/golden/qwen3_5/q35_tied_ratio2", test_src_dir());
-    run_suite(qdir, 0);
+    run_suite(qdir, 0, 0);
     prefix_suite(dir, 0);
     prefix_suite(dir, 1536u * 32u); /* room for one cached block: evictions */
     return test_summary();
