@@ -5,7 +5,10 @@ in requests; reports requests/s, output tokens/s, TTFT and inter-token
 latency percentiles. Same report as bench/loadgen.mjs.
 
   python3 bench/loadgen.py --url http://127.0.0.1:8080 --clients 8 --requests 32 \\
-      --prompt-words 200 --max-tokens 64 [--shared 0.5]
+      --prompt-words 200 --max-tokens 64 [--shared 0.5] [--temperature 0.7 --top-p 0.9 --top-k 40]
+
+Greedy by default; --temperature > 0 samples (each request seeded by its
+index, so runs are repeatable), with --top-p / --top-k when given.
 """
 import argparse, http.client, json, threading, time, urllib.parse
 
@@ -16,6 +19,9 @@ ap.add_argument("--requests", type=int, default=32)
 ap.add_argument("--prompt-words", type=int, default=200)
 ap.add_argument("--max-tokens", type=int, default=64)
 ap.add_argument("--shared", type=float, default=0.0)
+ap.add_argument("--temperature", type=float, default=0.0)
+ap.add_argument("--top-p", type=float, default=None)
+ap.add_argument("--top-k", type=int, default=None)
 ap.add_argument("--json", action="store_true")
 a = ap.parse_args()
 u = urllib.parse.urlparse(a.url)
@@ -32,9 +38,16 @@ def prompt(i):
 
 
 def one(i):
-    body = json.dumps({"messages": [{"role": "user", "content": prompt(i)}], "max_tokens": a.max_tokens,
-                       "temperature": 0, "stream": True, "ignore_eos": True,
-                       "stream_options": {"include_usage": True}})
+    req = {"messages": [{"role": "user", "content": prompt(i)}], "max_tokens": a.max_tokens,
+           "temperature": a.temperature, "stream": True, "ignore_eos": True,
+           "stream_options": {"include_usage": True}}
+    if a.temperature > 0:
+        req["seed"] = i
+        if a.top_p is not None:
+            req["top_p"] = a.top_p
+        if a.top_k is not None:
+            req["top_k"] = a.top_k
+    body = json.dumps(req)
     c = http.client.HTTPConnection(u.hostname, u.port or 80, timeout=600)
     t0 = time.perf_counter()
     c.request("POST", "/v1/chat/completions", body, {"content-type": "application/json"})
