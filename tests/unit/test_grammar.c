@@ -82,6 +82,8 @@ static void test_gbnf(void) {
     CHECK(!gbnf_matches("root ::= [^a-z]+ .", "Äb9"));
     CHECK(gbnf_matches("root ::= \"\\u00e9\\x41\\n\" [\\U0001F600-\\U0001F64F]", "éA\n😃"));
     CHECK(gbnf_matches("root ::= (\"a\" | )* \"b\"", "aab")); /* nullable repetition */
+    CHECK(gbnf_matches("root ::= [] | \"a\"", "a")); /* an empty class matches nothing */
+    CHECK(!gbnf_matches("root ::= [] \"a\"", "a"));
     CHECK(gbnf_matches("root ::= r\nr ::= \"(\" r \")\" | \"\"", "((()))"));
     CHECK(!gbnf_matches("root ::= r\nr ::= \"(\" r \")\" | \"\"", "(()"));
     CHECK(gbnf_error("root ::= r\nr ::= r \"a\" | \"b\"", "left-recursive") == EM_ERR_FORMAT);

@@ -97,7 +97,7 @@ static int cmp_pair(const void *a, const void *b) {
 }
 
 bool cp_set_normalize(cp_set *s, bool negate) {
-    qsort(s->r, s->n, 2 * sizeof(uint32_t), cmp_pair);
+    if (s->n > 1) qsort(s->r, s->n, 2 * sizeof(uint32_t), cmp_pair); /* an empty set may have no array */
     size_t k = 0;
     for (size_t i = 0; i < s->n; i++) {
         uint32_t lo = s->r[2 * i], hi = s->r[2 * i + 1];
