@@ -212,11 +212,39 @@ static void sort_cands(int32_t *c, int n, float *pr) {
     free(b);
 }
 
+/* select_first for small k, in one pass: c[0..k) kept as a heap of the k
+ * first so far with the last of them at its root, which most candidates
+ * fail to beat with one comparison. */
+enum { HEAP_SELECT_MAX = 256 };
+
+static void heap_down(int32_t *h, int k, int i, const float *pr) {
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, last = i;
+        if (l < k && prob_before(h[last], h[l], pr)) last = l;
+        if (r < k && prob_before(h[last], h[r], pr)) last = r;
+        if (last == i) return;
+        int32_t t = h[i];
+        h[i] = h[last], h[last] = t;
+        i = last;
+    }
+}
+
+static void select_first_heap(int32_t *c, int n, int k, const float *pr) {
+    for (int i = k / 2 - 1; i >= 0; i--) heap_down(c, k, i, pr);
+    for (int i = k; i < n; i++)
+        if (prob_before(c[i], c[0], pr)) { /* swapped, so c stays a permutation of the candidates */
+            int32_t t = c[0];
+            c[0] = c[i], c[i] = t;
+            heap_down(c, k, 0, pr);
+        }
+}
+
 /* Sorts the first k candidates in cmp_prob_desc's order into c[0..k): the
  * same prefix a sort of all n gives, at the cost of a selection and a sort
  * of k. */
 static void sort_first(int32_t *c, int n, int k, float *pr) {
-    if (k < n) select_first(c, n, k, pr);
+    if (k < n && k <= HEAP_SELECT_MAX) select_first_heap(c, n, k, pr);
+    else if (k < n) select_first(c, n, k, pr);
     sort_cands(c, k, pr);
 }
 
