@@ -8,6 +8,7 @@
 #include "base/file.h"
 #include "base/threadpool.h"
 #include "base/timer.h"
+#include "engine/sampler.h"
 #include "model/model.h"
 
 #include <stdio.h>
@@ -19,7 +20,11 @@ static void bench_help(void) {
            "Measures prefill tokens/s, decode tokens/s and time to first token on random\n"
            "token ids, the machine's memory read bandwidth, and decode as a fraction of the\n"
            "bandwidth roofline (bytes of weights read per token / bandwidth). With\n"
-           "--tensor-parallel N it also reports the time spent in all-reduces per decode step.\n\n%s"
+           "--tensor-parallel N it also reports the time spent in all-reduces per decode step.\n"
+           "Decoding is greedy (the model chooses the ids where the logits are) unless\n"
+           "--temperature T > 0 is given: each sequence then samples on the host with its own\n"
+           "seeded sampler (--top-p/--top-k/--min-p, else the model's generation_config.json),\n"
+           "and the logits rows cross to the host each step, as for a sampled request.\n\n%s"
            "  --prompt-file FILE    the prompt is FILE's text through the model's tokenizer (its first\n"
            "                        --prompt-tokens tokens, or all if fewer) instead of random ids;\n"
            "                        speculation's acceptance is only meaningful on real text\n"
@@ -81,14 +86,30 @@ static em_status run_spec(em_model *m, const int32_t *ids, int n_prompt, int n_g
  * chooses each sequence's argmax where the logits are). Decode tokens/s count every
  * sequence's tokens. prompt: n_prompt ids, or NULL for random ones; decoding
  * feeds random ids either way (its speed does not depend on them). */
+/* One decode step's tokens chosen on the host by each sequence's sampler
+ * from its downloaded logits row. */
+static em_status decode_sampled(em_model *m, em_span *spans, int batch, float *logits, sampler *smp) {
+    em_batch b = {.spans = spans, .n_spans = batch};
+    em_status s = model_forward(m, &b, logits);
+    for (int q = 0; s == EM_OK && q < batch; q++) {
+        em_token_info info;
+        sampler_pick(&smp[q], logits + (size_t)q * (size_t)m->cfg.vocab, 0, false, &info);
+    }
+    return s;
+}
+
 static em_status run_once(em_model *m, const int32_t *prompt, int n_prompt, int n_gen, int spec_k, int batch,
-                          bench_result *r) {
+                          const em_sampling *sampling, bench_result *r) {
     int32_t *ids = em_mallocn((size_t)n_prompt + (size_t)n_gen, sizeof *ids);
     float *logits = em_mallocn((size_t)m->cfg.vocab * (size_t)batch, sizeof *logits);
     int *seqs = em_mallocn((size_t)batch, sizeof *seqs);
     em_span *spans = em_mallocn((size_t)batch, sizeof *spans);
     int32_t *chosen = em_mallocn((size_t)batch, sizeof *chosen);
-    em_status s = ids && logits && seqs && spans && chosen ? EM_OK : em_fail(EM_ERR_NOMEM, "out of memory");
+    sampler *smp = sampling ? em_calloc((size_t)batch, sizeof *smp) : NULL;
+    em_status s = ids && logits && seqs && spans && chosen && (smp || !sampling) ? EM_OK : em_fail(EM_ERR_NOMEM, "out of memory");
+    int n_smp = 0;
+    for (; s == EM_OK && sampling && n_smp < batch; n_smp++) s = sampler_init(&smp[n_smp], sampling, m->cfg.vocab);
+    if (s != EM_OK && n_smp) n_smp--;
     uint64_t x = 88172645463325252ULL;
     for (int i = 0; s == EM_OK && i < n_prompt + n_gen; i++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
@@ -119,6 +140,10 @@ static em_status run_once(em_model *m, const int32_t *prompt, int n_prompt, int 
     for (int i = 0; s == EM_OK && i < n_gen; i++) {
         for (int q = 0; q < batch; q++)
             spans[q] = (em_span){seqs[q], ids + n_prompt + i, 1, LOGITS_LAST, SPAN_MATH_MODEL};
+        if (smp) {
+            s = decode_sampled(m, spans, batch, logits, smp);
+            continue;
+        }
         em_batch b = {.spans = spans, .n_spans = batch, .argmax = chosen, .argmax_only = true};
         s = model_forward(m, &b, logits);
     }
@@ -132,6 +157,8 @@ static em_status run_once(em_model *m, const int32_t *prompt, int n_prompt, int 
     r->prefill_tps = (double)n_prompt * batch / (t1 - t0);
     r->decode_tps = (double)n_gen * batch / (t2 - t1);
 out:
+    for (int q = 0; q < n_smp; q++) sampler_free(&smp[q]);
+    free(smp);
     free(ids);
     free(logits);
     free(seqs);
@@ -205,6 +232,9 @@ static int cmd_bench(int argc, char **argv) {
     }
     if (!model) { cli_error("bench", "MODEL is required (see --help)"); return CLI_USAGE; }
     if (spec && batch > 1) { cli_error("bench", "--spec measures one sequence: leave out --batch"); return CLI_USAGE; }
+    /* greedy unless --temperature > 0 is given (a model's generation_config.json does not turn it on) */
+    bool sampled = mo.temperature > 0;
+    if (spec && sampled) { cli_error("bench", "--spec decodes greedily: leave out --temperature"); return CLI_USAGE; }
     if (batch > 4096) { cli_error("bench", "--batch is at most 4096"); return CLI_USAGE; }
     mo.open.max_sequences = (int)batch;
     if (!mo.open.max_context) mo.open.max_context = (int)(n_prompt + n_gen + 1);
@@ -239,11 +269,15 @@ static int cmd_bench(int argc, char **argv) {
     }
     bench_result best = {0}, r = {0};
     em_status s = EM_OK;
+    em_sampling sampling = cli_model_sampling(&mo, m);
+    sampling.seed = 1, sampling.has_seed = 1;
     if (warmup < 0) warmup = m->be->ops->host_memory ? 0 : 1;
     for (long k = 0; k < warmup && s == EM_OK; k++)
-        s = run_once(m, prompt, (int)n_prompt, n_gen < 8 ? (int)n_gen : 8, spec ? (int)draft_tokens : 0, (int)batch, &r);
+        s = run_once(m, prompt, (int)n_prompt, n_gen < 8 ? (int)n_gen : 8, spec ? (int)draft_tokens : 0, (int)batch,
+                     sampled ? &sampling : NULL, &r);
     for (long k = 0; k < repeat && s == EM_OK; k++) {
-        s = run_once(m, prompt, (int)n_prompt, (int)n_gen, spec ? (int)draft_tokens : 0, (int)batch, &r);
+        s = run_once(m, prompt, (int)n_prompt, (int)n_gen, spec ? (int)draft_tokens : 0, (int)batch,
+                     sampled ? &sampling : NULL, &r);
         if (r.decode_tps > best.decode_tps) {
             best.decode_tps = r.decode_tps;
             best.allreduce_ms = r.allreduce_ms, best.allreduce_calls = r.allreduce_calls;
@@ -267,10 +301,10 @@ static int cmd_bench(int argc, char **argv) {
             printf("{\"model\":\"%s\",\"device\":\"%s\",\"threads\":%d,\"precision\":\"%s\",\"batch\":%ld,\"prompt\":\"%s\",\"prompt_tokens\":%ld,\"gen_tokens\":%ld,"
                    "\"prefill_tps\":%.2f,\"decode_tps\":%.3f,\"ttft_s\":%.4f,\"bandwidth_gbs\":%.2f,"
                    "\"bytes_per_token\":%.0f,\"roofline_tps\":%.3f,\"roofline_fraction\":%.4f,"
-                   "\"tensor_parallel\":%d,\"allreduce_ms_per_step\":%.4f,\"allreduces_per_step\":%.1f}\n",
+                   "\"tensor_parallel\":%d,\"allreduce_ms_per_step\":%.4f,\"allreduces_per_step\":%.1f,\"sampled\":%s}\n",
                    m->name, m->be->ops->name, m->be->n_threads, prec, batch, prompt ? "file" : "random", n_prompt, n_gen,
                    best.prefill_tps, best.decode_tps, best.ttft, bw / 1e9, bpt, roof, roof > 0 ? steps / roof : 0, tp,
-                   best.allreduce_ms, best.allreduce_calls);
+                   best.allreduce_ms, best.allreduce_calls, sampled ? "true" : "false");
         else
             printf("model %s (%s) on %s, precision %s\n"
                    "prefill: %ld tokens at %.1f tokens/s (time to first token %.3f s)\n"

@@ -23,6 +23,13 @@ check "a long file is cut to --prompt-tokens" '[ "$(field prompt_tokens "$j")" =
 j=$("$EMBER_BIN" bench "$MODEL" --prompt-tokens 8 --gen-tokens 4 --json 2>&1)
 check "random ids without the option" '[ "$(field prompt "$j")" = random ] && [ "$(field prompt_tokens "$j")" = 8 ]'
 
+j=$("$EMBER_BIN" bench "$MODEL" --prompt-tokens 8 --gen-tokens 4 --batch 2 --temperature 0.8 --top-k 5 --json 2>&1); rc=$?
+check "sampled decoding is measured (--temperature)" '[ $rc = 0 ] && awk "BEGIN{exit !($(field decode_tps "$j") > 0)}"'
+e=$("$EMBER_BIN" bench "$MODEL" --spec mtp --temperature 0.5 2>&1); rc=$?
+check "--spec with --temperature is a usage error" '[ $rc = 2 ] && grep -q "greedily" <<<"$e"'
+e=$("$EMBER_BIN" bench "$MODEL" --warmup -1 2>&1); rc=$?
+check "--warmup takes 0..100" '[ $rc = 2 ] && grep -q -- "--warmup" <<<"$e"'
+
 : >"$W/empty.txt"
 e=$("$EMBER_BIN" bench "$MODEL" --prompt-file "$W/empty.txt" --gen-tokens 4 2>&1); rc=$?
 check "an empty file is an error" '[ $rc = 1 ] && grep -q "encodes to no tokens" <<<"$e"'
