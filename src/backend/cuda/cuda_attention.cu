@@ -54,6 +54,20 @@ __device__ float block_reduce_f(float v, float *red, bool is_max) {
     return r;
 }
 
+/* The keys block (x, y) of a row at position p attends to: the row's
+ * window (all keys up to p without one), or with splits (gridDim.y > 1)
+ * the y-th of gridDim.y equal shares of it. */
+__device__ __forceinline__ void att_key_range(int p, int window, bool split, int *start, int *end) {
+    int s0 = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0, e = p;
+    if (split) {
+        int len = p - s0 + 1, per = (len + (int)gridDim.y - 1) / (int)gridDim.y;
+        s0 += (int)blockIdx.y * per;
+        e = s0 + per - 1 < p ? s0 + per - 1 : p;
+    }
+    *start = s0;
+    *end = e;
+}
+
 /* Block x serves row rmap[x / n_heads] (row x / n_heads without a map).
  * part != NULL: split s = blockIdx.y of gridDim.y covers an equal share of
  * the row's keys and writes its unnormalised partial (max, sum, acc[hd])
@@ -74,12 +88,8 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_kernel(float *out, floa
     for (int d = t; d < hd; d += ATT_THREADS) qs[d] = qr[d];
     __syncthreads();
     int p = pos[row];
-    int start = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0, end = p;
-    if (part) {
-        int len = p - start + 1, per = (len + (int)gridDim.y - 1) / (int)gridDim.y;
-        start += (int)blockIdx.y * per;
-        end = start + per - 1 < p ? start + per - 1 : p;
-    }
+    int start, end;
+    att_key_range(p, window, part != NULL, &start, &end);
     size_t rowlen = (size_t)n_kv * hd, head_off = (size_t)kvh * hd;
     bool vec = (hd & 3) == 0;
     float m = -INFINITY, l = 0.0f, acc[ATT_DIMS_PER_THREAD];
@@ -174,12 +184,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
 #pragma unroll
     for (int g = 0; g < G; g++) qv[g] = *(const float4 *)(q + ((size_t)row * n_heads + (size_t)kvh * G + g) * HD + d0);
     int p = pos[row];
-    int start = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0, end = p;
-    if (part) {
-        int len = p - start + 1, per = (len + (int)gridDim.y - 1) / (int)gridDim.y;
-        start += (int)blockIdx.y * per;
-        end = start + per - 1 < p ? start + per - 1 : p;
-    }
+    int start, end;
+    att_key_range(p, window, part != NULL, &start, &end);
     float m[G], l[G];
     float4 acc[G];
 #pragma unroll
