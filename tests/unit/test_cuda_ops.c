@@ -475,10 +475,11 @@ static void test_matmul_group_case(int M, int bits, em_dtype dt, em_math math, b
 }
 
 static void test_matmul_group(void) {
-    int Ms[] = {1, 2, 3, 8, 20};
-    for (int m = 0; m < 5; m++) {
+    int Ms[] = {1, 2, 3, 8, 20, 64};
+    for (int m = 0; m < 6; m++) {
         test_matmul_group_case(Ms[m], 0, EM_BF16, EM_MATH_EXACT, m % 2);
         test_matmul_group_case(Ms[m], 0, EM_F32, EM_MATH_FAST, m % 2 == 0);
+        test_matmul_group_case(Ms[m], 0, EM_BF16, EM_MATH_FAST, m % 2); /* M >= 16: one rounding, tensor cores */
         test_matmul_group_case(Ms[m], 4, EM_BF16, EM_MATH_FAST, m % 2);
         test_matmul_group_case(Ms[m], 8, EM_BF16, EM_MATH_FAST, m % 2 == 0);
         test_matmul_group_case(Ms[m], 4, EM_BF16, EM_MATH_EXACT, true);

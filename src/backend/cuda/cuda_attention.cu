@@ -342,7 +342,8 @@ static void attention_rows(cuda_backend *cb, float *out, const float *q, float *
 static void attention_batch(cuda_backend *cb, float *out, const float *q, const em_kv_spans *s, const int32_t *pos,
                             int n_heads, int n_kv, int head_dim, float scale, int window) {
     cuda_att_plan p;
-    if (!cuda_attention_plan(&p, s, pos, n_heads, n_kv, window, cb->n_sm)) {
+    int pairs = s->math == EM_MATH_FAST && cuda_attention_tc_fits(cb, head_dim) ? CUDA_TC_PAIRS : CUDA_TILE_PAIRS;
+    if (!cuda_attention_plan(&p, s, pos, n_heads, n_kv, window, cb->n_sm, pairs)) {
         cuda_note(cb, cudaErrorMemoryAllocation, "attention: planning the batch");
         return;
     }
@@ -356,8 +357,7 @@ static void attention_batch(cuda_backend *cb, float *out, const float *q, const 
     cuda_stage_flush(cb);
     int bs = s->views[0].block_size;
     if (p.n_items)
-        cuda_attention_tiled(cb, out, q, base, toff, dpos, dplan, &p, n, n_heads, n_kv, head_dim, bs, scale, window,
-                             s->math);
+        cuda_attention_tiled(cb, out, q, base, toff, dpos, dplan, &p, n, n_heads, n_kv, head_dim, bs, scale, window);
     if (p.n_rest)
         attention_rows(cb, out, q, base, toff, dpos, dplan + (size_t)p.n_items * CUDA_TILE_FIELDS, p.n_rest, n,
                        n_heads, n_kv, head_dim, bs, scale, window);

@@ -12,10 +12,12 @@
  * values of its 4 pairs in head_dim/16 output dimensions. Causal mask and
  * sliding window apply per pair, by position.
  *
- * The plan is built on the host from the spans: tiles of at most 64/group
- * rows that never cross a span, each with the range of keys its rows can
- * see, heaviest first; spans too short to fill half a tile (decode rows
- * of a large batch) are left to the per-row kernel of cuda_attention.cu.
+ * The plan is built on the host from the spans: tiles of at most
+ * pairs/group rows (64 pairs here, 128 for the tensor-core kernel of
+ * cuda_attention_tc.cu, which FAST batches use) that never cross a span,
+ * each with the range of keys its rows can see, heaviest first; spans
+ * filling less than 32 pairs (decode rows of a large batch) are left to
+ * the per-row kernel of cuda_attention.cu.
  * When the tiles are too few to fill the GPU (a short chunk of a long
  * sequence), a tile's keys are shared among several blocks that write
  * partial results, and tile_merge combines them in a fixed order. The kernel is specialised for head
@@ -26,7 +28,7 @@
 #include <stdlib.h>
 
 #define TILE_THREADS 256
-#define TILE_PAIRS 64 /* (query row, head) pairs per block */
+#define TILE_PAIRS CUDA_TILE_PAIRS /* (query row, head) pairs per block */
 /* Spans filling less of a tile than this go to the per-row kernel, which
  * wastes no pairs (decode rows of a large batch, short chunks). */
 #define TILE_MIN_PAIRS 32
@@ -44,16 +46,6 @@ __device__ __forceinline__ float4 load4(const float *src, int d, int hd) {
     if (d + 3 < hd) v.w = src[d + 3];
     return v;
 }
-
-/* 16 bytes global -> shared without passing through registers; with
- * valid false it writes zeros and reads nothing. */
-__device__ __forceinline__ void cp_async16(float *dst, const float *src, bool valid) {
-    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-/* Waits for all but the most recent group of this thread's copies. */
-__device__ __forceinline__ void cp_async_wait_prior() { asm volatile("cp.async.wait_group 1;\n" ::); }
 
 /* Starts loading keys and values k0..k0+BN-1 of kv head head_off/hd into
  * Kd/Vd: asynchronous when rows are whole float4s, else plain loads. Keys
@@ -255,14 +247,15 @@ __global__ void __launch_bounds__(TILE_THREADS, HD <= 128 ? 2 : 1)
  * may hold no key a pair sees (maximum -inf); the pair's own key is in
  * some share. */
 __global__ void __launch_bounds__(TILE_THREADS)
-    tile_merge(float *out, const float *part, const int32_t *merges, int n_heads, int group, int n_kv, int hd) {
+    tile_merge(float *out, const float *part, const int32_t *merges, int n_heads, int group, int n_kv, int hd,
+               int tile_pairs) {
     cuda_pdl_enter();
     const int32_t *mg = merges + (size_t)CUDA_MERGE_FIELDS * (blockIdx.x / n_kv);
     int kvh = (int)blockIdx.x % n_kv, row0 = mg[0], pairs = mg[1] * group, slot0 = mg[2], splits = mg[3];
-    size_t stride = (size_t)n_kv * TILE_PAIRS * (hd + 2); /* from one slot to the next */
+    size_t stride = (size_t)n_kv * tile_pairs * (hd + 2); /* from one slot to the next */
     for (int i = (int)threadIdx.x; i < pairs * hd; i += TILE_THREADS) {
         int pr = i / hd, d = i % hd;
-        const float *pp = part + (((size_t)slot0 * n_kv + kvh) * TILE_PAIRS + pr) * (hd + 2);
+        const float *pp = part + (((size_t)slot0 * n_kv + kvh) * tile_pairs + pr) * (hd + 2);
         float mx = -INFINITY;
         for (int k = 0; k < splits; k++) mx = fmaxf(mx, pp[k * stride]);
         float l = 0.0f, a = 0.0f;
@@ -311,16 +304,16 @@ template <int HD> static void tile_launch(cuda_backend *cb, unsigned blocks, flo
 
 void cuda_attention_tiled(cuda_backend *cb, float *out, const float *q, float *const *base, const int32_t *toff,
                           const int32_t *pos, const int32_t *dplan, const cuda_att_plan *p, int n, int n_heads,
-                          int n_kv, int head_dim, int bs, float scale, int window, em_math math) {
+                          int n_kv, int head_dim, int bs, float scale, int window) {
     float *part = NULL;
     if (p->n_slots) {
-        size_t bytes = (size_t)p->n_slots * n_kv * TILE_PAIRS * ((size_t)head_dim + 2) * sizeof(float);
+        size_t bytes = (size_t)p->n_slots * n_kv * p->pairs * ((size_t)head_dim + 2) * sizeof(float);
         if (!cuda_scratch(cb, (void **)&cb->att_tile_part, &cb->att_tile_part_bytes, bytes)) return;
         part = cb->att_tile_part;
     }
     unsigned blocks = (unsigned)p->n_items * (unsigned)n_kv;
     int hdc = tile_dims(head_dim);
-    if (math == EM_MATH_FAST && cuda_attention_tc_fits(cb, head_dim))
+    if (p->pairs == CUDA_TC_PAIRS)
         cuda_attention_tc(cb, blocks, out, part, q, base, toff, pos, dplan, n, n_heads, n_kv, head_dim, bs, scale,
                           window);
     else if (hdc == 64)
@@ -333,7 +326,7 @@ void cuda_attention_tiled(cuda_backend *cb, float *out, const float *q, float *c
     if (p->n_merge) {
         const int32_t *merges = dplan + (size_t)p->n_items * CUDA_TILE_FIELDS + p->n_rest;
         cuda_launch(tile_merge, (unsigned)p->n_merge * (unsigned)n_kv, TILE_THREADS, 0, cb->stream, 
-            out, part, merges, n_heads, n_heads / n_kv, n_kv, head_dim);
+            out, part, merges, n_heads, n_heads / n_kv, n_kv, head_dim, p->pairs);
         CUDA_LAUNCHED(cb, "attention (tiled, merge)");
     }
 }
@@ -362,9 +355,10 @@ static int tile_splits(int keys, int blocks, int n_sm, int *per) {
 }
 
 bool cuda_attention_plan(cuda_att_plan *p, const em_kv_spans *s, const int32_t *pos, int n_heads, int n_kv,
-                         int window, int n_sm) {
-    int group = n_heads / n_kv, bq = TILE_PAIRS / group, nt = 0, nr = 0;
+                         int window, int n_sm, int pairs) {
+    int group = n_heads / n_kv, bq = pairs / group, nt = 0, nr = 0;
     memset(p, 0, sizeof *p);
+    p->pairs = pairs;
     for (int i = 0; i < s->n_spans; i++) {
         if (s->rows[i] * group >= TILE_MIN_PAIRS) nt += (s->rows[i] + bq - 1) / bq;
         else nr += s->rows[i];

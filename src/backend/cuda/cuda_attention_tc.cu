@@ -1,179 +1,230 @@
 /* cuda_attention_tc.cu — the tiled prefill attention on tensor cores, for
  * FAST batches (em_kv_spans.math) with head_dim 64 or 128.
  *
- * Same work items, tiles of 64 (query row, head) pairs of one kv head, and
- * partial-result format as attention_tiled_kernel (cuda_attention_prefill.cu),
- * so the plan and tile_merge serve both. Per tile of 64 keys a block of 8
- * warps:
- *   1. rounds the keys and values (f32 in the paged cache) to bf16 in shared
- *      memory;
- *   2. S = Q Kᵀ on tensor cores (bf16 in, f32 out; wmma 16x16x16), stored
- *      to shared memory;
- *   3. 4 threads per pair row apply the causal / window / range mask and
- *      the online softmax (f32), write P rounded to bf16, and rescale the
- *      row's output accumulator (f32, shared memory) by the change of the
- *      row maximum;
- *   4. O += P V on tensor cores, the accumulator loaded from and stored
- *      back to shared memory.
- * The row sum l adds the rounded weights, so O / l normalises what was
+ * Work items of the same plan as attention_tiled_kernel
+ * (cuda_attention_prefill.cu), built for tiles of CUDA_TC_PAIRS (128) (query
+ * row, head) pairs of one kv head, with a range of keys or a share of them
+ * (tile_merge combines shares). Twice the tiled kernel's pairs per tile:
+ * every key and value a block reads from the f32 cache (the bound of this
+ * kernel: each block reads the whole range) serves twice the queries.
+ * The arithmetic is flash-attention-2 style: each of the block's 8 warps
+ * owns 16 pairs and keeps everything about them in
+ * registers (their queries as bf16 fragments, the scores of a key tile, the
+ * running maximum and sum, the output accumulator), so the only shared data
+ * are the key and value tiles. Per tile of 64 keys:
+ *   1. the tile's keys and values (f32 in the paged cache), copied to shared
+ *      memory asynchronously while the previous tile was being used, are
+ *      rounded to bf16 (row-major, rows padded so fragment reads hit
+ *      distinct banks);
+ *   2. S = Q Kᵀ with mma.sync m16n8k16 (bf16 in, f32 out);
+ *   3. mask (causal, window, the tile's last key) and online softmax in f32
+ *      on the accumulator fragments; the weights are rounded to bf16 and
+ *      become, without leaving registers, the A operand of
+ *   4. O += P V (V's fragments by transposing matrix loads).
+ * The row sum adds the rounded weights, so O / l normalises what was
  * multiplied. FAST allows rounding activations: queries, keys, values and
- * weights are rounded to bf16 here; sums stay f32. Every sum has a fixed
- * order, so a tile's result is reproducible. */
+ * weights are rounded to bf16; sums stay f32. Every sum has a fixed order,
+ * so a tile's result is reproducible. */
 #include "backend/cuda/cuda_internal.cuh"
 
-#include <mma.h>
-
-#define TC_THREADS 256
-#define TC_PAIRS 64 /* as TILE_PAIRS */
+#define TC_WARPS 8
+#define TC_THREADS (TC_WARPS * 32)
 #define TC_KEYS 64
 
-using namespace nvcuda;
-
-/* Shared-memory layout for HD: padded leading dimensions (multiples of 8
- * bf16 / 4 f32, as wmma needs) keep the rows of a fragment in different
- * banks. */
+/* Shared memory for HD: two f32 stagings of a key tile (keys, then values,
+ * unpadded for the 16-byte copies: the next two tiles are in flight while
+ * one is used), then the bf16 keys and values with rows of HD + 8 (a row is
+ * 16-byte aligned and consecutive rows start 4 banks apart, so 8 rows of
+ * fragment reads cover all 32 banks). */
 template <int HD> struct tc_layout {
-    static constexpr int LQ = HD + 8, LS = TC_KEYS + 4, LP = TC_KEYS + 8, LO = HD + 4;
-    static constexpr size_t q = 0, k = q + (size_t)TC_PAIRS * LQ * 2, v = k + (size_t)TC_KEYS * LQ * 2,
-                            s = v + (size_t)TC_KEYS * LQ * 2, p = s + (size_t)TC_PAIRS * LS * 4,
-                            o = p + (size_t)TC_PAIRS * LP * 2, bytes = o + (size_t)TC_PAIRS * LO * 4;
+    static constexpr int LB = HD + 8;                        /* bf16 per row */
+    static constexpr size_t stage_floats = (size_t)2 * TC_KEYS * HD; /* one staging */
+    static constexpr size_t stage = 0, kb = stage + 2 * stage_floats * 4, vb = kb + (size_t)TC_KEYS * LB * 2,
+                            bytes = vb + (size_t)TC_KEYS * LB * 2;
 };
 
-__device__ __forceinline__ void tc_put4(__nv_bfloat16 *d, float4 v) {
-    *(__nv_bfloat162 *)d = __floats2bfloat162_rn(v.x, v.y);
-    *(__nv_bfloat162 *)(d + 2) = __floats2bfloat162_rn(v.z, v.w);
+__device__ __forceinline__ uint32_t tc_pack(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *(uint32_t *)&v;
+}
+
+/* d += a b for one m16n8k16 tile (bf16 in, f32 accumulate). */
+__device__ __forceinline__ void tc_mma(float *d, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Four 8x8 bf16 matrices from shared memory, transposed (lane L gives the
+ * address of row L % 8 of matrix L / 8). */
+__device__ __forceinline__ void tc_ldsm_x4_t(uint32_t *r, const void *p) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
+/* Starts copying keys and values k0 .. k0+63 of the kv head into an f32
+ * staging (nothing when k0 is past hi), as one group of copies; keys past
+ * hi are zeros (their weight is 0, but 0 times whatever the cache holds
+ * there need not be). */
+template <int HD>
+__device__ __forceinline__ void tc_stage(float *st, float *const *kb, float *const *vb, int k0, int hi, int bs,
+                                         size_t rowlen, size_t head_off) {
+    constexpr int C4 = HD / 4;
+    for (int i = (int)threadIdx.x; k0 <= hi && i < TC_KEYS * C4; i += TC_THREADS) {
+        int kr = i / C4, d = (i % C4) * 4, key = k0 + kr;
+        bool ok = key <= hi;
+        size_t off = ok ? (size_t)(key % bs) * rowlen + head_off + d : 0;
+        cp_async16(st + kr * HD + d, ok ? kb[key / bs] + off : (const float *)kb, ok);
+        cp_async16(st + (TC_KEYS + kr) * HD + d, ok ? vb[key / bs] + off : (const float *)vb, ok);
+    }
+    cp_async_commit();
 }
 
 template <int HD>
-__global__ void __launch_bounds__(TC_THREADS)
+__global__ void __launch_bounds__(TC_THREADS, 1)
     attention_tc_kernel(float *out, float *part, const float *q, float *const *base, const int32_t *toff,
                         const int32_t *pos, const int32_t *tiles, int n, int n_heads, int group, int n_kv, int bs,
                         float scale, int window) {
     cuda_pdl_enter();
     using L = tc_layout<HD>;
+    constexpr int KS = HD / 16; /* k-steps of Q Kᵀ */
+    constexpr int NT = HD / 8;  /* n-tiles of the output */
     extern __shared__ float4 tc_sm4[];
     char *sm = (char *)tc_sm4;
-    __nv_bfloat16 *Qs = (__nv_bfloat16 *)(sm + L::q), *Ks = (__nv_bfloat16 *)(sm + L::k),
-                  *Vs = (__nv_bfloat16 *)(sm + L::v), *Ps = (__nv_bfloat16 *)(sm + L::p);
-    float *Ss = (float *)(sm + L::s), *Os = (float *)(sm + L::o);
-    int tile = (int)blockIdx.x / n_kv, kvh = (int)blockIdx.x % n_kv, t = (int)threadIdx.x, warp = t / 32;
+    float *stage = (float *)(sm + L::stage);
+    __nv_bfloat16 *Ks = (__nv_bfloat16 *)(sm + L::kb), *Vs = (__nv_bfloat16 *)(sm + L::vb);
+    int tile = (int)blockIdx.x / n_kv, kvh = (int)blockIdx.x % n_kv, t = (int)threadIdx.x;
+    int warp = t / 32, lane = t % 32, g = lane / 4, c = (lane % 4) * 2;
     const int32_t *tl = tiles + (size_t)CUDA_TILE_FIELDS * tile;
     int row0 = tl[0], pairs = tl[1] * group, lo = tl[2], hi = tl[3], slot = tl[4];
     float *const *kb = base + toff[row0], *const *vb = base + toff[n + row0];
     size_t rowlen = (size_t)n_kv * HD, head_off = (size_t)kvh * HD;
-    constexpr int C4 = HD / 4;
 
-    for (int i = t; i < TC_PAIRS * C4; i += TC_THREADS) {
-        int pr = i / C4, d = (i % C4) * 4;
-        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (pr < pairs)
-            v = *(const float4 *)(q + ((size_t)(row0 + pr / group) * n_heads + (size_t)kvh * group + pr % group) * HD + d);
-        tc_put4(Qs + pr * L::LQ + d, v);
-        *(float4 *)(Os + pr * L::LO + d) = make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-    /* the softmax thread of a pair row: 4 per row, 16 columns each */
-    int sr = t / 4, sc0 = (t % 4) * (TC_KEYS / 4);
-    int rp = sr < pairs ? pos[row0 + sr / group] : -1; /* -1: a padding pair sees no key */
-    float m = -INFINITY, l = 0.0f;
+    tc_stage<HD>(stage, kb, vb, lo, hi, bs, rowlen, head_off);
+    tc_stage<HD>(stage + L::stage_floats, kb, vb, lo + TC_KEYS, hi, bs, rowlen, head_off);
 
-    for (int k0 = lo; k0 <= hi; k0 += TC_KEYS) {
-        __syncthreads(); /* the previous tile's readers of Ks, Vs, Ps and Os are done */
-        for (int i = t; i < TC_KEYS * C4; i += TC_THREADS) {
-            int kr = i / C4, d = (i % C4) * 4, key = k0 + kr;
-            float4 kv = make_float4(0.f, 0.f, 0.f, 0.f), vv = kv;
-            if (key <= hi) {
-                size_t off = (size_t)(key % bs) * rowlen + head_off + d;
-                kv = *(const float4 *)(kb[key / bs] + off);
-                vv = *(const float4 *)(vb[key / bs] + off);
-            }
-            tc_put4(Ks + kr * L::LQ + d, kv);
-            tc_put4(Vs + kr * L::LQ + d, vv);
+    /* this thread's two pair rows: g and g + 8 of the warp's 16 */
+    int pr[2] = {warp * 16 + g, warp * 16 + g + 8}, rp[2];
+    const float *qr[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        bool real = pr[h] < pairs;
+        rp[h] = real ? pos[row0 + pr[h] / group] : -1; /* -1: a padding pair sees no key */
+        qr[h] = real ? q + ((size_t)(row0 + pr[h] / group) * n_heads + (size_t)kvh * group + pr[h] % group) * HD
+                     : NULL;
+    }
+    uint32_t qf[KS][4];
+#pragma unroll
+    for (int ks = 0; ks < KS; ks++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) { /* a0: (g, c), a1: (g+8, c), a2: (g, c+8), a3: (g+8, c+8) */
+            const float *src = qr[j & 1];
+            float2 v = src ? *(const float2 *)(src + ks * 16 + c + (j >> 1) * 8) : make_float2(0.f, 0.f);
+            qf[ks][j] = tc_pack(v.x, v.y);
         }
-        __syncthreads();
-        /* S: 4 x 4 tiles of 16 x 16; warp w takes row band w / 2, column bands 2 (w % 2) and + 1 */
-        {
-            int rb = warp / 2;
+    float o[NT][4];
 #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                int cb = (warp % 2) * 2 + c;
-                wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-                wmma::fill_fragment(acc, 0.0f);
-#pragma unroll
-                for (int kk = 0; kk < HD; kk += 16) {
-                    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
-                    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b;
-                    wmma::load_matrix_sync(a, Qs + rb * 16 * L::LQ + kk, L::LQ);
-                    wmma::load_matrix_sync(b, Ks + cb * 16 * L::LQ + kk, L::LQ); /* Kᵀ: key rows as columns */
-                    wmma::mma_sync(acc, a, b, acc);
-                }
-                wmma::store_matrix_sync(Ss + rb * 16 * L::LS + cb * 16, acc, L::LS, wmma::mem_row_major);
-            }
+    for (int i = 0; i < NT; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+    for (int k0 = lo, buf = 0; k0 <= hi; k0 += TC_KEYS, buf ^= 1) {
+        cp_async_wait_prior(); /* this tile's group: every one but the newest */
+        __syncthreads();       /* its copies by all threads are visible; the last tile's readers of Ks, Vs are done */
+        const float *st = stage + buf * L::stage_floats;
+        for (int i = t; i < TC_KEYS * HD / 4; i += TC_THREADS) {
+            int kr = i / (HD / 4), d = (i % (HD / 4)) * 4;
+            float4 kv = *(const float4 *)(st + kr * HD + d), vv = *(const float4 *)(st + (TC_KEYS + kr) * HD + d);
+            uint2 kp = make_uint2(tc_pack(kv.x, kv.y), tc_pack(kv.z, kv.w)), vp = make_uint2(tc_pack(vv.x, vv.y), tc_pack(vv.z, vv.w));
+            *(uint2 *)(Ks + kr * L::LB + d) = kp;
+            *(uint2 *)(Vs + kr * L::LB + d) = vp;
         }
-        __syncthreads();
-        /* online softmax of pair row sr over its 16 columns, reduced over the row's 4 lanes */
-        {
-            float s[TC_KEYS / 4], mx = -INFINITY;
+        __syncthreads(); /* Ks and Vs ready; this staging is free for the tile after next */
+        tc_stage<HD>(stage + buf * L::stage_floats, kb, vb, k0 + 2 * TC_KEYS, hi, bs, rowlen, head_off);
+
+        /* S = Q Kᵀ: 8 n-tiles of 8 keys; B (dims c, c+1 of key g) straight from the row-major keys */
+        float s[TC_KEYS / 8][4];
+        const uint32_t *K32 = (const uint32_t *)Ks;
 #pragma unroll
-            for (int j = 0; j < TC_KEYS / 4; j++) {
-                int kp = k0 + sc0 + j;
-                bool seen = kp <= rp && kp <= hi && (window <= 0 || kp > rp - window);
-                s[j] = seen ? Ss[sr * L::LS + sc0 + j] * scale : -INFINITY;
-                mx = fmaxf(mx, s[j]);
-            }
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            float m_new = fmaxf(m, mx);
-            float mu = m_new == -INFINITY ? 0.0f : m_new; /* no key seen yet: every weight is 0 */
-            float corr = expf(m - mu), rs = 0.0f;
+        for (int j = 0; j < TC_KEYS / 8; j++) {
+            s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+            const uint32_t *kr = K32 + (j * 8 + g) * (L::LB / 2) + c / 2;
 #pragma unroll
-            for (int j = 0; j < TC_KEYS / 4; j += 2) {
-                __nv_bfloat162 pb = __floats2bfloat162_rn(expf(s[j] - mu), expf(s[j + 1] - mu));
-                *(__nv_bfloat162 *)(Ps + sr * L::LP + sc0 + j) = pb;
-                rs += __bfloat162float(pb.x) + __bfloat162float(pb.y);
-            }
-            rs += __shfl_xor_sync(0xffffffffu, rs, 1);
-            rs += __shfl_xor_sync(0xffffffffu, rs, 2);
-            l = l * corr + rs;
-            m = m_new;
-            for (int d = (t % 4) * (HD / 4); d < (t % 4 + 1) * (HD / 4); d += 4) {
-                float4 *o = (float4 *)(Os + sr * L::LO + d);
-                float4 v = *o;
-                v.x *= corr, v.y *= corr, v.z *= corr, v.w *= corr;
-                *o = v;
-            }
+            for (int ks = 0; ks < KS; ks++) tc_mma(s[j], qf[ks], kr[ks * 8], kr[ks * 8 + 4]);
         }
-        __syncthreads();
-        /* O += P V: 4 x HD/16 tiles; warp w takes row band w % 4 and every other column band */
-        {
-            int rb = warp % 4;
-            for (int cb = warp / 4; cb < HD / 16; cb += 2) {
-                wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-                float *o = Os + rb * 16 * L::LO + cb * 16;
-                wmma::load_matrix_sync(acc, o, L::LO, wmma::mem_row_major);
+        /* mask and online softmax; fragment element e of n-tile j: row g + 8 (e / 2), key j*8 + c + e % 2 */
+        float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-                for (int kk = 0; kk < TC_KEYS; kk += 16) {
-                    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
-                    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> b;
-                    wmma::load_matrix_sync(a, Ps + rb * 16 * L::LP + kk, L::LP);
-                    wmma::load_matrix_sync(b, Vs + kk * L::LQ + cb * 16, L::LQ);
-                    wmma::mma_sync(acc, a, b, acc);
-                }
-                wmma::store_matrix_sync(o, acc, L::LO, wmma::mem_row_major);
+        for (int j = 0; j < TC_KEYS / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int h = e >> 1, kp = k0 + j * 8 + c + (e & 1);
+                bool seen = kp <= rp[h] && kp <= hi && (window <= 0 || kp > rp[h] - window);
+                s[j][e] = seen ? s[j][e] * scale : -INFINITY;
+                mx[h] = fmaxf(mx[h], s[j][e]);
+            }
+        float corr[2], mu[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+            float m_new = fmaxf(m[h], mx[h]);
+            mu[h] = m_new == -INFINITY ? 0.0f : m_new; /* no key seen yet: every weight is 0 */
+            corr[h] = __expf(m[h] - mu[h]);
+            m[h] = m_new;
+            l[h] *= corr[h];
+        }
+        uint32_t pf[TC_KEYS / 16][4]; /* P as the A operand: k-step kk covers n-tiles 2kk and 2kk+1 */
+#pragma unroll
+        for (int j = 0; j < TC_KEYS / 8; j++) {
+            float p0 = __expf(s[j][0] - mu[0]), p1 = __expf(s[j][1] - mu[0]);
+            float p2 = __expf(s[j][2] - mu[1]), p3 = __expf(s[j][3] - mu[1]);
+            uint32_t top = tc_pack(p0, p1), bot = tc_pack(p2, p3);
+            __nv_bfloat162 tb = *(__nv_bfloat162 *)&top, bb = *(__nv_bfloat162 *)&bot;
+            l[0] += __bfloat162float(tb.x) + __bfloat162float(tb.y);
+            l[1] += __bfloat162float(bb.x) + __bfloat162float(bb.y);
+            pf[j / 2][(j & 1) * 2] = top;
+            pf[j / 2][(j & 1) * 2 + 1] = bot;
+        }
+#pragma unroll
+        for (int i = 0; i < NT; i++) o[i][0] *= corr[0], o[i][1] *= corr[0], o[i][2] *= corr[1], o[i][3] *= corr[1];
+        /* O += P V: V's B fragments (keys c, c+1 of dim g) by transposing loads of the row-major values */
+#pragma unroll
+        for (int kk = 0; kk < TC_KEYS / 16; kk++) {
+            const __nv_bfloat16 *vr = Vs + (kk * 16 + (lane % 8) + ((lane / 8) & 1) * 8) * L::LB + (lane / 16) * 8;
+#pragma unroll
+            for (int np = 0; np < HD / 16; np++) {
+                uint32_t b[4];
+                tc_ldsm_x4_t(b, vr + np * 16);
+                tc_mma(o[2 * np], pf[kk], b[0], b[1]);
+                tc_mma(o[2 * np + 1], pf[kk], b[2], b[3]);
             }
         }
     }
-    __syncthreads(); /* Os complete */
-    if (sr >= pairs) return;
-    int d0 = (t % 4) * (HD / 4);
-    if (slot >= 0) { /* a share of the tile's keys: the unnormalised partial, for tile_merge */
-        float *pp = part + (((size_t)slot * n_kv + kvh) * TC_PAIRS + sr) * (HD + 2);
-        if (t % 4 == 0) pp[0] = m, pp[1] = l;
-        for (int d = d0; d < d0 + HD / 4; d++) pp[2 + d] = Os[sr * L::LO + d];
-        return;
+    cp_async_wait_all();
+#pragma unroll
+    for (int h = 0; h < 2; h++) { /* the row sum over the quad that shares the row */
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
     }
-    float inv = 1.0f / l;
-    float *o = out + ((size_t)(row0 + sr / group) * n_heads + (size_t)kvh * group + sr % group) * HD;
-    for (int d = d0; d < d0 + HD / 4; d++) o[d] = Os[sr * L::LO + d] * inv;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        if (pr[h] >= pairs) continue;
+        if (slot >= 0) { /* a share of the tile's keys: the unnormalised partial, for tile_merge */
+            float *pp = part + (((size_t)slot * n_kv + kvh) * CUDA_TC_PAIRS + pr[h]) * (HD + 2);
+            if (c == 0) pp[0] = m[h], pp[1] = l[h];
+#pragma unroll
+            for (int i = 0; i < NT; i++) pp[2 + i * 8 + c] = o[i][2 * h], pp[3 + i * 8 + c] = o[i][2 * h + 1];
+            continue;
+        }
+        float inv = 1.0f / l[h];
+        float *dst = out + ((size_t)(row0 + pr[h] / group) * n_heads + (size_t)kvh * group + pr[h] % group) * HD;
+#pragma unroll
+        for (int i = 0; i < NT; i++)
+            *(float2 *)(dst + i * 8 + c) = make_float2(o[i][2 * h] * inv, o[i][2 * h + 1] * inv);
+    }
 }
 
 bool cuda_attention_tc_fits(cuda_backend *cb, int head_dim) {
@@ -190,8 +241,8 @@ static void tc_launch(cuda_backend *cb, unsigned blocks, float *out, float *part
     size_t smem = tc_layout<HD>::bytes;
     cuda_note(cb, cudaFuncSetAttribute(attention_tc_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
               "attention (tensor cores): shared memory");
-    cuda_launch(attention_tc_kernel<HD>, blocks, TC_THREADS, smem, cb->stream, out, part, q, base, toff, pos, tiles, n, n_heads,
-                                                                     n_heads / n_kv, n_kv, bs, scale, window);
+    cuda_launch(attention_tc_kernel<HD>, blocks, TC_THREADS, smem, cb->stream, out, part, q, base, toff, pos, tiles, n,
+                n_heads, n_heads / n_kv, n_kv, bs, scale, window);
     CUDA_LAUNCHED(cb, "attention (tensor cores)");
 }
 

@@ -146,6 +146,18 @@ __device__ __forceinline__ void cuda_pdl_enter() {
 #endif
 }
 
+/* 16 bytes global -> shared without passing through registers; with
+ * valid false it writes zeros and reads nothing. */
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) {
+    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+/* Waits for all but the most recent group of this thread's copies. */
+__device__ __forceinline__ void cp_async_wait_prior() { asm volatile("cp.async.wait_group 1;\n" ::); }
+/* Waits for all of this thread's copies. */
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
+
 template <typename... K, typename... A>
 static inline void cuda_launch(void (*kernel)(K...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                                A &&...args) {
@@ -310,24 +322,30 @@ void cuda_attention_spans(em_backend *be, float *out, const float *q, const em_k
  * several items, which write n_slots partial results. */
 #define CUDA_TILE_FIELDS 5
 #define CUDA_MERGE_FIELDS 4
+#define CUDA_TILE_PAIRS 64 /* (query row, head) pairs per tile of the tiled kernel */
+#define CUDA_TC_PAIRS 128  /* and of the tensor-core kernel */
 typedef struct cuda_att_plan {
     int32_t *v;
     int n_items, n_rest, n_merge, n_slots;
+    int pairs; /* per tile: CUDA_TILE_PAIRS or CUDA_TC_PAIRS */
 } cuda_att_plan;
 bool cuda_attention_tiled_fits(cuda_backend *cb, int n_heads, int n_kv, int head_dim);
-/* False when out of memory. */
+/* Tiles of `pairs` pairs (at least the group of query heads per kv head).
+ * False when out of memory. */
 bool cuda_attention_plan(cuda_att_plan *p, const em_kv_spans *s, const int32_t *pos, int n_heads, int n_kv,
-                         int window, int n_sm);
+                         int window, int n_sm, int pairs);
 static inline size_t cuda_att_plan_ints(const cuda_att_plan *p) {
     return (size_t)p->n_items * CUDA_TILE_FIELDS + (size_t)p->n_rest + (size_t)p->n_merge * CUDA_MERGE_FIELDS;
 }
-/* Queues the tiled kernel (and the merges) of a plan staged at dplan; the
- * other arguments as cuda_stage_spans staged them. */
+/* Queues the tiled kernel, or the tensor-core one for a plan of
+ * CUDA_TC_PAIRS, and the merges of a plan staged at dplan; the other
+ * arguments as cuda_stage_spans staged them. */
 void cuda_attention_tiled(cuda_backend *cb, float *out, const float *q, float *const *base, const int32_t *toff,
                           const int32_t *pos, const int32_t *dplan, const cuda_att_plan *p, int n, int n_heads,
-                          int n_kv, int head_dim, int bs, float scale, int window, em_math math);
-/* cuda_attention_tc.cu: the same work items on tensor cores (FAST; head_dim
- * 64 or 128, where the shared memory it needs is available). */
+                          int n_kv, int head_dim, int bs, float scale, int window);
+/* cuda_attention_tc.cu: work items of CUDA_TC_PAIRS on tensor cores, for
+ * FAST batches (head_dim 64 or 128, where the shared memory it needs is
+ * available). */
 bool cuda_attention_tc_fits(cuda_backend *cb, int head_dim);
 void cuda_attention_tc(cuda_backend *cb, unsigned blocks, float *out, float *part, const float *q, float *const *base,
                        const int32_t *toff, const int32_t *pos, const int32_t *tiles, int n, int n_heads, int n_kv,

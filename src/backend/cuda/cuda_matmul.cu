@@ -323,18 +323,28 @@ static void gemm_exact(cuda_backend *cb, float *y, const float *x, int M, const 
     }
 }
 
-/* FAST batches over bf16 weights: activations rounded to bf16. */
-static void gemm_fast(cuda_backend *cb, float *y, const float *x, int M, const em_weight *w) {
-    int N = (int)w->rows, K = (int)w->cols;
+/* FAST batches over bf16 weights: activations rounded to bf16 (into
+ * cb->xconv; false when that scratch cannot be had, noted). */
+static bool round_activations(cuda_backend *cb, const float *x, int M, int K) {
     size_t elems = (size_t)M * K;
-    if (!cuda_scratch(cb, &cb->xconv, &cb->xconv_bytes, elems * sizeof(__nv_bfloat16))) return;
+    if (!cuda_scratch(cb, &cb->xconv, &cb->xconv_bytes, elems * sizeof(__nv_bfloat16))) return false;
     cuda_launch(to_bf16_kernel, cuda_blocks(elems, 256), 256, 0, cb->stream, (__nv_bfloat16 *)cb->xconv, x, elems);
     CUDA_LAUNCHED(cb, "matmul (rounding activations)");
+    return true;
+}
+
+/* y = (rounded activations in cb->xconv) · Wᵀ on tensor cores. */
+static void gemm_fast_rounded(cuda_backend *cb, float *y, int M, const em_weight *w) {
+    int N = (int)w->rows, K = (int)w->cols;
     const float one = 1.0f, zero = 0.0f;
     cuda_note_blas(cb,
                    cb->fn.gemm_ex(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &one, w->data, CUDA_R_16BF, K, cb->xconv,
                                 CUDA_R_16BF, K, &zero, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                    "matmul (cuBLAS bf16 GEMM)");
+}
+
+static void gemm_fast(cuda_backend *cb, float *y, const float *x, int M, const em_weight *w) {
+    if (round_activations(cb, x, M, (int)w->cols)) gemm_fast_rounded(cb, y, M, w);
 }
 
 void cuda_matmul(em_backend *be, float *y, const float *x, int M, const em_weight *w, const float *bias, em_math math) {
@@ -378,10 +388,34 @@ static bool group_fits(int n, const float *x, int M, const em_weight *const *ws,
     return (a->dtype == EM_BF16 || a->dtype == EM_F16 || a->dtype == EM_F32) && M <= GEMV_ROWS && a->cols % 8 == 0;
 }
 
+/* FAST products of one input with several bf16 weights (q, k, v; gate,
+ * up): the input is rounded to bf16 once for all of them, the same bits
+ * cuda_matmul would give each. False (nothing queued) where that does not
+ * apply. */
+static bool gemm_fast_group(cuda_backend *cb, int n, float *const *ys, const float *x, int M,
+                            const em_weight *const *ws, const float *const *biases, em_math math) {
+    if (math != EM_MATH_FAST || M < FAST_MIN_M) return false;
+    for (int i = 0; i < n; i++)
+        if (ws[i]->bits || ws[i]->dtype != EM_BF16 || ws[i]->cols != ws[0]->cols || ws[i]->rows <= 0 || ws[i]->cols <= 0)
+            return false;
+    bool replay = false;
+    for (int i = 0; i < n; i++) /* what cuda_matmul mixes into a recorded step's key, product by product */
+        replay = cuda_graph_skip(cb, ys[i], x, M, ws[i]->data, ws[i]->dtype, ws[i]->rows, ws[i]->cols,
+                                 biases ? biases[i] : NULL, (int)math, ws[i]->bits, ws[i]->group_size, ws[i]->scales,
+                                 ws[i]->biases);
+    if (replay || !round_activations(cb, x, M, (int)ws[0]->cols)) return true;
+    for (int i = 0; i < n; i++) {
+        gemm_fast_rounded(cb, ys[i], M, ws[i]);
+        add_bias(cb, ys[i], biases ? biases[i] : NULL, M, (int)ws[i]->rows);
+    }
+    return true;
+}
+
 void cuda_matmul_group(em_backend *be, int n, float *const *ys, const float *x, int M, const em_weight *const *ws,
                        const float *const *biases, em_math math) {
     cuda_backend *cb = cuda_enter(be);
     if (M <= 0) return;
+    if (gemm_fast_group(cb, n, ys, x, M, ws, biases, math)) return;
     gemv_set set;
     bool fits = group_fits(n, x, M, ws, math);
     if (fits) {
