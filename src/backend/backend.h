@@ -66,6 +66,19 @@ typedef struct em_kv_spans {
 /* What graph_begin decided for a step (see em_backend_ops). */
 typedef enum em_graph_mode { EM_GRAPH_NONE = 0, EM_GRAPH_RECORD, EM_GRAPH_REPLAY } em_graph_mode;
 
+/* One row's draw for sample_rows: tempered sampling as engine/sampler.c
+ * defines it (probabilities exp((x - max) / temperature), then top-k,
+ * top-p and min-p in that order, the walk in the sampler's order), with u
+ * the uniform in [0, 1) the row's sequence drew from its own generator.
+ * temperature <= 0 or top_k == 1: the row's argmax (tensor/argmax.h). */
+typedef struct em_sample_params {
+    double u;
+    float temperature;
+    float top_p;   /* 1 (or <= 0): off */
+    float min_p;   /* 0: off */
+    int32_t top_k; /* 0: off */
+} em_sample_params;
+
 typedef struct em_backend em_backend;
 
 typedef struct em_backend_ops {
@@ -100,6 +113,13 @@ typedef struct em_backend_ops {
      * value is NaN); ids and vals are backend memory. Optional (NULL:
      * callers download the rows and scan them). */
     void (*argmax_rows)(em_backend *be, int32_t *ids, float *vals, const float *x, int rows, int n, int ld);
+    /* ids[r] (backend memory) = the token params[r] (a host array) draws
+     * from the n floats of row r of x (rows ld apart). The rows are
+     * overwritten (they hold the row's probabilities afterwards): callers
+     * that want the logits themselves download them first. Optional (NULL:
+     * callers download the rows and sample on the host). */
+    void (*sample_rows)(em_backend *be, int32_t *ids, float *x, int rows, int n, int ld,
+                        const em_sample_params *params);
     /* Bytes of backend memory still free, or 0 when not bounded apart from
      * the host's (CPU). Optional (NULL: 0). */
     size_t (*mem_free)(em_backend *be);

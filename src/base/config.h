@@ -44,6 +44,7 @@
     X(MASTER_ADDR, "EMBER_MASTER_ADDR", VALUE, "127.0.0.1", 0, 0, NULL, NULL, "address of rank 0's rendezvous (multi-process tensor parallelism)") \
     X(MASTER_PORT, "EMBER_MASTER_PORT", NUMBER, "29500", 1, 65535, NULL, NULL, "port of rank 0's rendezvous (multi-process tensor parallelism)") \
     X(CUDA_GRAPHS, "EMBER_CUDA_GRAPHS", FLAG, "1", 0, 0, NULL, NULL, "record decode steps as CUDA graphs and replay them") \
+    X(DEVICE_SAMPLING, "EMBER_DEVICE_SAMPLING", FLAG, "1", 0, 0, NULL, NULL, "draw sampled tokens on the GPU where the logits are (only their ids reach the host)") \
     X(CUDA_PDL, "EMBER_CUDA_PDL", FLAG, "1", 0, 0, NULL, NULL, "in recorded decode steps, let each CUDA kernel be scheduled while the one before it finishes (sm_90+)") \
     X(CPU_ISA, "EMBER_CPU_ISA", VALUE, "auto", 0, 0, "auto|portable|avx2|avx512", NULL, "widest CPU kernels allowed") \
     X(PREFAULT, "EMBER_PREFAULT", FLAG, "0", 0, 0, NULL, "--prefault", "read every weight page while opening a model") \

@@ -22,9 +22,11 @@ static void bench_help(void) {
            "bandwidth roofline (bytes of weights read per token / bandwidth). With\n"
            "--tensor-parallel N it also reports the time spent in all-reduces per decode step.\n"
            "Decoding is greedy (the model chooses the ids where the logits are) unless\n"
-           "--temperature T > 0 is given: each sequence then samples on the host with its own\n"
-           "seeded sampler (--top-p/--top-k/--min-p, else the model's generation_config.json),\n"
-           "and the logits rows cross to the host each step, as for a sampled request.\n\n%s"
+           "--temperature T > 0 is given: each sequence then samples with its own seeded\n"
+           "sampler (--top-p/--top-k/--min-p, else the model's generation_config.json) as a\n"
+           "sampled request does: on a GPU where the logits are (only the ids reach the host;\n"
+           "EMBER_DEVICE_SAMPLING=0 downloads the rows and samples on the host), on the CPU\n"
+           "from the rows.\n\n%s"
            "  --prompt-file FILE    the prompt is FILE's text through the model's tokenizer (its first\n"
            "                        --prompt-tokens tokens, or all if fewer) instead of random ids;\n"
            "                        speculation's acceptance is only meaningful on real text\n"
@@ -86,9 +88,16 @@ static em_status run_spec(em_model *m, const int32_t *ids, int n_prompt, int n_g
  * chooses each sequence's argmax where the logits are). Decode tokens/s count every
  * sequence's tokens. prompt: n_prompt ids, or NULL for random ones; decoding
  * feeds random ids either way (its speed does not depend on them). */
-/* One decode step's tokens chosen on the host by each sequence's sampler
- * from its downloaded logits row. */
-static em_status decode_sampled(em_model *m, em_span *spans, int batch, float *logits, sampler *smp) {
+/* One decode step's tokens drawn by each sequence's sampler: where the
+ * logits are when the model draws there (a GPU; only the ids come back),
+ * else on the host from the downloaded rows. */
+static em_status decode_sampled(em_model *m, em_span *spans, int batch, float *logits, sampler *smp,
+                                em_sample_params *draws, int32_t *chosen) {
+    if (model_device_samples(m)) {
+        for (int q = 0; q < batch; q++) sampler_device_params(&smp[q], &draws[q]);
+        em_batch b = {.spans = spans, .n_spans = batch, .argmax = chosen, .argmax_only = true, .sample = draws};
+        return model_forward(m, &b, logits);
+    }
     em_batch b = {.spans = spans, .n_spans = batch};
     em_status s = model_forward(m, &b, logits);
     for (int q = 0; s == EM_OK && q < batch; q++) {
@@ -106,7 +115,10 @@ static em_status run_once(em_model *m, const int32_t *prompt, int n_prompt, int 
     em_span *spans = em_mallocn((size_t)batch, sizeof *spans);
     int32_t *chosen = em_mallocn((size_t)batch, sizeof *chosen);
     sampler *smp = sampling ? em_calloc((size_t)batch, sizeof *smp) : NULL;
-    em_status s = ids && logits && seqs && spans && chosen && (smp || !sampling) ? EM_OK : em_fail(EM_ERR_NOMEM, "out of memory");
+    em_sample_params *draws = sampling ? em_mallocn((size_t)batch, sizeof *draws) : NULL;
+    em_status s = ids && logits && seqs && spans && chosen && ((smp && draws) || !sampling)
+                      ? EM_OK
+                      : em_fail(EM_ERR_NOMEM, "out of memory");
     int n_smp = 0;
     for (; s == EM_OK && sampling && n_smp < batch; n_smp++) s = sampler_init(&smp[n_smp], sampling, m->cfg.vocab);
     if (s != EM_OK && n_smp) n_smp--;
@@ -141,7 +153,7 @@ static em_status run_once(em_model *m, const int32_t *prompt, int n_prompt, int 
         for (int q = 0; q < batch; q++)
             spans[q] = (em_span){seqs[q], ids + n_prompt + i, 1, LOGITS_LAST, SPAN_MATH_MODEL};
         if (smp) {
-            s = decode_sampled(m, spans, batch, logits, smp);
+            s = decode_sampled(m, spans, batch, logits, smp, draws, chosen);
             continue;
         }
         em_batch b = {.spans = spans, .n_spans = batch, .argmax = chosen, .argmax_only = true};
@@ -159,6 +171,7 @@ static em_status run_once(em_model *m, const int32_t *prompt, int n_prompt, int 
 out:
     for (int q = 0; q < n_smp; q++) sampler_free(&smp[q]);
     free(smp);
+    free(draws);
     free(ids);
     free(logits);
     free(seqs);
@@ -297,22 +310,25 @@ static int cmd_bench(int argc, char **argv) {
         int tp = model_tp_size(m);
         double bpt = decode_bytes(m), roof = bw > 0 ? bw * tp / bpt : 0, steps = best.decode_tps / (double)batch;
         const char *prec = m->prefill_math == EM_MATH_FAST ? "fast" : "exact";
+        const char *where = !sampled ? "" : model_device_samples(m) ? "device" : "host";
         if (json)
             printf("{\"model\":\"%s\",\"device\":\"%s\",\"threads\":%d,\"precision\":\"%s\",\"batch\":%ld,\"prompt\":\"%s\",\"prompt_tokens\":%ld,\"gen_tokens\":%ld,"
                    "\"prefill_tps\":%.2f,\"decode_tps\":%.3f,\"ttft_s\":%.4f,\"bandwidth_gbs\":%.2f,"
                    "\"bytes_per_token\":%.0f,\"roofline_tps\":%.3f,\"roofline_fraction\":%.4f,"
-                   "\"tensor_parallel\":%d,\"allreduce_ms_per_step\":%.4f,\"allreduces_per_step\":%.1f,\"sampled\":%s}\n",
+                   "\"tensor_parallel\":%d,\"allreduce_ms_per_step\":%.4f,\"allreduces_per_step\":%.1f,\"sampled\":%s,"
+                   "\"sampled_on\":\"%s\"}\n",
                    m->name, m->be->ops->name, m->be->n_threads, prec, batch, prompt ? "file" : "random", n_prompt, n_gen,
                    best.prefill_tps, best.decode_tps, best.ttft, bw / 1e9, bpt, roof, roof > 0 ? steps / roof : 0, tp,
-                   best.allreduce_ms, best.allreduce_calls, sampled ? "true" : "false");
+                   best.allreduce_ms, best.allreduce_calls, sampled ? "true" : "false", where);
         else
             printf("model %s (%s) on %s, precision %s\n"
                    "prefill: %ld tokens at %.1f tokens/s (time to first token %.3f s)\n"
-                   "decode:  %ld tokens x %ld sequences at %.2f tokens/s\n"
+                   "decode:  %ld tokens x %ld sequences at %.2f tokens/s%s%s\n"
                    "memory:  %.1f GB/s read bandwidth, %.2f GB read per token, roofline %.2f tokens/s\n"
                    "decode steps reach %.1f%% of the memory roofline\n",
                    m->name, m->cfg.model_type, m->be->desc, prec, n_prompt, best.prefill_tps, best.ttft, n_gen, batch,
-                   best.decode_tps, bw / 1e9, bpt / 1e9, roof, roof > 0 ? 100 * steps / roof : 0);
+                   best.decode_tps, sampled ? ", sampled on the " : "", where, bw / 1e9, bpt / 1e9, roof,
+                   roof > 0 ? 100 * steps / roof : 0);
         if (!json && tp > 1 && best.allreduce_calls > 0)
             printf("tensor parallel: %d GPUs (bandwidth per GPU; roofline over all), all-reduce %.3f ms per decode "
                    "step (%.0f calls)\n", tp, best.allreduce_ms, best.allreduce_calls);

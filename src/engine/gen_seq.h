@@ -40,6 +40,14 @@ em_status gen_seq_sample(gen_seq *g, float *logits);
  * ask the model for the id alone (em_batch.argmax) and pass it to
  * gen_seq_take. */
 bool gen_seq_greedy_id(const gen_seq *g);
+/* True when g's next token may be drawn where the logits are
+ * (em_batch.sample): only the sampler's temperature and truncations apply
+ * (no bias, penalty, logit processor or logprobs). gen_seq_draw_params
+ * then describes the draw, taking its uniform from g's generator as
+ * sampler_pick would (greedy: temperature 0, no uniform), and the token
+ * comes back through gen_seq_take. */
+bool gen_seq_device_draw(const gen_seq *g);
+void gen_seq_draw_params(gen_seq *g, em_sample_params *out);
 /* Delivers tok, the argmax chosen by the model, as gen_seq_sample would. */
 em_status gen_seq_take(gen_seq *g, int32_t tok);
 /* gen_seq_sample in two steps, so that the choices of several sequences can

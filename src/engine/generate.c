@@ -12,13 +12,14 @@
 
 
 /* Feeds history[fed..n_history) in chunks; logits for the last id, or with
- * id non-NULL its greedy choice alone. */
-static em_status feed(gen_seq *g, float *logits, int32_t *id) {
+ * id non-NULL the model's choice alone: its argmax, or with draw non-NULL
+ * that draw (em_batch.sample). */
+static em_status feed(gen_seq *g, float *logits, int32_t *id, const em_sample_params *draw) {
     while (g->fed < g->n_history) {
         size_t n = g->n_history - g->fed < PREFILL_CHUNK ? g->n_history - g->fed : PREFILL_CHUNK;
         bool last = g->fed + n == g->n_history;
         em_span sp = {g->seq, g->history + g->fed, (int)n, last ? LOGITS_LAST : LOGITS_NONE, gen_seq_span_math(g)};
-        em_batch b = {.spans = &sp, .n_spans = 1, .argmax = id, .argmax_only = id != NULL};
+        em_batch b = {.spans = &sp, .n_spans = 1, .argmax = id, .argmax_only = id != NULL, .sample = last ? draw : NULL};
         EM_TRY(model_forward(g->m, &b, logits));
         g->fed += n;
         if (gen_seq_cancelled(g)) return em_fail(EM_ERR_CANCELLED, "cancelled");
@@ -32,12 +33,15 @@ static em_status run_alone(gen_seq *g) {
     if (!logits) return em_fail(EM_ERR_NOMEM, "out of memory");
     em_status s = kv_seq_alloc(m->kv, &g->seq);
     double t_prefilled = 0;
-    bool greedy = gen_seq_greedy_id(g);
+    /* the model chooses the token where it can: greedy, or drawn on the device */
+    bool greedy = gen_seq_greedy_id(g), draws = !greedy && model_device_samples(m) && gen_seq_device_draw(g);
     int32_t id = 0;
+    em_sample_params draw;
     while (s == EM_OK && !g->finished) {
-        s = feed(g, logits, greedy ? &id : NULL);
+        if (draws) gen_seq_draw_params(g, &draw);
+        s = feed(g, logits, greedy || draws ? &id : NULL, draws ? &draw : NULL);
         if (!t_prefilled) t_prefilled = em_now();
-        if (s == EM_OK) s = greedy ? gen_seq_take(g, id) : gen_seq_sample(g, logits);
+        if (s == EM_OK) s = greedy || draws ? gen_seq_take(g, id) : gen_seq_sample(g, logits);
     }
     if (s == EM_ERR_CANCELLED) {
         gen_seq_finish(g, EM_FINISH_CANCELLED);

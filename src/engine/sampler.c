@@ -376,6 +376,16 @@ void sampler_distribution(sampler *s, const float *logits, float *probs) {
     for (int i = 0; i < nc; i++) probs[s->cand[i]] = (float)(s->probs[s->cand[i]] / sum);
 }
 
+void sampler_device_params(sampler *s, em_sample_params *out) {
+    memset(out, 0, sizeof *out);
+    if (is_greedy(&s->p)) return; /* temperature 0: the argmax */
+    out->u = sampler_uniform(s);
+    out->temperature = s->p.temperature;
+    out->top_p = s->p.top_p;
+    out->top_k = s->p.top_k;
+    out->min_p = s->p.min_p;
+}
+
 int32_t sampler_draw(sampler *s, const float *probs) {
     double sum = 0;
     int32_t last = 0;

@@ -5,6 +5,7 @@
 #ifndef EMBER_ENGINE_SAMPLER_H
 #define EMBER_ENGINE_SAMPLER_H
 
+#include "backend/backend.h"
 #include "ember/ember.h"
 
 #include <stdbool.h>
@@ -35,6 +36,13 @@ void sampler_process(sampler *s, float *logits, const int32_t *history, size_t n
  * `logprob` (else 0) and, when top_n > 0, the top_n alternatives
  * (log-softmax of the processed logits). */
 int32_t sampler_pick(sampler *s, const float *logits, int top_n, bool logprob, em_token_info *info);
+
+/* The draw sampler_pick would make, for a backend to make it where the
+ * logits are (em_backend_ops.sample_rows): temperature 0 when greedy, else
+ * the temperature and truncations with a uniform taken from the generator
+ * as sampler_pick takes it. Penalties are no part of it (for samplers
+ * without them). */
+void sampler_device_params(sampler *s, em_sample_params *out);
 
 /* Uniform double in [0, 1) from the sampler's generator. */
 double sampler_uniform(sampler *s);

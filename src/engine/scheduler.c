@@ -41,7 +41,9 @@ struct em_scheduler {
     em_span *spans;
     sched_req **span_req;
     float *logits;
-    int32_t *argmax; /* greedy ids chosen by the model, one per logits row */
+    int32_t *argmax; /* ids chosen by the model, one per logits row */
+    em_sample_params *sample; /* per logits row: the draw the model makes (em_batch.sample) */
+    bool *row_dev;            /* per logits row: its id comes from the model */
     size_t logits_rows;
     /* sampled rows of a step, chosen in parallel on `pool` (NULL: serially) */
     em_pool *pool;
@@ -203,8 +205,12 @@ static void free_logits(em_scheduler *s) {
     if (s->logits && be->ops->host_free) be->ops->host_free(be, s->logits);
     else free(s->logits);
     free(s->argmax);
+    free(s->sample);
+    free(s->row_dev);
     s->logits = NULL;
     s->argmax = NULL;
+    s->sample = NULL;
+    s->row_dev = NULL;
     s->logits_rows = 0;
 }
 
@@ -217,7 +223,9 @@ static em_status ensure_logits(em_scheduler *s, int rows) {
         return em_fail(EM_ERR_NOMEM, "%d logits rows overflow", rows);
     s->logits = be->ops->host_alloc ? be->ops->host_alloc(be, bytes) : em_mallocn(bytes, 1);
     s->argmax = em_mallocn((size_t)rows, sizeof *s->argmax);
-    if (!s->logits || !s->argmax) {
+    s->sample = em_mallocn((size_t)rows, sizeof *s->sample);
+    s->row_dev = em_mallocn((size_t)rows, sizeof *s->row_dev);
+    if (!s->logits || !s->argmax || !s->sample || !s->row_dev) {
         free_logits(s);
         return em_fail(EM_ERR_NOMEM, "out of memory for %d logits rows", rows);
     }
@@ -254,7 +262,7 @@ static int pick_parallel(em_scheduler *s, int n, const em_batch *b) {
     for (int i = 0; i < n; i++) {
         if (s->spans[i].logits != LOGITS_LAST) continue;
         gen_seq *g = s->span_req[i]->g;
-        bool taken = b->argmax && gen_seq_greedy_id(g);
+        bool taken = b->argmax && s->row_dev[row];
         if (!taken && !gen_seq_has_processor(g) && !gen_seq_cancelled(g)) {
             s->pick_span[s->n_picks] = i;
             s->pick_row[s->n_picks++] = row;
@@ -266,18 +274,39 @@ static int pick_parallel(em_scheduler *s, int n, const em_batch *b) {
     return s->n_picks;
 }
 
+/* Where each logits row's token is chosen: greedy sequences take the
+ * model's argmax, and sampled ones the model's draw where it draws (a GPU:
+ * only their ids leave the device, and no host thread scans or sorts their
+ * rows); the rest sample on the host. Fills s->row_dev and s->sample (the
+ * draws take their uniforms from the sequences' generators now); returns
+ * the rows the model chooses, *sampled whether any of them is a draw. */
+static int plan_draws(em_scheduler *s, int n, bool *sampled) {
+    bool dev = model_device_samples(s->m);
+    int row = 0, chosen = 0;
+    *sampled = false;
+    for (int i = 0; i < n; i++) {
+        if (s->spans[i].logits != LOGITS_LAST) continue;
+        gen_seq *g = s->span_req[i]->g;
+        bool greedy = gen_seq_greedy_id(g), draw = !greedy && dev && gen_seq_device_draw(g) && !gen_seq_cancelled(g);
+        memset(&s->sample[row], 0, sizeof s->sample[row]);
+        if (draw) gen_seq_draw_params(g, &s->sample[row]);
+        s->row_dev[row] = greedy || draw;
+        *sampled |= draw;
+        chosen += greedy || draw;
+        row++;
+    }
+    return chosen;
+}
+
 static void step(em_scheduler *s) {
     int rows;
     int n = build_batch(s, &rows);
     if (n == 0) return;
     double t0 = em_now();
     em_status st = ensure_logits(s, rows);
-    /* greedy sequences take the model's argmax: on a GPU only their ids
-     * leave the device, and no host thread scans their rows */
-    int greedy = 0;
-    for (int i = 0; i < n; i++)
-        if (s->spans[i].logits == LOGITS_LAST && gen_seq_greedy_id(s->span_req[i]->g)) greedy++;
-    em_batch b = {s->spans, n, greedy ? s->argmax : NULL, greedy == rows};
+    bool sampled = false;
+    int chosen = st == EM_OK ? plan_draws(s, n, &sampled) : 0;
+    em_batch b = {s->spans, n, chosen ? s->argmax : NULL, chosen == rows, sampled ? s->sample : NULL};
     if (st == EM_OK) st = model_forward(s->m, &b, s->logits);
     double t1 = em_now();
     if (st != EM_OK) {
@@ -301,7 +330,7 @@ static void step(em_scheduler *s) {
             ss = gen_seq_deliver(g, s->pick_tok[next_pick], &s->pick_info[next_pick]);
             next_pick++;
         } else {
-            ss = b.argmax && gen_seq_greedy_id(g) ? gen_seq_take(g, s->argmax[row])
+            ss = b.argmax && s->row_dev[row] ? gen_seq_take(g, s->argmax[row])
                                                   : gen_seq_sample(g, s->logits + (size_t)row * (size_t)s->m->cfg.vocab);
         }
         if (ss != EM_OK) gen_seq_finish(g, EM_FINISH_NONE);

@@ -360,5 +360,6 @@ const family_ops dense_family = {
     .load = dense_load,
     .forward = dense_forward,
     .fills_argmax = true,
+    .fills_sample = true,
     .free = dense_free,
 };

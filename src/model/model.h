@@ -41,6 +41,12 @@ typedef struct em_batch {
      * the device then leaves the logits array unwritten. */
     int32_t *argmax;
     bool argmax_only;
+    /* Optional, with argmax, only where model_device_samples: how each
+     * logits row's token is drawn where the logits are (backend
+     * sample_rows; temperature 0: its argmax), so argmax receives every
+     * row's token. A row the host samples itself gets temperature 0 here:
+     * its logits are left as they are. */
+    const em_sample_params *sample;
 } em_batch;
 
 typedef struct family_ops {
@@ -54,6 +60,8 @@ typedef struct family_ops {
     /* forward fills b->argmax itself (through model_logits_out); otherwise
      * model_forward scans the rows it wrote. */
     bool fills_argmax;
+    /* forward honours b->sample too (through model_logits_out) */
+    bool fills_sample;
     void (*free)(em_model *m);
     /* Optional: called once the KV cache exists (m->kv), before the first
      * forward (tensor parallelism gives its other ranks storage there). */
@@ -168,7 +176,10 @@ em_status model_forward(em_model *m, const em_batch *b, float *logits);
  * rows x vocab floats in backend memory (on a host-memory backend it is
  * logits itself); b (may be NULL) says whether greedy ids are wanted and
  * whether the rows are. */
-em_status model_logits_out(em_model *m, const em_batch *b, const float *src, int rows, float *logits);
+em_status model_logits_out(em_model *m, const em_batch *b, float *src, int rows, float *logits);
+/* True when a batch may carry em_batch.sample: the family draws on the
+ * backend (a GPU with sample_rows) and EMBER_DEVICE_SAMPLING allows it. */
+bool model_device_samples(const em_model *m);
 void model_argmax_free(em_model *m);
 /* Rollback support for speculative decoding (see family_ops.seq_mark /
  * seq_truncate); for families without recurrent state, mark does nothing

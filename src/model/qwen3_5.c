@@ -408,6 +408,7 @@ const family_ops qwen3_5_family = {
     .load = q35_load,
     .forward = q35_forward,
     .fills_argmax = true,
+    .fills_sample = true,
     .free = q35_free,
     .seq_mark = q35_seq_mark,
     .seq_truncate = q35_seq_truncate,

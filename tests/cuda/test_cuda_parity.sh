@@ -2,7 +2,8 @@
 # Parity of the CUDA backend on the Llama family: for every golden dense
 # checkpoint, (1) `ember logits --device cuda` matches the float64 reference
 # logits as closely as the CPU path must (f32 activations), and (2) greedy
-# decoding on the GPU produces the CPU path's ids. Skipped (77) when ember
+# decoding on the GPU produces the CPU path's ids, and (3) seeded sampling drawn
+# on the GPU gives the tokens the host sampler draws from the same logits. Skipped (77) when ember
 # is built without CUDA or no GPU is present.
 set -euo pipefail
 : "${EMBER_BIN:?}" "${EMBER_SRC:?}"
@@ -31,5 +32,18 @@ for d in "$EMBER_SRC"/tests/golden/dense/*/; do
   else
     echo "ok   $name greedy on $dev equals cpu ($n tokens)"
   fi
+  # seeded sampling: drawn on the device (only ids come back) or on the host
+  # from the same GPU logits, the same uniforms give the same tokens
+  for opts in "--temperature 0.8 --top-p 0.9" "--temperature 1.0 --top-k 20" "--temperature 0.7 --min-p 0.05"; do
+    # shellcheck disable=SC2086
+    dev_ids=$("$EMBER_BIN" generate "$d" --ids "$ids" --max-tokens 24 --ignore-eos --print-ids --seed 11 $opts --device "$dev")
+    # shellcheck disable=SC2086
+    host_ids=$(EMBER_DEVICE_SAMPLING=0 "$EMBER_BIN" generate "$d" --ids "$ids" --max-tokens 24 --ignore-eos --print-ids --seed 11 $opts --device "$dev")
+    if [ "$dev_ids" != "$host_ids" ]; then
+      echo "FAIL $name sampled ($opts) on $dev: device draws [$dev_ids], host draws [$host_ids]"; fail=1
+    else
+      echo "ok   $name sampled ($opts): device draws equal host draws"
+    fi
+  done
 done
 exit $fail

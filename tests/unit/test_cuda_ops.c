@@ -15,6 +15,7 @@ int main(void) {
 }
 #else
 #include "backend/cuda/cuda_backend.h"
+#include "engine/sampler.h"
 #include "tensor/affine.h"
 
 #include <stdint.h>
@@ -755,6 +756,74 @@ static void test_argmax_rows(void) {
     }
 }
 
+/* sample_rows against the host sampler (engine/sampler.c) with the same
+ * uniform: each row gets a seeded sampler, a copy of whose generator draws
+ * the u handed to the device, so the host's pick consumes the same u. Flat
+ * and peaked rows, ties, vocabularies around 2^17, a row stride, every
+ * truncation and the greedy forms. The draws must be the host's. */
+static void test_sample_rows(void) {
+    const em_sampling P[] = {
+        {.temperature = 0.7f, .top_p = 0.9f},
+        {.temperature = 1.0f, .top_p = 0.95f, .top_k = 50},
+        {.temperature = 0.7f, .top_p = 1.0f, .top_k = 40},
+        {.temperature = 1.0f, .top_p = 1.0f},
+        {.temperature = 0.8f, .top_p = 1.0f, .min_p = 0.05f},
+        {.temperature = 1.0f, .top_p = 0.5f, .min_p = 0.1f},
+        {.temperature = 1.5f, .top_p = 1.0f, .top_k = 5000},
+        {.temperature = 0.3f, .top_p = 0.99f},
+        {.temperature = 0.0f, .top_p = 1.0f},
+        {.temperature = 1.0f, .top_p = 1.0f, .top_k = 1},
+    };
+    const int np = (int)(sizeof P / sizeof *P);
+    struct { int n, ld; float scale; } shapes[] = {{128256, 128256, 4.0f}, {32000, 32007, 20.0f}, {151936, 151936, 2.0f},
+                                                   {1000, 1000, 3.0f}, {7, 7, 1.0f}};
+    int draws = 0, diff = 0;
+    for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
+        int n = shapes[c].n, ld = shapes[c].ld, rows = 2 * np;
+        size_t tot = (size_t)rows * ld;
+        float *x = rand_f32(tot, shapes[c].scale);
+        for (int r = 0; r < rows; r++) {
+            float *row = x + (size_t)r * ld;
+            for (int i = n; i < ld; i++) row[i] = 100.0f; /* outside the row: never chosen */
+            if (r % 4 == 1) /* ties at the top and in the middle: the lower id first */
+                for (int i = 0; i < n; i += 3) row[i] = row[i / 2 * 2] > 0 ? shapes[c].scale : 0.0f;
+        }
+        for (int rep = 0; rep < 3; rep++) {
+            sampler *smp = calloc((size_t)rows, sizeof *smp);
+            em_sample_params *sp = calloc((size_t)rows, sizeof *sp);
+            for (int r = 0; r < rows; r++) {
+                em_sampling p = P[r % np];
+                p.seed = 1000u * (unsigned)c + 10u * (unsigned)rep + (unsigned)r;
+                p.has_seed = 1;
+                p.repetition_penalty = 1.0f;
+                REQUIRE(sampler_init(&smp[r], &p, n) == EM_OK);
+                sampler copy = smp[r];
+                sp[r] = (em_sample_params){.u = sampler_uniform(&copy), .temperature = p.temperature,
+                                           .top_p = p.top_p, .min_p = p.min_p, .top_k = p.top_k};
+            }
+            float *xd = up(x, tot * 4);
+            int32_t *od = gpu->ops->alloc(gpu, (size_t)rows * 4), *got = malloc((size_t)rows * 4);
+            gpu->ops->sample_rows(gpu, od, xd, rows, n, ld, sp);
+            REQUIRE(gpu->ops->download(gpu, got, od, (size_t)rows * 4) == EM_OK);
+            for (int r = 0; r < rows; r++) {
+                em_token_info info;
+                int32_t want = sampler_pick(&smp[r], x + (size_t)r * ld, 0, false, &info);
+                draws++;
+                if (got[r] != want) {
+                    diff++;
+                    fprintf(stderr, "   n %d row %d (T %.2f, top-k %d, top-p %.2f, min-p %.2f, u %.9f): device %d, host %d\n",
+                            n, r, sp[r].temperature, sp[r].top_k, sp[r].top_p, sp[r].min_p, sp[r].u, got[r], want);
+                }
+                sampler_free(&smp[r]);
+            }
+            gpu->ops->free(gpu, xd), gpu->ops->free(gpu, od);
+            free(got), free(smp), free(sp);
+        }
+        free(x);
+    }
+    CHECKF(diff == 0, "sample_rows: %d of %d draws differ from the host sampler's", diff, draws);
+}
+
 /* A sequence of `len` positions in scattered blocks of a pool, written by
  * kv_write in two parts (a prefill, then single decode rows), then attended
  * by `nq` query rows at the end; CPU and GPU pools get the same layout. */
@@ -996,6 +1065,7 @@ int main(void) {
     RUN(test_rmsnorm_gated);
     RUN(test_copy_rows);
     RUN(test_argmax_rows);
+    RUN(test_sample_rows);
     em_backend_free(gpu);
     em_backend_free(cpu);
     return test_summary();

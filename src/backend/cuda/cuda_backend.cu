@@ -364,6 +364,7 @@ static em_backend_ops make_ops(void) {
     o.graph_reset = cuda_graph_reset;
     o.copy_rows = cuda_copy_rows;
     o.argmax_rows = cuda_argmax_rows;
+    o.sample_rows = cuda_sample_rows;
     o.sigmoid_mul = cuda_sigmoid_mul;
     o.conv1d_silu = cuda_conv1d_silu;
     o.gdn_gates = cuda_gdn_gates;

@@ -9,6 +9,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -248,6 +249,30 @@ static __device__ __forceinline__ double cuda_block_sum_d(double v, double *red)
     return r;
 }
 
+/* (value, index) pairs ordered as tensor/argmax.h orders them: the larger
+ * value wins, equal values go to the lower index, NaN never wins. The empty
+ * pair (-inf, INT_MAX) loses to any real entry, -inf included. */
+static __device__ __forceinline__ void argmax_take(float &v, int &i, float v2, int i2) {
+    if (v2 > v || (v2 == v && i2 < i)) {
+        v = v2;
+        i = i2;
+    }
+}
+
+/* Reduces one (value, index) pair per thread to the block's, in thread 0. */
+static __device__ __forceinline__ void argmax_block(float &v, int &at) {
+    __shared__ float sv[32];
+    __shared__ int si[32];
+    for (int o = 16; o; o >>= 1) argmax_take(v, at, __shfl_down_sync(0xffffffffu, v, o), __shfl_down_sync(0xffffffffu, at, o));
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    if (!lane) sv[warp] = v, si[warp] = at;
+    __syncthreads();
+    if (warp) return;
+    v = lane < nw ? sv[lane] : -INFINITY;
+    at = lane < nw ? si[lane] : INT_MAX;
+    for (int o = 16; o; o >>= 1) argmax_take(v, at, __shfl_down_sync(0xffffffffu, v, o), __shfl_down_sync(0xffffffffu, at, o));
+}
+
 static inline unsigned cuda_blocks(size_t n, unsigned threads) { return (unsigned)((n + threads - 1) / threads); }
 
 /* Operations by file. */
@@ -293,6 +318,7 @@ void cuda_add(em_backend *be, float *y, const float *x, size_t n);
 void cuda_embed(em_backend *be, float *out, const em_weight *table, const int32_t *ids, int n);
 void cuda_copy_rows(em_backend *be, float *dst, int ld_dst, const float *src, int ld_src, int rows, int n);
 void cuda_argmax_rows(em_backend *be, int32_t *ids, float *vals, const float *x, int rows, int n, int ld);
+void cuda_sample_rows(em_backend *be, int32_t *ids, float *x, int rows, int n, int ld, const em_sample_params *params);
 /* cuda_qmatmul.cu: MLX affine quantized weights (cuda_matmul dispatches). */
 void cuda_qmatmul(em_backend *be, float *y, const float *x, int M, const em_weight *w, const float *bias, em_math math);
 /* Rows ids (device array) of a quantized table, dequantized to f32. */

@@ -141,30 +141,6 @@ void cuda_add(em_backend *be, float *y, const float *x, size_t n) {
     CUDA_LAUNCHED(cb, "add");
 }
 
-/* (value, index) pairs ordered as tensor/argmax.h orders them: the larger
- * value wins, equal values go to the lower index, NaN never wins. The empty
- * pair (-inf, INT_MAX) loses to any real entry, -inf included. */
-__device__ __forceinline__ void argmax_take(float &v, int &i, float v2, int i2) {
-    if (v2 > v || (v2 == v && i2 < i)) {
-        v = v2;
-        i = i2;
-    }
-}
-
-/* Reduces one (value, index) pair per thread to the block's, in thread 0. */
-__device__ __forceinline__ void argmax_block(float &v, int &at) {
-    __shared__ float sv[32];
-    __shared__ int si[32];
-    for (int o = 16; o; o >>= 1) argmax_take(v, at, __shfl_down_sync(0xffffffffu, v, o), __shfl_down_sync(0xffffffffu, at, o));
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-    if (!lane) sv[warp] = v, si[warp] = at;
-    __syncthreads();
-    if (warp) return;
-    v = lane < nw ? sv[lane] : -INFINITY;
-    at = lane < nw ? si[lane] : INT_MAX;
-    for (int o = 16; o; o >>= 1) argmax_take(v, at, __shfl_down_sync(0xffffffffu, v, o), __shfl_down_sync(0xffffffffu, at, o));
-}
-
 /* Stage 1: block (c, r) reduces columns [c*ARGMAX_CHUNK, ...) of row r to
  * one pair. A vocabulary-wide row spreads over many SMs (one SM alone reads
  * a 128K-entry row at a tenth of the card's bandwidth); each thread keeps
