@@ -71,6 +71,7 @@ typedef enum em_graph_mode { EM_GRAPH_NONE = 0, EM_GRAPH_RECORD, EM_GRAPH_REPLAY
  * top-p and min-p in that order, the walk in the sampler's order), with u
  * the uniform in [0, 1) the row's sequence drew from its own generator.
  * temperature <= 0 or top_k == 1: the row's argmax (tensor/argmax.h). */
+#define EM_SAMPLE_MAX_N (1 << 20) /* the longest row sample_rows takes */
 typedef struct em_sample_params {
     double u;
     float temperature;

@@ -46,7 +46,7 @@ static em_status device_draws(em_model *m, const em_batch *b, float *src, int ro
 bool model_device_samples(const em_model *m) {
     const em_backend *be = m->be;
     return m->family && m->family->fills_sample && be && !be->ops->host_memory && be->ops->sample_rows &&
-           em_config_flag(m->config, EMC_DEVICE_SAMPLING);
+           m->cfg.vocab <= EM_SAMPLE_MAX_N && em_config_flag(m->config, EMC_DEVICE_SAMPLING);
 }
 
 em_status model_logits_out(em_model *m, const em_batch *b, float *src, int rows, float *logits) {
