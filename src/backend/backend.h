@@ -61,6 +61,10 @@ typedef struct em_kv_spans {
      * backend may then use bf16 tensor cores); EXACT (the zero value) keeps
      * f32 arithmetic. */
     em_math math;
+    /* While a step is recorded or replayed: block tables padded to at least
+     * this many entries (0: the backend's own minimum), so one recording
+     * serves every context length up to it. */
+    int min_table;
 } em_kv_spans;
 
 /* What graph_begin decided for a step (see em_backend_ops). */

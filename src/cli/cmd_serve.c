@@ -76,7 +76,7 @@ static void *load_main(void *arg) {
         atomic_store(&l->finished, -1);
         return NULL;
     }
-    if (model_warmup(l->model) != EM_OK || sched_start(l->model, &l->sched) != EM_OK) {
+    if (model_warmup(l->model, l->sched.prefill_chunk) != EM_OK || sched_start(l->model, &l->sched) != EM_OK) {
         fprintf(stderr, "ember serve: %s\n", em_last_error());
         srv_set_failed(l->srv);
         atomic_store(&l->finished, -1);

@@ -61,10 +61,12 @@ typedef struct sched_stats {
 /* Starts the scheduler thread on m and attaches it (m->sched): from then on
  * em_generate on m goes through it. */
 em_status sched_start(em_model *m, const sched_options *o);
-/* One short prefill and a few decode steps on a scratch sequence, so the
- * first requests do not pay for loading GPU kernels and recording the
- * decode step (warmup.c); nothing on host-memory backends. */
-em_status model_warmup(em_model *m);
+/* Prefills and a few decode steps on scratch sequences, so the first
+ * requests do not pay for loading GPU kernels, cuBLAS's first use of a row
+ * count and recording steps (warmup.c); max_rows: the most rows a step of
+ * the server prefills (its prefill chunk; 0: 512). Nothing on host-memory
+ * backends. */
+em_status model_warmup(em_model *m, int max_rows);
 /* Stops the thread after cancelling what is still running; detaches. */
 void sched_stop(em_model *m);
 /* Runs g to completion inside the batch; blocks the calling thread. */

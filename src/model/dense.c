@@ -41,7 +41,8 @@ typedef struct dense_impl {
     em_kv_view *views;  /* per span, for the batched attention operations */
     int *span_rows;
     int cap_spans;
-    bool graphs;        /* record decode steps where the backend can */
+    bool graphs;        /* record decode steps and short prefills where the backend can */
+    int min_table;      /* the step's em_kv_spans.min_table */
     /* logits in backend memory before their download (backends without
      * host memory), grown to the most rows seen */
     float *logits;
@@ -231,7 +232,7 @@ static void attention_block(em_model *m, dense_impl *d, dense_layer *L, int laye
     float scale = 1.0f / sqrtf((float)c->head_dim);
     if (op->attention_spans && op->kv_write_spans) {
         for (int s = 0; s < b->n_spans; s++) d->views[s] = kv_seq_view(m->kv, b->spans[s].seq, layer);
-        em_kv_spans spans = {d->views, d->span_rows, b->n_spans, row_runs_common_math(&d->runs)};
+        em_kv_spans spans = {d->views, d->span_rows, b->n_spans, row_runs_common_math(&d->runs), d->min_table};
         op->kv_write_spans(be, &spans, d->k, d->v, d->pos, c->n_kv_heads, c->head_dim);
         op->attention_spans(be, d->att, d->q, &spans, d->pos, c->n_heads, c->n_kv_heads, c->head_dim, scale,
                             L->window);
@@ -296,16 +297,30 @@ static void forward_ops(em_model *m, dense_impl *d, const em_batch *b, int T, fl
     be->ops->matmul(be, be->ops->host_memory ? logits : d->logits, d->h, rows, &d->head, NULL, head_math(m, b));
 }
 
-/* A decode step the backend may record: one token and its logits per
- * sequence, at most 64 of them. FAST steps are recorded too: the library
- * GEMMs of a large FAST decode batch run on the backend's own workspace,
- * so they capture like the kernels (the tensor-parallel graph has recorded
- * such steps from the start). */
-static bool recordable(const em_model *m, const dense_impl *d, const em_batch *b, int T) {
-    if (!d->graphs || !m->be->ops->graph_begin || T > 64) return false;
-    for (int s = 0; s < b->n_spans; s++)
-        if (b->spans[s].n != 1 || b->spans[s].logits != LOGITS_LAST) return false;
-    return true;
+/* Steps the backend may record, with their keys (0: none): a decode step,
+ * one token and its logits per sequence, at most 64 of them; and a short
+ * prefill, one sequence's 2-15 tokens with the last one's logits — the
+ * uncached tail of a prompt whose prefix is cached, which run eagerly
+ * spends most of its time launching a few hundred kernels — below
+ * PREFILL_RECORD_ROWS: longer chunks are bound by the GPU's work, and
+ * eagerly they attend in tiles that share each key among their rows,
+ * which a recording cannot (its grids must not depend on the context). FAST steps are
+ * recorded too: the library GEMMs run on the backend's own workspace, so
+ * they capture like the kernels (the tensor-parallel graph has recorded
+ * such steps from the start). A prefill's key carries its arithmetic, and
+ * its block tables are padded to PREFILL_TABLE_MIN entries, so one
+ * recording per row count serves every context up to that many blocks
+ * (the warm-up records them, engine/warmup.c). */
+#define PREFILL_TABLE_MIN 256
+#define PREFILL_RECORD_ROWS 16
+static uint64_t step_key(const em_model *m, const dense_impl *d, const em_batch *b, int T) {
+    if (!d->graphs || !m->be->ops->graph_begin || T > 64) return 0;
+    bool decode = true;
+    for (int s = 0; s < b->n_spans; s++) decode &= b->spans[s].n == 1 && b->spans[s].logits == LOGITS_LAST;
+    if (decode) return (uint64_t)T;
+    if (b->n_spans != 1 || b->spans[0].logits != LOGITS_LAST || T >= PREFILL_RECORD_ROWS) return 0;
+    /* the arithmetic the rows use, however the span asked for it */
+    return 1ull << 40 | (uint64_t)row_runs_common_math(&d->runs) << 32 | (uint64_t)T;
 }
 
 static em_status ensure_spans(dense_impl *d, const em_batch *b) {
@@ -344,7 +359,9 @@ static em_status dense_forward(em_model *m, const em_batch *b, float *logits) {
     em_backend *be = m->be;
     int rows = batch_logit_rows(b);
     if (rows && !be->ops->host_memory) EM_TRY(ensure_logits(m, d, rows));
-    em_graph_mode gm = recordable(m, d, b, T) ? be->ops->graph_begin(be, (uint64_t)T) : EM_GRAPH_NONE;
+    uint64_t key = step_key(m, d, b, T);
+    em_graph_mode gm = key ? be->ops->graph_begin(be, key) : EM_GRAPH_NONE;
+    d->min_table = gm != EM_GRAPH_NONE && b->spans[0].n > 1 ? PREFILL_TABLE_MIN : 0;
     forward_ops(m, d, b, T, logits);
     if (gm != EM_GRAPH_NONE) {
         bool ran;

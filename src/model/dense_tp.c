@@ -188,7 +188,7 @@ static void attention_part(em_model *m, tp_impl *t, tp_rank *R, int layer, const
     float scale = 1.0f / sqrtf((float)hd);
     if (op->attention_spans && op->kv_write_spans) {
         for (int s = 0; s < b->n_spans; s++) R->views[s] = dense_tp_view(m, R, b->spans[s].seq, layer);
-        em_kv_spans spans = {R->views, t->span_rows, b->n_spans, EM_MATH_EXACT};
+        em_kv_spans spans = {R->views, t->span_rows, b->n_spans, EM_MATH_EXACT, 0};
         op->kv_write_spans(be, &spans, R->k, R->v, t->pos, nkv, hd);
         op->attention_spans(be, R->att, R->q, &spans, t->pos, nq, nkv, hd, scale, t->window[layer]);
     } else {

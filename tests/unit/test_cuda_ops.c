@@ -945,7 +945,7 @@ static void test_attention_spans_case(int n_heads, int n_kv, int hd, int window,
         rows[i] = sc[i].rows;
         for (int j = 0; j < sc[i].rows; j++) pos[r++] = sc[i].prior + j;
     }
-    em_kv_spans sg = {views_g, rows, n_spans, EM_MATH_EXACT};
+    em_kv_spans sg = {views_g, rows, n_spans, EM_MATH_EXACT, 0};
     gpu->ops->kv_write_spans(gpu, &sg, kd, vd, pos, n_kv, hd);
     size_t qn = (size_t)n * qrow;
     float *q = rand_f32(qn, 1.0f), *oc = malloc(qn * 4);

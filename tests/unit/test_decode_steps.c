@@ -1,7 +1,10 @@
 /* Step-by-step decode vs full-sequence forward on each checkpoint given on
  * the command line (default: every dense golden): feeding ids one at a time through the KV cache must give
  * (within f32 tolerance) the logits rows of one prefill over all ids; and a
- * prefill split into uneven chunks must too. */
+ * prefill split into uneven chunks must too, and short prefills after a
+ * prefix (a cached prompt's tail: on a GPU recorded once per row count and
+ * replayed at other context lengths) give the full prefill's rows. Set
+ * EMBER_DEVICE=cuda to run it on a GPU. */
 #include "test.h"
 
 #include "model/model.h"
@@ -11,7 +14,7 @@
 
 static void check_model(const char *dir) {
     em_model *m;
-    em_open_options o = {.n_threads = 2, .precision = EM_PRECISION_EXACT, .max_sequences = 3};
+    em_open_options o = {.n_threads = 2, .precision = EM_PRECISION_EXACT, .max_sequences = 4};
     if (em_model_open(dir, &o, &m) != EM_OK) {
         fprintf(stderr, "%s\n", em_last_error());
         CHECK(0);
@@ -51,6 +54,21 @@ static void check_model(const char *dir) {
     }
     for (int i = 0; i < N * V; i++) worst2 = fmax(worst2, fabs(chunk[i] - full[i]));
     CHECKF(worst2 <= 1e-5 * range + 1e-5, "%s: chunked prefill max err %g", dir, worst2);
+    /* tails of 8 rows after prefixes of 12, 4 and 0, then of 5 after 15 and
+     * 3: the same row counts at other context lengths */
+    int tails[][2] = {{12, 8}, {4, 8}, {0, 8}, {15, 5}, {3, 5}, {7, 5}};
+    double worst3 = 0;
+    for (int c = 0; c < 6; c++) {
+        int pre = tails[c][0], n = tails[c][1], s4;
+        REQUIRE(kv_seq_alloc(m->kv, &s4) == EM_OK);
+        em_span head = {s4, ids, pre, LOGITS_NONE, SPAN_MATH_MODEL}, tail = {s4, ids + pre, n, LOGITS_LAST, SPAN_MATH_MODEL};
+        em_batch bh = {.spans = &head, .n_spans = 1}, bt = {.spans = &tail, .n_spans = 1};
+        if (pre) REQUIRE(model_forward(m, &bh, step) == EM_OK);
+        REQUIRE(model_forward(m, &bt, step) == EM_OK);
+        for (int v = 0; v < V; v++) worst3 = fmax(worst3, fabs(step[v] - full[(size_t)(pre + n - 1) * V + v]));
+        kv_seq_release(m->kv, s4);
+    }
+    CHECKF(worst3 <= 1e-5 * range + 1e-5, "%s: prefilled tails max err %g", dir, worst3);
     free(full);
     free(step);
     free(chunk);

@@ -371,10 +371,14 @@ void cuda_attention_spans(em_backend *be, float *out, const float *q, const em_k
         cuda_note(cb, cudaErrorInvalidValue, "attention (head_dim above 512 or heads not a multiple of kv heads)");
         return;
     }
-    int rows = 0;
-    for (int i = 0; i < s->n_spans; i++) rows += s->rows[i];
-    /* a step being recorded keeps the per-row path: its grid depends only on the row count */
-    if (rows > ATT_SPLIT_MAX_ROWS && cb->graphs.mode == EM_GRAPH_NONE && cuda_attention_tiled_fits(cb, n_heads, n_kv, head_dim)) {
+    int rows = 0, longest = 0;
+    for (int i = 0; i < s->n_spans; i++) rows += s->rows[i], longest = s->rows[i] > longest ? s->rows[i] : longest;
+    /* Many rows, or a prefill chunk (a cached prompt's tail: its rows share
+     * every key they read in a tile, where the per-row kernel reads the
+     * keys once per row); a step being recorded keeps the per-row path:
+     * its grid depends only on the row count. */
+    bool tiled = rows > ATT_SPLIT_MAX_ROWS || longest >= CUDA_ATT_TILE_MIN_ROWS;
+    if (tiled && cb->graphs.mode == EM_GRAPH_NONE && cuda_attention_tiled_fits(cb, n_heads, n_kv, head_dim)) {
         attention_batch(cb, out, q, s, pos, n_heads, n_kv, head_dim, scale, window);
         return;
     }
@@ -389,6 +393,6 @@ void cuda_attention_spans(em_backend *be, float *out, const float *q, const em_k
 void cuda_attention(em_backend *be, float *out, const float *q, const em_kv_view *kv, const int32_t *pos, int n,
                     int n_heads, int n_kv, int head_dim, float scale, int window) {
     if (n <= 0 || kv->n_blocks <= 0) return;
-    em_kv_spans s = {kv, &n, 1, EM_MATH_EXACT};
+    em_kv_spans s = {kv, &n, 1, EM_MATH_EXACT, 0};
     cuda_attention_spans(be, out, q, &s, pos, n_heads, n_kv, head_dim, scale, window);
 }

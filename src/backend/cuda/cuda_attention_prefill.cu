@@ -308,7 +308,7 @@ void cuda_attention_tiled(cuda_backend *cb, float *out, const float *q, float *c
     float *part = NULL;
     if (p->n_slots) {
         size_t bytes = (size_t)p->n_slots * n_kv * p->pairs * ((size_t)head_dim + 2) * sizeof(float);
-        if (!cuda_scratch(cb, (void **)&cb->att_tile_part, &cb->att_tile_part_bytes, bytes)) return;
+        if (!cuda_scratch_eager(cb, (void **)&cb->att_tile_part, &cb->att_tile_part_bytes, bytes)) return;
         part = cb->att_tile_part;
     }
     unsigned blocks = (unsigned)p->n_items * (unsigned)n_kv;

@@ -24,12 +24,16 @@ cuda_backend *cuda_enter(em_backend *be) {
 bool cuda_pdl_allowed = false;
 thread_local bool cuda_pdl_now = false;
 
-bool cuda_scratch(cuda_backend *cb, void **buf, size_t *cap, size_t bytes) {
+static bool scratch_grow(cuda_backend *cb, void **buf, size_t *cap, size_t bytes, bool recorded) {
     if (bytes <= *cap) return true;
     /* Recorded steps name the old buffer, and a replay's argument check
      * cannot see it (the scratch is not an argument): forget them all. A
      * step being recorded right now captures the new one. */
-    cuda_graphs_free(cb);
+    if (recorded && cb->graphs.n) {
+        EM_LOGD("cuda:%d: a scratch buffer grows to %zu bytes: %d recorded steps forgotten", cb->device, bytes,
+                cb->graphs.n);
+        cuda_graphs_free(cb);
+    }
     if (*buf) cudaFree(*buf);
     *buf = NULL;
     *cap = 0;
@@ -42,6 +46,14 @@ bool cuda_scratch(cuda_backend *cb, void **buf, size_t *cap, size_t bytes) {
     }
     *cap = want;
     return true;
+}
+
+bool cuda_scratch(cuda_backend *cb, void **buf, size_t *cap, size_t bytes) {
+    return scratch_grow(cb, buf, cap, bytes, true);
+}
+
+bool cuda_scratch_eager(cuda_backend *cb, void **buf, size_t *cap, size_t bytes) {
+    return scratch_grow(cb, buf, cap, bytes, false);
 }
 
 /* ---- staging arena ---- */

@@ -42,6 +42,9 @@ extern "C" {
  * the matmul scratch. */
 #define CUDA_ATT_SPLITS 16
 #define CUDA_ATT_SPLIT_MAX_ROWS 64
+/* A span of this many rows (a prefill chunk) goes to the tiled prefill
+ * attention whatever the batch's size; dense.c records prefills only below it. */
+#define CUDA_ATT_TILE_MIN_ROWS 16
 /* A scratch buffer grown for `bytes` gets a quarter more, so a slightly
  * larger batch next does not reallocate. */
 static inline size_t cuda_scratch_grow(size_t bytes) { return bytes + bytes / 4; }

@@ -58,7 +58,7 @@ void cuda_blas_close(cuda_blas *b);
 /* Recorded decode steps (cuda_graph.cu): a step's operations captured into
  * a CUDA graph, keyed by the caller's key and a hash of every operation's
  * arguments, so a replay can prove it issues what was recorded. */
-#define CUDA_GRAPHS_MAX 64
+#define CUDA_GRAPHS_MAX 128 /* decode steps of 1-64 rows, short prefills, room to spare */
 
 typedef struct cuda_graph_entry {
     uint64_t key, args, last_used;
@@ -222,8 +222,13 @@ void cuda_stage_flush(cuda_backend *cb);
  * there is nothing to do or staging failed (noted). */
 bool cuda_stage_spans(cuda_backend *cb, const em_kv_spans *s, const int32_t *pos, size_t extra,
                       float *const **base, const int32_t **toff, const int32_t **dpos, int *rows);
-/* Ensures a scratch buffer of at least `bytes`; false on failure (noted). */
+/* Ensures a scratch buffer of at least `bytes`; false on failure (noted).
+ * Growing it forgets every recorded step. */
 bool cuda_scratch(cuda_backend *cb, void **buf, size_t *cap, size_t bytes);
+/* The same for a buffer that only operations never recorded use (the tiled
+ * prefill attention runs eagerly): growing it forgets nothing, so a long
+ * prompt's first chunks do not cost the recorded short prefills. */
+bool cuda_scratch_eager(cuda_backend *cb, void **buf, size_t *cap, size_t bytes);
 
 /* Device-side dtype conversions. */
 __device__ __forceinline__ float cuda_bf16(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }

@@ -242,12 +242,13 @@ __global__ void kv_write_kernel(float *const *base, const int32_t *toff, const f
     base[toff[n + i] + p / bs][dst] = v[t];
 }
 
-/* Block tables padded to a power of two (at least 64 entries) while a step
- * is recorded or replayed, so the recording holds as the sequence grows. */
-static size_t table_cap(const cuda_backend *cb, int n_blocks) {
+/* Block tables padded to a power of two (at least 64 entries, or the
+ * spans' min_table) while a step is recorded or replayed, so the recording
+ * holds as the sequence grows. */
+static size_t table_cap(const cuda_backend *cb, const em_kv_spans *s, int n_blocks) {
     if (cb->graphs.mode == 0) return (size_t)n_blocks;
     size_t c = 64;
-    while (c < (size_t)n_blocks) c *= 2;
+    while (c < (size_t)n_blocks || c < (size_t)s->min_table) c *= 2;
     return c;
 }
 
@@ -258,7 +259,7 @@ static bool stage_tables(cuda_backend *cb, const em_kv_spans *s, bool values, in
     for (int i = 0, r = 0; i < s->n_spans; i++) {
         const em_kv_view *v = &s->views[i];
         const char *t = (const char *)cuda_stage_table(cb, values ? (const void *)v->v_blocks : (const void *)v->k_blocks,
-                                                       (size_t)v->n_blocks, table_cap(cb, v->n_blocks));
+                                                       (size_t)v->n_blocks, table_cap(cb, s, v->n_blocks));
         if (!t) return false;
         for (int j = 0; j < s->rows[i]; j++) off[r++] = (int32_t)((t - arena) / (ptrdiff_t)sizeof(float *));
     }
@@ -270,7 +271,7 @@ bool cuda_stage_spans(cuda_backend *cb, const em_kv_spans *s, const int32_t *pos
     size_t tables = 0;
     int n = 0;
     for (int i = 0; i < s->n_spans; i++) {
-        tables += table_cap(cb, s->views[i].n_blocks);
+        tables += table_cap(cb, s, s->views[i].n_blocks);
         n += s->rows[i];
     }
     *rows = n;
@@ -309,6 +310,6 @@ void cuda_kv_write_spans(em_backend *be, const em_kv_spans *s, const float *k, c
 void cuda_kv_write(em_backend *be, const em_kv_view *kv, const float *k, const float *v, const int32_t *pos, int n,
                    int n_kv, int head_dim) {
     if (n <= 0 || kv->n_blocks <= 0) return;
-    em_kv_spans s = {kv, &n, 1, EM_MATH_EXACT};
+    em_kv_spans s = {kv, &n, 1, EM_MATH_EXACT, 0};
     cuda_kv_write_spans(be, &s, k, v, pos, n_kv, head_dim);
 }
