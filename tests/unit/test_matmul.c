@@ -1,6 +1,8 @@
 /* CPU matmul: every kernel table (portable, AVX2, AVX-512) and dtype against
  * a double-precision reference, on shapes with ragged edges; FAST (bf16
- * activations) within bf16 rounding. */
+ * activations) within bf16 rounding. Where the CPU has AMX, FAST products
+ * of 16+ rows on its tiles are also checked against the AVX-512 dot
+ * products: the same bf16 products summed in f32 in another order. */
 #include "test.h"
 
 #include "backend/backend.h"
@@ -59,6 +61,35 @@ static void bench(em_backend *be, em_math math) {
     free(x); free(y); free(w);
 }
 
+/* FAST bf16 on AMX tiles against the AVX-512 tile kernel over the same
+ * bf16 activations: each output within f32 summation error of the other
+ * (2^-18 of sum |x*w|), bias included. */
+static void check_amx(em_backend *be, int M, int N, int K) {
+    cpu_backend *cb = be->impl;
+    float *x = malloc(sizeof(float) * M * K), *ya = malloc(sizeof(float) * M * N), *yt = malloc(sizeof(float) * M * N);
+    float *bias = malloc(sizeof(float) * N);
+    uint16_t *w = malloc((size_t)N * K * 2);
+    for (int i = 0; i < M * K; i++) x[i] = frand() * 4;
+    for (int i = 0; i < N; i++) bias[i] = frand();
+    for (int i = 0; i < N * K; i++) w[i] = f32_to_bf16(frand());
+    em_weight wt = {.dtype = EM_BF16, .rows = N, .cols = K, .data = w};
+    cb->amx = true;
+    be->ops->matmul(be, ya, x, M, &wt, bias, EM_MATH_FAST);
+    cb->amx = false;
+    be->ops->matmul(be, yt, x, M, &wt, bias, EM_MATH_FAST);
+    cb->amx = true;
+    int bad = 0;
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double mag = fabs(bias[n]);
+            for (int k = 0; k < K; k++) mag += fabs((double)x[m * K + k] * bf16_to_f32(w[n * K + k]));
+            bad += !(fabs((double)ya[m * N + n] - yt[m * N + n]) <= mag * 0x1p-18 + 1e-30);
+        }
+    CHECKF(bad == 0, "AMX M=%d N=%d K=%d: %d outputs differ from the AVX-512 tiles beyond summation error", M, N, K,
+           bad);
+    free(x); free(ya); free(yt); free(bias); free(w);
+}
+
 /* Decode-shaped GEMV over more weights than the caches hold: bytes/s. */
 static void bench_gemv(em_backend *be) {
     enum { NMAT = 8, N = 8192, K = 2048 };
@@ -95,12 +126,26 @@ int main(void) {
     for (int t = 0; t < 3; t++) {
         if (!tables[t] || !usable[t]) continue;
         ((cpu_backend *)be->impl)->k = tables[t];
+        ((cpu_backend *)be->impl)->amx = false; /* each table's own kernels */
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
             for (int d = 0; d < 3; d++) {
                 check_shape(be, shapes[s][0], shapes[s][1], shapes[s][2], dts[d], EM_MATH_EXACT);
                 check_shape(be, shapes[s][0], shapes[s][1], shapes[s][2], dts[d], EM_MATH_FAST);
             }
         if (getenv("EMBER_BENCH")) { bench(be, EM_MATH_EXACT); bench(be, EM_MATH_FAST); bench_gemv(be); }
+    }
+    if (f->amx) { /* with the AVX-512 table, as the backend pairs them */
+        cpu_backend *cb = be->impl;
+        cb->k = cpu_kernels_avx512();
+        int amx_shapes[][3] = {{16, 32, 32}, {17, 33, 64}, {31, 64, 96}, {33, 21, 160}, {40, 70, 2048}, {64, 100, 128},
+                               {100, 129, 256}};
+        for (size_t s = 0; s < sizeof amx_shapes / sizeof amx_shapes[0]; s++) {
+            check_amx(be, amx_shapes[s][0], amx_shapes[s][1], amx_shapes[s][2]);
+            check_shape(be, amx_shapes[s][0], amx_shapes[s][1], amx_shapes[s][2], EM_BF16, EM_MATH_FAST);
+        }
+        if (getenv("EMBER_BENCH")) bench(be, EM_MATH_FAST);
+    } else {
+        fprintf(stderr, "no AMX tiles on this CPU: their checks skipped\n");
     }
     cpu_backend_free(be);
     return test_summary();

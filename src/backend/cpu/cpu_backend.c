@@ -222,6 +222,7 @@ em_status cpu_backend_create(int n_threads, em_backend **out) {
     cb->scratch = em_calloc((size_t)be->n_threads, sizeof *cb->scratch);
     cb->scratch_len = em_calloc((size_t)be->n_threads, sizeof *cb->scratch_len);
     cb->k = cpu_kernels_best();
+    cb->amx = cpu_get_features()->amx;
     be->ops = &cpu_ops;
     snprintf(be->desc, sizeof be->desc, "cpu (%s, %d threads)", cb->k->isa, be->n_threads);
     be->impl = cb;
@@ -242,6 +243,7 @@ void cpu_backend_free(em_backend *be) {
         free(cb->scratch);
         free(cb->scratch_len);
         free(cb->xbf16);
+        free(cb->xamx);
         free(cb->xq8);
         free(cb);
     }

@@ -1,5 +1,6 @@
 /* cpu_features.c — CPUID probing and the choice of kernel table.
- * EMBER_CPU_ISA (portable|avx2|avx512) narrows the choice for testing; it is
+ * EMBER_CPU_ISA (portable|avx2|avx512|amx) narrows the choice for testing
+ * (avx512: the AVX-512 kernels without the AMX tiles); it is
  * taken from the process configuration the first time the kernels are
  * chosen. */
 #include "backend/cpu/cpu_internal.h"
@@ -27,13 +28,15 @@ static void probe(void) {
 #endif
     const char *want = em_config_str(em_config_global(), EMC_CPU_ISA);
     best = cpu_kernels_ref();
-    bool any = !strcmp(want, "auto");
+    bool any = !strcmp(want, "auto") || !strcmp(want, "amx");
     bool allow_avx2 = any || strcmp(want, "portable");
     bool allow_avx512 = any || !strcmp(want, "avx512");
     if (allow_avx2 && features.avx2_fma && cpu_kernels_avx2()) best = cpu_kernels_avx2();
     if (allow_avx512 && features.avx512f && features.avx512bw && features.avx512vl && features.avx512bf16 &&
         cpu_kernels_avx512())
         best = cpu_kernels_avx512();
+    /* AMX products take the AVX-512 table's bf16 activations and sit beside it */
+    features.amx = any && best == cpu_kernels_avx512() && cpu_amx_request();
 }
 
 const cpu_features *cpu_get_features(void) {

@@ -10,6 +10,7 @@
 
 typedef struct cpu_features {
     bool avx2_fma, f16c, avx512f, avx512bw, avx512vl, avx512bf16, avx512vnni;
+    bool amx; /* AMX tiles with bf16 products, granted to this process (and EMBER_CPU_ISA allows them) */
 } cpu_features;
 
 const cpu_features *cpu_get_features(void);
@@ -80,6 +81,18 @@ void cpu_qtile_i8_avx2(const cpu_xq8 *x, int m0, int mr, const em_weight *w, int
 void cpu_qtile_avx512(const float *x, size_t ldx, int mr, const em_weight *w, int n0, int nr, float *y, size_t ldy);
 void cpu_qdequant_avx512(const em_weight *w, int64_t r, float *out);
 
+/* AMX (gemm_amx.c). cpu_amx_request: true when the CPU has bf16 tiles and
+ * the kernel granted this process their state (once per process).
+ * cpu_amx_pack: activation rows x[M][K] (K a multiple of 32) rounded to bf16
+ * into xp in the operand order cpu_amx_gemm reads, 16-row groups g0..g1-1
+ * (rows past M are zeros; ceil(M/32)*2 groups of 16*K values in all).
+ * cpu_amx_gemm: y[m*ldy + n] = sum_k x[m][k] * w[n*ldw + k] for m < M,
+ * n < nr, w bf16; tail is scratch of 32*K bf16 for the last rows of w. */
+bool cpu_amx_request(void);
+void cpu_amx_pack(uint16_t *xp, const float *x, int M, int K, int g0, int g1);
+void cpu_amx_gemm(const uint16_t *xp, int M, const uint16_t *w, size_t ldw, int nr, int K, float *y, size_t ldy,
+                  uint16_t *tail);
+
 const cpu_kernels *cpu_kernels_ref(void);
 const cpu_kernels *cpu_kernels_avx2(void);   /* NULL when not compiled in */
 const cpu_kernels *cpu_kernels_avx512(void); /* NULL when not compiled in */
@@ -94,6 +107,9 @@ typedef struct cpu_backend {
     size_t *scratch_len;
     uint16_t *xbf16; /* activations converted to bf16 for FAST matmuls */
     size_t xbf16_len;
+    bool amx;        /* FAST products of 16+ rows on AMX tiles (cpu_features.amx) */
+    uint16_t *xamx;  /* activations packed for them (cpu_amx_pack) */
+    size_t xamx_len;
     void *xq8;       /* activations rounded to int8 (cpu_xq8) for FAST few-row products */
     size_t xq8_bytes;
 } cpu_backend;
@@ -101,6 +117,9 @@ typedef struct cpu_backend {
 /* x[0..n) rounded to bf16 (in parallel) into the backend's buffer, for
  * FAST matmuls; NULL when it cannot be allocated. */
 const uint16_t *cpu_activations_bf16(cpu_backend *cb, const float *x, size_t n);
+/* The M rows of x (K wide) packed for cpu_amx_gemm (in parallel) into the
+ * backend's buffer; NULL when it cannot be allocated. */
+const uint16_t *cpu_activations_amx(cpu_backend *cb, const float *x, int M, int K);
 /* Ensures thread t's scratch holds n floats; returns it. */
 float *cpu_scratch(cpu_backend *cb, int t, size_t n);
 

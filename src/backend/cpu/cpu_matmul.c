@@ -73,6 +73,69 @@ static void convert_rows(void *ctx, int task, int thread) {
     for (size_t i = b; i < e; i++) c->out[i] = f32_to_bf16(c->x[i]);
 }
 
+typedef struct pack_job {
+    uint16_t *xp;
+    const float *x;
+    int M, K, groups;
+} pack_job;
+
+static void pack_groups(void *ctx, int task, int thread) {
+    (void)thread;
+    const pack_job *p = ctx;
+    cpu_amx_pack(p->xp, p->x, p->M, p->K, task, task + 1);
+}
+
+const uint16_t *cpu_activations_amx(cpu_backend *cb, const float *x, int M, int K) {
+    int groups = (M + 31) / 32 * 2;
+    size_t n = (size_t)groups * 16 * (size_t)K;
+    if (n > cb->xamx_len) {
+        free(cb->xamx);
+        cb->xamx = em_aligned_alloc(n * 2);
+        cb->xamx_len = cb->xamx ? n : 0;
+    }
+    if (!cb->xamx) return NULL;
+    pack_job p = {cb->xamx, x, M, K, groups};
+    em_pool_for(cb->pool, groups, pack_groups, &p);
+    return cb->xamx;
+}
+
+typedef struct amx_job {
+    cpu_backend *cb;
+    const uint16_t *xp, *w;
+    int M, N, K, rows_per_block;
+    float *y;
+    const float *bias;
+} amx_job;
+
+static void amx_rows(void *ctx, int task, int thread) {
+    const amx_job *j = ctx;
+    int n0 = task * j->rows_per_block, n1 = n0 + j->rows_per_block < j->N ? n0 + j->rows_per_block : j->N;
+    uint16_t *tail = (uint16_t *)cpu_scratch(j->cb, thread, (size_t)16 * (size_t)j->K); /* 32*K bf16 */
+    if (!tail) return; /* scratch was reserved before the pool ran; see amx_matmul */
+    cpu_amx_gemm(j->xp, j->M, j->w + (size_t)n0 * (size_t)j->K, (size_t)j->K, n1 - n0, j->K, j->y + n0, (size_t)j->N,
+                 tail);
+    if (j->bias)
+        for (int m = 0; m < j->M; m++)
+            for (int n = n0; n < n1; n++) j->y[(size_t)m * j->N + n] += j->bias[n];
+}
+
+/* FAST bf16 weights x 16+ rows on AMX tiles; false (nothing done) when the
+ * shape or memory does not allow it. Blocks of whole tile pairs (32 rows),
+ * about 256 KB of weights each. */
+static bool amx_matmul(cpu_backend *cb, int n_threads, float *y, const float *x, int M, const em_weight *w,
+                       const float *bias) {
+    int N = (int)w->rows, K = (int)w->cols;
+    if (!cb->amx || K % 32) return false;
+    for (int t = 0; t < n_threads; t++)
+        if (!cpu_scratch(cb, t, (size_t)16 * (size_t)K)) return false;
+    const uint16_t *xp = cpu_activations_amx(cb, x, M, K);
+    if (!xp) return false;
+    int rows = (int)((256u << 10) / ((size_t)K * 2)) & ~31;
+    amx_job j = {cb, xp, w->data, M, N, K, rows < 32 ? 32 : rows, y, bias};
+    em_pool_for(cb->pool, (N + j.rows_per_block - 1) / j.rows_per_block, amx_rows, &j);
+    return true;
+}
+
 const uint16_t *cpu_activations_bf16(cpu_backend *cb, const float *x, size_t n) {
     if (n > cb->xbf16_len) {
         free(cb->xbf16);
@@ -99,7 +162,10 @@ void cpu_matmul(em_backend *be, float *y, const float *x, int M, const em_weight
     case EM_F32: j.tile = cb->k->tile_f32_f32; j.w_elem = 4; break;
     default: return; /* weight_bind admits no other dtype */
     }
-    /* FAST: large bf16 GEMMs round activations once and use bf16 dot products. */
+    /* FAST: large bf16 GEMMs round activations once and use AMX tiles where
+     * the CPU has them, else bf16 dot products. */
+    if (math == EM_MATH_FAST && w->dtype == EM_BF16 && M >= 16 && amx_matmul(cb, be->n_threads, y, x, M, w, bias))
+        return;
     if (math == EM_MATH_FAST && w->dtype == EM_BF16 && M >= 16 && cb->k->tile_bf16_bf16) {
         const uint16_t *xb = cpu_activations_bf16(cb, x, (size_t)M * (size_t)w->cols);
         if (xb) {

@@ -5,7 +5,8 @@
  * in registers and multiplied at once, so only the packed bytes cross the
  * memory bus. Larger batches (prefill) dequantize a block of rows once into
  * the thread's scratch (kept in L2) and run the float tiles over every
- * activation row: f32 for EXACT math, bf16 dot products for FAST. FAST
+ * activation row: f32 for EXACT math, bf16 dot products for FAST (AMX
+ * tiles over the block's rows in bf16 where the CPU has them). FAST
  * products of few rows with 4- or 8-bit weights round the activations to
  * int8 (one scale per 32) and use integer dot products where the kernel
  * table has them: decode is then bound by memory, not by dequantization. */
@@ -26,6 +27,7 @@ typedef struct qjob {
     const em_weight *w;
     const float *x;
     const uint16_t *xb; /* bf16 activations for FAST, else NULL */
+    const uint16_t *xp; /* or the activations packed for AMX tiles (cpu_amx_pack) */
     const cpu_xq8 *xq;  /* int8 activations for FAST few-row products, else NULL */
     int M, N, K;
     int rows_per_block;
@@ -90,18 +92,32 @@ static bool quantize_rows(cpu_backend *cb, const float *x, int M, int K, int G, 
     return true;
 }
 
+/* Scratch floats a dequantized block of `rows` rows needs (run_dequantized). */
+static size_t qscratch_floats(const qjob *j, size_t rows) {
+    size_t K = (size_t)j->K, n = rows * K;
+    if (j->xb || j->xp) n += (rows * K + 1) / 2;
+    if (j->xp) n += 16 * K; /* 32 x K bf16 */
+    return n;
+}
+
 static void run_dequantized(const qjob *j, int n0, int n1, int thread) {
     const cpu_kernels *k = j->cb->k;
     size_t K = (size_t)j->K, rows = (size_t)(n1 - n0);
-    /* f32 rows, then (FAST) the same rows in bf16 after them */
-    float *wf = cpu_scratch(j->cb, thread, rows * K + (j->xb ? rows * K / 2 + 1 : 0));
+    bool fast = j->xb || j->xp;
+    /* f32 rows, then (FAST) the same rows in bf16 after them, then (AMX) the
+     * tiles' scratch for the last rows */
+    float *wf = cpu_scratch(j->cb, thread, qscratch_floats(j, rows));
     if (!wf) return; /* scratch was sized at block_rows; see cpu_qmatmul */
     for (size_t r = 0; r < rows; r++) k->qdequant(j->w, n0 + (int64_t)r, wf + r * K);
     const void *wt = wf, *xt = j->x;
     tile_fn tile = k->tile_f32_f32;
-    if (j->xb) {
+    if (fast) {
         uint16_t *wb = (uint16_t *)(wf + rows * K);
         for (size_t i = 0; i < rows * K; i++) wb[i] = f32_to_bf16(wf[i]);
+        if (j->xp) {
+            cpu_amx_gemm(j->xp, j->M, wb, K, (int)rows, j->K, j->y + n0, (size_t)j->N, wb + rows * K);
+            return;
+        }
         wt = wb;
         xt = j->xb;
         tile = k->tile_bf16_bf16;
@@ -140,6 +156,7 @@ static int qblock_rows(const qjob *j, int n_threads) {
         if (per < rows) rows = per;
     }
     rows &= ~3;
+    if (j->xp) return rows < 32 ? 32 : rows & ~31; /* whole pairs of AMX tiles */
     return rows < 4 ? 4 : rows;
 }
 
@@ -156,7 +173,9 @@ void cpu_qmatmul(em_backend *be, float *y, const float *x, int M, const em_weigh
         return;
     }
     j.fused = cb->k->qtile && M < QFUSED_MAX_M;
-    if (!j.fused && math == EM_MATH_FAST && M >= 16 && cb->k->tile_bf16_bf16) {
+    if (!j.fused && math == EM_MATH_FAST && M >= 16 && cb->amx && j.K % 32 == 0)
+        j.xp = cpu_activations_amx(cb, x, M, j.K);
+    if (!j.fused && !j.xp && math == EM_MATH_FAST && M >= 16 && cb->k->tile_bf16_bf16) {
         const uint16_t *xb = cpu_activations_bf16(cb, x, (size_t)M * (size_t)w->cols);
         if (xb) j.xb = xb;
     }
@@ -165,12 +184,13 @@ void cpu_qmatmul(em_backend *be, float *y, const float *x, int M, const em_weigh
     if (!j.fused) {
         /* Size every thread's scratch up front: a worker cannot report an
          * allocation failure, so fall back to the fused tile when it fails. */
-        size_t need = (size_t)j.rows_per_block * (size_t)j.K * 3 / 2 + 1;
+        size_t need = qscratch_floats(&j, (size_t)j.rows_per_block);
         for (int t = 0; t < be->n_threads; t++)
             if (!cpu_scratch(cb, t, need)) j.fused = true;
         if (j.fused) {
             if (!cb->k->qtile) return; /* out of memory with no fallback: y is left as is */
             j.xb = NULL;
+            j.xp = NULL;
             j.rows_per_block = qblock_rows(&j, be->n_threads);
             n_blocks = (j.N + j.rows_per_block - 1) / j.rows_per_block;
         }
