@@ -60,10 +60,14 @@ void cpu_amx_pack(uint16_t *xp, const float *x, int M, int K, int g0, int g1) {
 }
 
 /* y[m*ldy + n] for the valid part of one transposed accumulator tile c
- * (c[i*16 + j]: weight row n0 + i, activation row m0 + j). */
+ * (c[i*16 + j]: weight row n0 + i, activation row m0 + j), a row of y at a
+ * time so the stores are contiguous (the strided reads stay in L1). */
 static void store_transposed(const float *c, int n0, int nr, int m0, int M, float *y, size_t ldy) {
-    for (int i = 0; i < 16 && n0 + i < nr; i++)
-        for (int j = 0; j < 16 && m0 + j < M; j++) y[(size_t)(m0 + j) * ldy + (size_t)(n0 + i)] = c[i * 16 + j];
+    int ni = nr - n0 < 16 ? nr - n0 : 16, mj = M - m0 < 16 ? M - m0 : 16;
+    for (int j = 0; j < mj; j++) {
+        float *yr = y + (size_t)(m0 + j) * ldy + (size_t)n0;
+        for (int i = 0; i < ni; i++) yr[i] = c[i * 16 + j];
+    }
 }
 
 /* 32 weight rows (from wa, rows lda apart) against activation groups g and
