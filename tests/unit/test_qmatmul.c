@@ -146,14 +146,16 @@ static void bench(em_backend *be, int bits, int M) {
 }
 
 int main(void) {
-    const cpu_kernels *tables[] = {cpu_kernels_ref(), cpu_kernels_avx2(), cpu_kernels_avx512()};
+    const cpu_kernels *tables[] = {cpu_kernels_ref(), cpu_kernels_avx2(), cpu_kernels_avx512(),
+                                   cpu_kernels_avx512_vnni()};
     const cpu_features *f = cpu_get_features();
-    bool usable[] = {true, f->avx2_fma, f->avx512f && f->avx512bw && f->avx512vl && f->avx512bf16};
+    bool avx512 = f->avx512f && f->avx512bw && f->avx512vl && f->avx512bf16;
+    bool usable[] = {true, f->avx2_fma, avx512, avx512 && f->avx512vnni};
     em_backend *be;
     REQUIRE(cpu_backend_create(2, &be) == EM_OK);
     int bitsv[] = {2, 3, 4, 5, 6, 8}, groupv[] = {32, 64, 128};
     int shapes[][2] = {{1, 9}, {3, 8}, {5, 13}, {17, 6}, {20, 4}};
-    for (int t = 0; t < 3; t++) {
+    for (int t = 0; t < 4; t++) {
         if (!tables[t] || !usable[t]) continue;
         ((cpu_backend *)be->impl)->k = tables[t];
         for (int b = 0; b < 6; b++)

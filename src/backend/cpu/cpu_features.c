@@ -33,7 +33,7 @@ static void probe(void) {
     if (allow_avx2 && features.avx2_fma && cpu_kernels_avx2()) best = cpu_kernels_avx2();
     if (allow_avx512 && features.avx512f && features.avx512bw && features.avx512vl && features.avx512bf16 &&
         cpu_kernels_avx512())
-        best = cpu_kernels_avx512();
+        best = features.avx512vnni && cpu_kernels_avx512_vnni() ? cpu_kernels_avx512_vnni() : cpu_kernels_avx512();
 }
 
 const cpu_features *cpu_get_features(void) {
