@@ -116,14 +116,16 @@ static void bench_gemv(em_backend *be) {
 }
 
 int main(void) {
-    const cpu_kernels *tables[] = {cpu_kernels_ref(), cpu_kernels_avx2(), cpu_kernels_avx512()};
+    const cpu_kernels *tables[] = {cpu_kernels_ref(), cpu_kernels_avx2(), cpu_kernels_avx512(),
+                                   cpu_kernels_avx512_vnni()};
     const cpu_features *f = cpu_get_features();
-    bool usable[] = {true, f->avx2_fma, f->avx512f && f->avx512bw && f->avx512vl && f->avx512bf16};
+    bool avx512 = f->avx512f && f->avx512bw && f->avx512vl && f->avx512bf16;
+    bool usable[] = {true, f->avx2_fma, avx512, avx512 && f->avx512vnni};
     em_backend *be;
     REQUIRE(cpu_backend_create(getenv("EMBER_BENCH_THREADS") ? atoi(getenv("EMBER_BENCH_THREADS")) : 2, &be) == EM_OK);
     int shapes[][3] = {{1, 7, 5}, {1, 64, 100}, {3, 33, 70}, {4, 4, 16}, {5, 13, 257}, {17, 9, 33}, {20, 64, 64}, {33, 21, 130}};
     em_dtype dts[] = {EM_BF16, EM_F16, EM_F32};
-    for (int t = 0; t < 3; t++) {
+    for (int t = 0; t < 4; t++) {
         if (!tables[t] || !usable[t]) continue;
         ((cpu_backend *)be->impl)->k = tables[t];
         ((cpu_backend *)be->impl)->amx = false; /* each table's own kernels */

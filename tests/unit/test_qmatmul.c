@@ -130,6 +130,43 @@ static void invariance(em_backend *be, int bits, int group) {
     free_weight(&w);
 }
 
+/* The same scales and biases stored as bf16, f16 and f32 (values exact in
+ * all three) give the same bits, over rows of several windows of 16 groups:
+ * the int8 kernels read every dtype right. */
+static void scale_dtypes(em_backend *be, int bits, int group, int M) {
+    enum { N = 6 };
+    int K = group * 19;
+    em_weight w = random_weight(N, K, bits, group);
+    size_t groups = (size_t)N * K / group;
+    uint16_t *sc = (uint16_t *)w.scales, *bi = (uint16_t *)w.biases;
+    uint16_t *s16 = malloc(groups * 2), *b16 = malloc(groups * 2);
+    float *s32 = malloc(groups * 4), *b32 = malloc(groups * 4);
+    for (size_t i = 0; i < groups; i++) { /* 8 significant bits, far from f16's subnormals */
+        float fs = frand(), fb = frand();
+        sc[i] = f32_to_bf16(copysignf(0.01f + 0.04f * fabsf(fs), fs));
+        bi[i] = f32_to_bf16(copysignf(0.01f + 0.2f * fabsf(fb), fb));
+        s32[i] = bf16_to_f32(sc[i]), b32[i] = bf16_to_f32(bi[i]);
+        s16[i] = f32_to_f16(s32[i]), b16[i] = f32_to_f16(b32[i]);
+    }
+    float *x = malloc(sizeof(float) * M * K), *y[3];
+    for (int i = 0; i < M * K; i++) x[i] = frand();
+    const void *sv[3] = {sc, s16, s32}, *bv[3] = {bi, b16, b32};
+    em_dtype dt[3] = {EM_BF16, EM_F16, EM_F32};
+    for (int d = 0; d < 3; d++) {
+        em_weight wd = w;
+        wd.scales = sv[d], wd.biases = bv[d], wd.scale_dtype = dt[d];
+        y[d] = malloc(sizeof(float) * M * N);
+        be->ops->matmul(be, y[d], x, M, &wd, NULL, EM_MATH_FAST);
+    }
+    int bad = 0;
+    for (int i = 0; i < M * N; i++) bad += y[1][i] != y[0][i] || y[2][i] != y[0][i];
+    CHECKF(bad == 0, "%s bits=%d g=%d M=%d: %d results depend on the scales' dtype",
+           ((cpu_backend *)be->impl)->k->isa, bits, group, M, bad);
+    for (int d = 0; d < 3; d++) free(y[d]);
+    free(s16); free(b16); free(s32); free(b32); free(x);
+    free_weight(&w);
+}
+
 static void bench(em_backend *be, int bits, int M) {
     int N = 2048, K = 2048, group = 64;
     float *x = calloc((size_t)M * K, 4), *y = calloc((size_t)M * N, 4);
@@ -146,14 +183,16 @@ static void bench(em_backend *be, int bits, int M) {
 }
 
 int main(void) {
-    const cpu_kernels *tables[] = {cpu_kernels_ref(), cpu_kernels_avx2(), cpu_kernels_avx512()};
+    const cpu_kernels *tables[] = {cpu_kernels_ref(), cpu_kernels_avx2(), cpu_kernels_avx512(),
+                                   cpu_kernels_avx512_vnni()};
     const cpu_features *f = cpu_get_features();
-    bool usable[] = {true, f->avx2_fma, f->avx512f && f->avx512bw && f->avx512vl && f->avx512bf16};
+    bool avx512 = f->avx512f && f->avx512bw && f->avx512vl && f->avx512bf16;
+    bool usable[] = {true, f->avx2_fma, avx512, avx512 && f->avx512vnni};
     em_backend *be;
     REQUIRE(cpu_backend_create(2, &be) == EM_OK);
     int bitsv[] = {2, 3, 4, 5, 6, 8}, groupv[] = {32, 64, 128};
     int shapes[][2] = {{1, 9}, {3, 8}, {5, 13}, {17, 6}, {20, 4}};
-    for (int t = 0; t < 3; t++) {
+    for (int t = 0; t < 4; t++) {
         if (!tables[t] || !usable[t]) continue;
         ((cpu_backend *)be->impl)->k = tables[t];
         for (int b = 0; b < 6; b++)
@@ -165,6 +204,18 @@ int main(void) {
                 }
         for (int b = 0; b < 6; b++)
             for (int g = 0; g < 3; g++) invariance(be, bitsv[b], groupv[g]);
+        /* FAST int8 decode over long rows: several windows of 16 groups,
+         * every length of a row's last 128 (K = G*17: 32, 64 or none; G*35:
+         * 96 at G=32), 1 and 2 rows, weight rows not a multiple of 4 */
+        int int8_bits[] = {4, 8}, int8_rows[][2] = {{1, 7}, {2, 5}};
+        for (int b = 0; b < 2; b++)
+            for (int g = 0; g < 3; g++)
+                for (int r = 0; r < 2; r++) {
+                    for (int mult = 17; mult <= 35; mult += 18)
+                        check(be, int8_rows[r][0], int8_rows[r][1], groupv[g] * mult, int8_bits[b], groupv[g],
+                              EM_MATH_FAST);
+                    scale_dtypes(be, int8_bits[b], groupv[g], int8_rows[r][0]);
+                }
         if (getenv("EMBER_BENCH"))
             for (int b = 0; b < 6; b++) {
                 bench(be, bitsv[b], 1);

@@ -34,9 +34,9 @@ static void probe(void) {
     if (allow_avx2 && features.avx2_fma && cpu_kernels_avx2()) best = cpu_kernels_avx2();
     if (allow_avx512 && features.avx512f && features.avx512bw && features.avx512vl && features.avx512bf16 &&
         cpu_kernels_avx512())
-        best = cpu_kernels_avx512();
-    /* AMX products take the AVX-512 table's bf16 activations and sit beside it */
-    features.amx = any && best == cpu_kernels_avx512() && cpu_amx_request();
+        best = features.avx512vnni && cpu_kernels_avx512_vnni() ? cpu_kernels_avx512_vnni() : cpu_kernels_avx512();
+    /* AMX products take the AVX-512 tables' bf16 activations and sit beside them */
+    features.amx = any && (best == cpu_kernels_avx512() || best == cpu_kernels_avx512_vnni()) && cpu_amx_request();
 }
 
 const cpu_features *cpu_get_features(void) {

@@ -29,20 +29,30 @@ typedef void (*qdequant_fn)(const em_weight *w, int64_t r, float *out);
 
 /* Activations rounded to int8 for FAST few-row products with 4- and 8-bit
  * weights: row m's value k is q * d[m*(K/32) + k/32] (one scale per 32,
- * the largest magnitude to 127), and sum[m*(K/G) + g] is the exact f32 sum
- * of row m over weight group g (it carries the groups' biases). q is
- * q[m*K + k], except in `paired` layout (4-bit weights, groups of 64 or
- * more), where each run of 64 holds the even positions first and the odd
- * ones after, the order a 32-byte load of packed nibbles splits into. */
+ * the largest magnitude to 127); sum[m*(K/G) + g] is the exact f32 sum of
+ * row m over weight group g (it carries the groups' biases), and err[m*(K/G)
+ * + g] the sum over the group of what rounding took off (x - q*d). q is
+ * q[m*K + k], except where `run` is not 0 (4-bit weights, the run the
+ * kernel asked for): each run of `run` values of a row (the row's last run
+ * may be shorter) holds the even positions first and the odd ones after, the
+ * order a load of packed nibbles splits into. */
 typedef struct cpu_xq8 {
     const int8_t *q;
-    const float *d, *sum;
-    bool paired;
+    const float *d, *sum, *err;
+    int run;
 } cpu_xq8;
 /* qtile_i8: like qtile over int8 activations, integer dot products per 32
- * (f32 accumulate); bits 4 and 8 only. */
+ * (f32 accumulate), over any number of rows (a block: the kernel orders
+ * the tiles and their prefetches); bits 4 and 8 only. qi8_run: the `run` the table's
+ * qtile_i8 wants for a weight of that width and group size. */
 typedef void (*qtile_i8_fn)(const cpu_xq8 *x, int m0, int mr, const em_weight *w, int n0, int nr, float *y,
                             size_t ldy);
+typedef int (*qi8_run_fn)(int bits, int group);
+/* One row x[0..K) rounded into the cpu_xq8 layout of `run`: q[0..K),
+ * d[0..K/32), and per group of G sum[0..K/G) and err[0..K/G). Each value is
+ * lrintf(x * 127 / amax) with amax its block's largest magnitude, d = amax /
+ * 127, whichever kernel computes it. */
+typedef void (*qi8_quantize_fn)(const float *x, int K, int G, int run, int8_t *q, float *d, float *sum, float *err);
 
 typedef struct cpu_kernels {
     const char *isa;
@@ -53,6 +63,8 @@ typedef struct cpu_kernels {
     qtile_fn qtile;         /* NULL: small batches dequantize rows too */
     qdequant_fn qdequant;
     qtile_i8_fn qtile_i8;   /* NULL: FAST few-row products stay in f32 */
+    qi8_run_fn qi8_run;     /* set with qtile_i8 */
+    qi8_quantize_fn qi8_quantize; /* NULL: cpu_qi8_quantize_ref */
     float (*dot)(const float *a, const float *b, int n);
     void (*axpy)(float *y, float a, const float *x, int n); /* y += a * x */
     /* Attention over rows at a fixed stride (one KV block's keys or values),
@@ -73,13 +85,19 @@ void cpu_silu_mul_ref(float *out, const float *gate, const float *up, int n);
 /* Portable quantized kernels (kernels_ref.c). */
 void cpu_qtile_ref(const float *x, size_t ldx, int mr, const em_weight *w, int n0, int nr, float *y, size_t ldy);
 void cpu_qdequant_ref(const em_weight *w, int64_t r, float *out);
+void cpu_qi8_quantize_ref(const float *x, int K, int G, int run, int8_t *q, float *d, float *sum, float *err);
 /* AVX2 quantized kernels (quant_avx2.c, x86-64 only). */
 void cpu_qtile_avx2(const float *x, size_t ldx, int mr, const em_weight *w, int n0, int nr, float *y, size_t ldy);
 void cpu_qdequant_avx2(const em_weight *w, int64_t r, float *out);
 void cpu_qtile_i8_avx2(const cpu_xq8 *x, int m0, int mr, const em_weight *w, int n0, int nr, float *y, size_t ldy);
+int cpu_qi8_run_avx2(int bits, int group);
 /* AVX-512 (F, BW, VL) quantized kernels (quant_avx512.c, x86-64 only). */
 void cpu_qtile_avx512(const float *x, size_t ldx, int mr, const em_weight *w, int n0, int nr, float *y, size_t ldy);
 void cpu_qdequant_avx512(const em_weight *w, int64_t r, float *out);
+/* AVX-512 VNNI int8 kernel (quant_avx512.c, x86-64 only). */
+void cpu_qtile_i8_vnni(const cpu_xq8 *x, int m0, int mr, const em_weight *w, int n0, int nr, float *y, size_t ldy);
+int cpu_qi8_run_vnni(int bits, int group);
+void cpu_qi8_quantize_avx512(const float *x, int K, int G, int run, int8_t *q, float *d, float *sum, float *err);
 
 /* AMX (gemm_amx.c). cpu_amx_request: true when the CPU has bf16 tiles and
  * the kernel granted this process their state (once per process).
@@ -96,6 +114,8 @@ void cpu_amx_gemm(const uint16_t *xp, int M, const uint16_t *w, size_t ldw, int 
 const cpu_kernels *cpu_kernels_ref(void);
 const cpu_kernels *cpu_kernels_avx2(void);   /* NULL when not compiled in */
 const cpu_kernels *cpu_kernels_avx512(void); /* NULL when not compiled in */
+/* The AVX-512 table with the VNNI int8 kernel (needs avx512vnni too). */
+const cpu_kernels *cpu_kernels_avx512_vnni(void);
 /* Best table for this machine (EMBER_CPU_ISA may narrow it, read at start). */
 const cpu_kernels *cpu_kernels_best(void);
 

@@ -131,6 +131,7 @@ static const cpu_kernels avx2_kernels = {
     .qtile = cpu_qtile_avx2,
     .qdequant = cpu_qdequant_avx2,
     .qtile_i8 = cpu_qtile_i8_avx2,
+    .qi8_run = cpu_qi8_run_avx2,
     .dot = avx2_dot,
     .axpy = avx2_axpy,
     .dots = avx2_dots,

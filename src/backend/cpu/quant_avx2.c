@@ -224,7 +224,7 @@ Q2_TARGET __attribute__((always_inline)) static inline void qtile_i8_n(const cpu
     for (int64_t g = 0; g < gpr; g++) {
         __m256 accg[4];
         _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) accg[n] = _mm256_setzero_ps();
-        if (BITS == 4 && x->paired) {
+        if (BITS == 4 && x->run == 64) {
             /* 64 codes per 32-byte load: low nibbles are the even positions
              * of both halves, high nibbles the odd ones, and x is stored in
              * that order; lanes 0-3 sum the first 32, lanes 4-7 the next */
@@ -264,14 +264,20 @@ Q2_TARGET __attribute__((always_inline)) static inline void qtile_i8_n(const cpu
     _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) y[n] = avx2_hsum8(acc[n]) + bias_term[n];
 }
 
+/* Weight rows four at a time (then one by one), every row of x for each. */
 #define QTILE_I8(B)                                                                                         \
-    case B:                                                                                                 \
-        for (int m = 0; m < mr; m++) {                                                                      \
-            if (nr == 4) qtile_i8_n(x, m0 + m, w, n0, y + (size_t)m * ldy, 4, B);                           \
-            else                                                                                            \
-                for (int n = 0; n < nr; n++) qtile_i8_n(x, m0 + m, w, n0 + n, y + (size_t)m * ldy + n, 1, B); \
-        }                                                                                                   \
-        break;
+    case B: {                                                                                               \
+        int n = 0;                                                                                          \
+        for (; n + 4 <= nr; n += 4)                                                                         \
+            for (int m = 0; m < mr; m++) qtile_i8_n(x, m0 + m, w, n0 + n, y + (size_t)m * ldy + n, 4, B);  \
+        for (; n < nr; n++)                                                                                 \
+            for (int m = 0; m < mr; m++) qtile_i8_n(x, m0 + m, w, n0 + n, y + (size_t)m * ldy + n, 1, B);  \
+        break;                                                                                              \
+    }
+
+/* 4-bit weights with groups of 64 or more read 64 codes per load (runs of
+ * 64 never cross a group); other widths and groups take x in order. */
+int cpu_qi8_run_avx2(int bits, int group) { return bits == 4 && group >= 64 ? 64 : 0; }
 
 Q2_TARGET void cpu_qtile_i8_avx2(const cpu_xq8 *x, int m0, int mr, const em_weight *w, int n0, int nr, float *y,
                                  size_t ldy) {
