@@ -234,7 +234,7 @@ QV_TARGET __attribute__((always_inline)) static inline qv_chunk qv_chunk_at(cons
         c.xe = _mm512_loadu_si512(xq + k);
         c.xo = BITS == 4 ? _mm512_loadu_si512(xq + k + 64) : c.xe;
         /* the chunk's 4 (4-bit) or 2 (8-bit) block scales */
-        d = BITS == 4 ? _mm_loadu_ps(xd + k / 32) : _mm_castpd_ps(_mm_load_sd((const double *)(xd + k / 32)));
+        d = BITS == 4 ? _mm_loadu_ps(xd + k / 32) : _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(xd + k / 32)));
     }
     /* lane j's block is lane_k[j] / 32, its group (lane_k[j] + k - k0) / G */
     c.d = _mm512_permutexvar_ps(_mm512_srli_epi32(lane_k, 5), _mm512_castps128_ps512(d));
