@@ -91,6 +91,9 @@ void cpu_qtile_avx2(const float *x, size_t ldx, int mr, const em_weight *w, int 
 void cpu_qdequant_avx2(const em_weight *w, int64_t r, float *out);
 void cpu_qtile_i8_avx2(const cpu_xq8 *x, int m0, int mr, const em_weight *w, int n0, int nr, float *y, size_t ldy);
 int cpu_qi8_run_avx2(int bits, int group);
+/* The AVX2 attention helpers (kernels_avx2.c), which the AVX-512 tables share. */
+void cpu_dots_avx2(const float *q, const float *k, size_t stride, int n, int hd, float *out);
+void cpu_axpy_rows_avx2(float *o, const float *w, const float *v, size_t stride, int n, int hd);
 /* AVX-512 (F, BW, VL) quantized kernels (quant_avx512.c, x86-64 only). */
 void cpu_qtile_avx512(const float *x, size_t ldx, int mr, const em_weight *w, int n0, int nr, float *y, size_t ldy);
 void cpu_qdequant_avx512(const em_weight *w, int64_t r, float *out);

@@ -92,7 +92,7 @@ AVX2_TARGET static inline __m256 dot8_rows(const float *q, const float *const k[
     return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
-AVX2_TARGET static void avx2_dots(const float *q, const float *k, size_t stride, int n, int hd, float *out) {
+AVX2_TARGET void cpu_dots_avx2(const float *q, const float *k, size_t stride, int n, int hd, float *out) {
     for (int i0 = 0; i0 < n; i0 += 8) {
         const float *rows[8];
         for (int i = 0; i < 8; i++) rows[i] = k + (size_t)(i0 + i < n ? i0 + i : n - 1) * stride;
@@ -116,7 +116,7 @@ AVX2_TARGET __attribute__((always_inline)) static inline void axpy_rows_c(float 
 }
 
 /* 64 dims of o at a time, then the rest 8 at a time. */
-AVX2_TARGET static void avx2_axpy_rows(float *o, const float *w, const float *v, size_t stride, int n, int hd) {
+AVX2_TARGET void cpu_axpy_rows_avx2(float *o, const float *w, const float *v, size_t stride, int n, int hd) {
     int d0 = 0;
     for (; d0 + 64 <= hd; d0 += 64) axpy_rows_c(o + d0, w, v + d0, stride, n, 8);
     for (; d0 < hd; d0 += 8) axpy_rows_c(o + d0, w, v + d0, stride, n, 1);
@@ -134,8 +134,8 @@ static const cpu_kernels avx2_kernels = {
     .qi8_run = cpu_qi8_run_avx2,
     .dot = avx2_dot,
     .axpy = avx2_axpy,
-    .dots = avx2_dots,
-    .axpy_rows = avx2_axpy_rows,
+    .dots = cpu_dots_avx2,
+    .axpy_rows = cpu_axpy_rows_avx2,
     .silu_mul = cpu_silu_mul_ref,
 };
 

@@ -153,13 +153,15 @@ AVX512_TARGET static void avx512_silu_mul(float *out, const float *gate, const f
 }
 
 /* Without VNNI the int8 decode kernel is the AVX2 one (every AVX-512 CPU
- * has AVX2); with it, VPDPBUSD over 512-bit vectors. */
+ * has AVX2); with it, VPDPBUSD over 512-bit vectors. The attention helpers
+ * are the AVX2 ones: a KV block's keys and values are read 8 dims at a
+ * time, and decode and prefill share them (the same arithmetic per row). */
 #define AVX512_TABLE(ISA, QI8, QI8_RUN)                                                                     \
     {                                                                                                       \
         .isa = ISA, .tile_f32_bf16 = tile_f32_bf16, .tile_f32_f16 = tile_f32_f16, .tile_f32_f32 = tile_f32_f32, \
         .tile_bf16_bf16 = tile_bf16_bf16, .qtile = cpu_qtile_avx512, .qdequant = cpu_qdequant_avx512,       \
         .qtile_i8 = QI8, .qi8_run = QI8_RUN, .qi8_quantize = cpu_qi8_quantize_avx512, .dot = avx512_dot, .axpy = avx512_axpy,                        \
-        .silu_mul = avx512_silu_mul,                                                                        \
+        .silu_mul = avx512_silu_mul, .dots = cpu_dots_avx2, .axpy_rows = cpu_axpy_rows_avx2,                \
     }
 
 static const cpu_kernels avx512_kernels = AVX512_TABLE("avx512-bf16", cpu_qtile_i8_avx2, cpu_qi8_run_avx2);
