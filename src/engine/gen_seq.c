@@ -155,18 +155,16 @@ em_status gen_seq_deliver(gen_seq *g, int32_t tok, em_token_info *info) {
     return gen_seq_emit(g, tok, info);
 }
 
-bool gen_seq_greedy_id(const gen_seq *g) {
+/* The token depends on the model's logits row alone: no bias, logit
+ * processor or logprobs to report. */
+static bool row_alone(const gen_seq *g) {
     const em_generate_params *p = g->p;
-    return sampler_plain_greedy(&g->smp) && p->n_bias == 0 && !p->on_logits && p->no_logprob && p->top_logprobs <= 0;
+    return p->n_bias == 0 && !p->on_logits && p->no_logprob && p->top_logprobs <= 0;
 }
 
-bool gen_seq_device_draw(const gen_seq *g) {
-    const em_generate_params *p = g->p;
-    const em_sampling *s = &g->smp.p;
-    bool rep = s->repetition_penalty > 0 && s->repetition_penalty != 1.0f;
-    return !rep && s->presence_penalty == 0 && s->frequency_penalty == 0 && p->n_bias == 0 && !p->on_logits &&
-           p->no_logprob && p->top_logprobs <= 0;
-}
+bool gen_seq_greedy_id(const gen_seq *g) { return sampler_plain_greedy(&g->smp) && row_alone(g); }
+
+bool gen_seq_device_draw(const gen_seq *g) { return !sampler_has_penalty(&g->smp) && row_alone(g); }
 
 void gen_seq_draw_params(gen_seq *g, em_sample_params *out) { sampler_device_params(&g->smp, out); }
 

@@ -357,11 +357,13 @@ static double candidates(sampler *s, const float *logits, float mx, int *nc_out)
 
 static bool is_greedy(const em_sampling *p) { return p->temperature <= 0 || p->top_k == 1; }
 
-bool sampler_plain_greedy(const sampler *s) {
+bool sampler_has_penalty(const sampler *s) {
     const em_sampling *p = &s->p;
     bool rep = p->repetition_penalty > 0 && p->repetition_penalty != 1.0f;
-    return is_greedy(p) && !rep && p->presence_penalty == 0 && p->frequency_penalty == 0;
+    return rep || p->presence_penalty != 0 || p->frequency_penalty != 0;
 }
+
+bool sampler_plain_greedy(const sampler *s) { return is_greedy(&s->p) && !sampler_has_penalty(s); }
 
 void sampler_distribution(sampler *s, const float *logits, float *probs) {
     int n = s->n_vocab;

@@ -27,6 +27,8 @@ void sampler_free(sampler *s);
 /* True when the sampler takes the largest logit and applies no penalty:
  * its choice is the plain argmax of the model's row (tensor/argmax.h). */
 bool sampler_plain_greedy(const sampler *s);
+/* True when the sampler applies a repetition, presence or frequency penalty. */
+bool sampler_has_penalty(const sampler *s);
 
 /* Applies bias and penalties to logits in place (history = all ids so far,
  * prompt included). */

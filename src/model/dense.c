@@ -297,20 +297,18 @@ static void forward_ops(em_model *m, dense_impl *d, const em_batch *b, int T, fl
     be->ops->matmul(be, be->ops->host_memory ? logits : d->logits, d->h, rows, &d->head, NULL, head_math(m, b));
 }
 
-/* Steps the backend may record, with their keys (0: none): a decode step,
- * one token and its logits per sequence, at most 64 of them; and a short
- * prefill, one sequence's 2-15 tokens with the last one's logits — the
- * uncached tail of a prompt whose prefix is cached, which run eagerly
- * spends most of its time launching a few hundred kernels — below
- * PREFILL_RECORD_ROWS: longer chunks are bound by the GPU's work, and
- * eagerly they attend in tiles that share each key among their rows,
- * which a recording cannot (its grids must not depend on the context). FAST steps are
- * recorded too: the library GEMMs run on the backend's own workspace, so
- * they capture like the kernels (the tensor-parallel graph has recorded
- * such steps from the start). A prefill's key carries its arithmetic, and
- * its block tables are padded to PREFILL_TABLE_MIN entries, so one
- * recording per row count serves every context up to that many blocks
- * (the warm-up records them, engine/warmup.c). */
+/* Steps the backend may record, with their keys (0: none):
+ * - a decode step: one token and its logits per sequence, at most 64;
+ * - a short prefill: one sequence's 2 to PREFILL_RECORD_ROWS-1 tokens with
+ *   the last one's logits (the uncached tail of a prompt whose prefix is
+ *   cached), which eagerly spends most of its time launching kernels.
+ *   Longer chunks are bound by the GPU's work and run eagerly, where they
+ *   attend in tiles (a recording's grids must not depend on the context).
+ *   The key carries the rows' arithmetic, and the block tables are padded
+ *   to PREFILL_TABLE_MIN entries, so one recording per row count serves
+ *   every context up to that many blocks (engine/warmup.c records them).
+ * FAST steps are recorded too: the library GEMMs run on the backend's own
+ * workspace, so they capture like the kernels. */
 #define PREFILL_TABLE_MIN 256
 #define PREFILL_RECORD_ROWS 16
 static uint64_t step_key(const em_model *m, const dense_impl *d, const em_batch *b, int T) {
