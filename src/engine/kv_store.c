@@ -472,8 +472,8 @@ static void touch(kv_store *s, const char *name) {
 }
 
 /* Loads maps[0..end) into the sequence's blocks have.. (reserved). */
-static bool load_run(kv_store *s, int seq, const uint64_t *hashes, const int32_t *tokens, int have, kvs_map *maps,
-                     int end) {
+static bool load_run(kv_store *s, int seq, uint64_t seed, const uint64_t *hashes, const int32_t *tokens, int have,
+                     kvs_map *maps, int end) {
     em_model *m = s->m;
     kv_cache *c = m->kv;
     if (kv_seq_reserve(c, seq, (have + end) * c->block_size) != EM_OK) return false;
@@ -486,7 +486,7 @@ static bool load_run(kv_store *s, int seq, const uint64_t *hashes, const int32_t
     c->seqs[seq].len = (have + end) * c->block_size;
     for (int j = 0; j < end; j++) {
         int i = have + j;
-        kv_prefix_register(c, seq, i, hashes[i], tokens + (size_t)i * c->block_size);
+        kv_prefix_register(c, seq, i, i ? hashes[i - 1] : seed, hashes[i], tokens + (size_t)i * c->block_size);
         touch(s, maps[j].name);
     }
     if (c->snap_bytes) { /* the memory cache keeps the state too */
@@ -506,7 +506,8 @@ static bool load_run(kv_store *s, int seq, const uint64_t *hashes, const int32_t
     return true;
 }
 
-int kv_store_extend(kv_store *s, int seq, const uint64_t *hashes, const int32_t *tokens, int have, int n) {
+int kv_store_extend(kv_store *s, int seq, uint64_t seed, const uint64_t *hashes, const int32_t *tokens, int have,
+                    int n) {
     kv_cache *c = s->m->kv;
     if (have >= n || c->seqs[seq].n_blocks != have) return c->seqs[seq].n_blocks;
     kvs_map *maps = em_calloc((size_t)(n - have), sizeof *maps);
@@ -520,7 +521,7 @@ int kv_store_extend(kv_store *s, int seq, const uint64_t *hashes, const int32_t 
     }
     int got = have;
     if (end > 0) {
-        if (load_run(s, seq, hashes, tokens, have, maps, end)) {
+        if (load_run(s, seq, seed, hashes, tokens, have, maps, end)) {
             got = have + end;
         } else { /* the sequence may hold half-written blocks: give them back */
             EM_LOGW("kv store: cannot load %d blocks: %s", end, em_last_error());

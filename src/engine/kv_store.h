@@ -47,9 +47,10 @@ void kv_store_save(kv_store *s, int seq, int index, uint64_t hash, const int32_t
  * state at their end), with blocks have.. of hashes[0..n) read from disk:
  * the longest run of valid files, ending for a hybrid family at one with a
  * state, which is restored into the sequence. Loaded blocks (and the
- * state) are registered in the memory cache. Returns the blocks the
- * sequence now holds. */
-int kv_store_extend(kv_store *s, int seq, const uint64_t *hashes, const int32_t *tokens, int have, int n);
+ * state) are registered in the memory cache (seed: the chain's, which
+ * block 0 extends). Returns the blocks the sequence now holds. */
+int kv_store_extend(kv_store *s, int seq, uint64_t seed, const uint64_t *hashes, const int32_t *tokens, int have,
+                    int n);
 void kv_store_get_stats(kv_store *s, kv_store_stats *out);
 
 #endif

@@ -59,9 +59,18 @@ int prompt_cache_attach(em_model *m, kv_store *store, int seq, const int32_t *id
     } else {
         got = kv_prefix_attach(c, seq, pb->hash, ids, blocks);
     }
-    if (store) got = kv_store_extend(store, seq, pb->hash, ids, got, blocks);
+    if (store) got = kv_store_extend(store, seq, pb->seed, pb->hash, ids, got, blocks);
     pb->n_registered = got; /* attached blocks are registered already */
-    return got * c->block_size;
+    size_t at = (size_t)got * (size_t)c->block_size;
+    int partial = 0;
+    /* A recurrent state exists only at snapshot boundaries, and tensor-
+     * parallel ranks keep KV storage of their own that a copy here misses:
+     * both resume at whole blocks only. */
+    if (!c->snap_bytes && model_tp_size(m) == 1 && got == c->seqs[seq].n_blocks && n_ids - 1 > at)
+        partial = kv_prefix_attach_partial(c, seq, got ? pb->hash[got - 1] : pb->seed, ids + at,
+                                           (int)(n_ids - 1 - at < (size_t)c->block_size ? n_ids - 1 - at
+                                                                                        : (size_t)c->block_size));
+    return (int)at + partial;
 }
 
 /* Saves the sequence's recurrent state as the snapshot of its block
@@ -89,7 +98,8 @@ void prompt_cache_register(em_model *m, kv_store *store, int seq, const int32_t 
     int full = (int)(fed / (size_t)c->block_size), old = pb->n_registered;
     bool at_snapshot = c->snap_bytes && fed % (size_t)c->block_size == 0 && snapshot_boundary(pb, full);
     if (full > old && hash_blocks(c, ids, full, pb)) {
-        for (int b = old; b < full; b++) kv_prefix_register(c, seq, b, pb->hash[b], ids + (size_t)b * c->block_size);
+        for (int b = old; b < full; b++)
+            kv_prefix_register(c, seq, b, b ? pb->hash[b - 1] : pb->seed, pb->hash[b], ids + (size_t)b * c->block_size);
         pb->n_registered = full;
         /* the prompt's blocks go to disk; a snapshot block goes with its state */
         for (int b = old; store && b < full && b < pb->last_block; b++)

@@ -44,8 +44,11 @@ void prompt_blocks_free(prompt_blocks *pb);
  * leaving at least one id to compute so the next token has logits; for a
  * hybrid family the prefix ends at a snapshot, which is restored into the
  * sequence's recurrent state. With a store (NULL: none), blocks past what
- * memory holds are read from disk. Returns the number of positions reused
- * (a multiple of the block size). */
+ * memory holds are read from disk. Past the whole blocks, a cached block
+ * whose first ids agree with the prompt's next ones gives those positions
+ * too (copied into a block of the sequence: kv_prefix_attach_partial),
+ * except for hybrid families and tensor-parallel models. Returns the
+ * number of positions reused. */
 int prompt_cache_attach(em_model *m, kv_store *store, int seq, const int32_t *ids, size_t n_ids, prompt_blocks *pb);
 /* Registers the sequence's blocks that are now full (positions < fed) and,
  * when fed is a snapshot boundary, the recurrent state there; with a store,

@@ -47,6 +47,8 @@ typedef struct kv_cache {
     unsigned char *cached;
     int *lru_prev, *lru_next, lru_head, lru_tail, n_lru;
     int *hbucket, *hnext;   /* hash table over registered blocks */
+    uint64_t *bparent;      /* per registered block: the chain hash before it */
+    int *pbucket, *pnext;   /* registered blocks by that hash (partial matches) */
     unsigned hmask;
     unsigned long long prefix_lookup_tokens, prefix_hit_tokens, prefix_evictions;
     /* Recurrent-state snapshots (hybrid families): a registered block may
@@ -99,13 +101,25 @@ em_status kv_prefix_init(kv_cache *c, size_t max_cached_bytes);
 void kv_prefix_free(kv_cache *c);
 /* Chained content hash of one block given the previous block's hash. */
 uint64_t kv_block_hash(uint64_t prev, const int32_t *tokens, int n);
-/* Registers block `index` of seq (full, holding `tokens`) under `hash`.
- * A block whose content is already registered is left alone. */
-void kv_prefix_register(kv_cache *c, int seq, int index, uint64_t hash, const int32_t *tokens);
+/* Registers block `index` of seq (full, holding `tokens`) under `hash`;
+ * parent is the chain hash it extends (the previous block's, or the
+ * chain's seed for block 0). A block whose content is already registered
+ * is left alone. */
+void kv_prefix_register(kv_cache *c, int seq, int index, uint64_t parent, uint64_t hash, const int32_t *tokens);
 /* Attaches to the empty sequence the longest run of registered blocks
  * matching hashes[0..n) (and their tokens); sets its length; returns the
  * number of blocks attached. */
 int kv_prefix_attach(kv_cache *c, int seq, const uint64_t *hashes, const int32_t *tokens, int n);
+/* After the full blocks attached to seq (its length a whole number of
+ * blocks, the last with chain hash `parent`), reuses the first positions
+ * of a registered block that extends the same chain and starts with the
+ * same ids as tokens[0..n) (n < block_size): those positions' keys and
+ * values are copied into a new block of the sequence (copy on write: the
+ * cached block stays as it was), which the sequence then fills. Only the
+ * cache's own storage is copied, so tensor-parallel ranks must not use it.
+ * Returns the positions reused (0 when fewer than KV_PARTIAL_MIN match). */
+#define KV_PARTIAL_MIN 4
+int kv_prefix_attach_partial(kv_cache *c, int seq, uint64_t parent, const int32_t *tokens, int n);
 /* Like kv_prefix_attach, but the run ends at the last matching block that
  * carries a state snapshot (hybrid families: the KV alone cannot resume a
  * sequence); that snapshot is copied to state (snap_bytes) when something

@@ -5,8 +5,13 @@
  * tokens are kept to rule out collisions). Blocks are reference-counted: a
  * sequence that starts with a registered prefix attaches those blocks
  * instead of recomputing them. Shared blocks are only ever read: a
- * sequence appends after its attached prefix, into blocks of its own, so no
- * copy-on-write is needed. When the last user leaves, a registered block
+ * sequence appends after its attached prefix, into blocks of its own. A
+ * sequence whose prompt agrees with a cached block for only its first
+ * positions (a shared preamble that ends inside a block) copies those
+ * positions into a block of its own and continues there
+ * (kv_prefix_attach_partial: copy on write); blocks are also indexed by
+ * the chain hash they extend, so such candidates are found without hashing
+ * partial blocks. When the last user leaves, a registered block
  * stays cached on an LRU list and is reclaimed when room is needed (or
  * when the cache exceeds its byte budget).
  *
@@ -39,13 +44,17 @@ em_status kv_prefix_init(kv_cache *c, size_t max_cached_bytes) {
     c->lru_prev = em_mallocn(n, sizeof *c->lru_prev);
     c->lru_next = em_mallocn(n, sizeof *c->lru_next);
     c->hnext = em_mallocn(n, sizeof *c->hnext);
+    c->bparent = em_calloc(n, sizeof *c->bparent);
+    c->pnext = em_mallocn(n, sizeof *c->pnext);
     size_t buckets = 16;
     while (buckets < n) buckets *= 2;
     c->hbucket = em_mallocn(buckets, sizeof *c->hbucket);
+    c->pbucket = em_mallocn(buckets, sizeof *c->pbucket);
     if (!c->ref || !c->bhash || !c->bsnap || !c->snap_prev || !c->snap_next || !c->lru_tick || !c->snap_tick ||
-        !c->btokens || !c->cached || !c->lru_prev || !c->lru_next || !c->hnext || !c->hbucket)
+        !c->btokens || !c->cached || !c->lru_prev || !c->lru_next || !c->hnext || !c->hbucket || !c->bparent ||
+        !c->pnext || !c->pbucket)
         return em_fail(EM_ERR_NOMEM, "out of memory for the prefix cache tables");
-    for (size_t i = 0; i < buckets; i++) c->hbucket[i] = -1;
+    for (size_t i = 0; i < buckets; i++) c->hbucket[i] = c->pbucket[i] = -1;
     c->hmask = (unsigned)(buckets - 1);
     c->lru_head = c->lru_tail = -1;
     c->snap_head = c->snap_tail = -1;
@@ -68,6 +77,9 @@ void kv_prefix_free(kv_cache *c) {
     free(c->lru_next);
     free(c->hnext);
     free(c->hbucket);
+    free(c->bparent);
+    free(c->pnext);
+    free(c->pbucket);
 }
 
 uint64_t kv_block_hash(uint64_t prev, const int32_t *tokens, int n) {
@@ -124,6 +136,9 @@ static void table_remove(kv_cache *c, int b) {
     int *pp = &c->hbucket[c->bhash[b] & c->hmask];
     while (*pp != b) pp = &c->hnext[*pp];
     *pp = c->hnext[b];
+    pp = &c->pbucket[c->bparent[b] & c->hmask];
+    while (*pp != b) pp = &c->pnext[*pp];
+    *pp = c->pnext[b];
     c->cached[b] = 0;
     if (c->bsnap[b]) snap_drop(c, b);
 }
@@ -193,16 +208,19 @@ void kv_block_drop_locked(kv_cache *c, int b) {
     shrink(c);
 }
 
-void kv_prefix_register(kv_cache *c, int seq, int index, uint64_t hash, const int32_t *tokens) {
+void kv_prefix_register(kv_cache *c, int seq, int index, uint64_t parent, uint64_t hash, const int32_t *tokens) {
     pthread_mutex_lock(&c->mu);
     kv_seq *s = &c->seqs[seq];
     if (index < s->n_blocks) {
         int b = s->blocks[index];
         if (!c->cached[b] && table_find(c, hash, tokens) < 0) {
             c->bhash[b] = hash;
+            c->bparent[b] = parent;
             memcpy(c->btokens + (size_t)b * c->block_size, tokens, (size_t)c->block_size * sizeof *tokens);
             c->hnext[b] = c->hbucket[hash & c->hmask];
             c->hbucket[hash & c->hmask] = b;
+            c->pnext[b] = c->pbucket[parent & c->hmask];
+            c->pbucket[parent & c->hmask] = b;
             c->cached[b] = 1;
         }
     }
@@ -237,6 +255,56 @@ int kv_prefix_attach(kv_cache *c, int seq, const uint64_t *hashes, const int32_t
     int got = attach_locked(c, seq, hashes, tokens, n, n);
     pthread_mutex_unlock(&c->mu);
     return got;
+}
+
+/* The registered block extending `parent` whose ids agree longest with
+ * tokens[0..n); *len gets how many agree. Called with mu held. */
+static int partial_find(const kv_cache *c, uint64_t parent, const int32_t *tokens, int n, int *len) {
+    int best = -1;
+    *len = 0;
+    for (int b = c->pbucket[parent & c->hmask]; b >= 0; b = c->pnext[b]) {
+        if (c->bparent[b] != parent) continue;
+        const int32_t *t = c->btokens + (size_t)b * c->block_size;
+        int j = 0;
+        while (j < n && t[j] == tokens[j]) j++;
+        if (j > *len) best = b, *len = j;
+    }
+    return best;
+}
+
+/* The first len positions of block src into block dst, every layer. */
+static void copy_positions(kv_cache *c, int dst, int src, int len) {
+    size_t bytes = (size_t)len * (size_t)c->n_kv * (size_t)c->head_dim * sizeof(float);
+    size_t d = (size_t)dst * c->block_floats, s = (size_t)src * c->block_floats;
+    for (int l = 0; l < c->n_layers; l++) { /* queued before any later write to either block */
+        c->be->ops->copy(c->be, c->k_layer[l] + d, c->k_layer[l] + s, bytes);
+        c->be->ops->copy(c->be, c->v_layer[l] + d, c->v_layer[l] + s, bytes);
+    }
+}
+
+int kv_prefix_attach_partial(kv_cache *c, int seq, uint64_t parent, const int32_t *tokens, int n) {
+    if (n >= c->block_size) n = c->block_size - 1;
+    pthread_mutex_lock(&c->mu);
+    kv_seq *s = &c->seqs[seq];
+    int len = 0, src = s->len == s->n_blocks * c->block_size ? partial_find(c, parent, tokens, n, &len) : -1;
+    if (src < 0 || len < KV_PARTIAL_MIN) {
+        pthread_mutex_unlock(&c->mu);
+        return 0;
+    }
+    if (c->ref[src]++ == 0) lru_unlink(c, src); /* held: not the block evicted to make room for its copy */
+    int dst = kv_block_take_locked(c);
+    if (dst >= 0 && !kv_seq_push_block_locked(c, seq, dst)) {
+        kv_block_drop_locked(c, dst);
+        dst = -1;
+    }
+    if (dst >= 0) {
+        copy_positions(c, dst, src, len);
+        s->len += len;
+        c->prefix_hit_tokens += (unsigned long long)len;
+    }
+    kv_block_drop_locked(c, src);
+    pthread_mutex_unlock(&c->mu);
+    return dst >= 0 ? len : 0;
 }
 
 int kv_prefix_attach_with_state(kv_cache *c, int seq, const uint64_t *hashes, const int32_t *tokens, int n,

@@ -146,13 +146,15 @@ static void prefix_suite(const char *dir, size_t cache_bytes) {
     em_model *m;
     REQUIRE(em_model_open(dir, &o, &m) == EM_OK);
     int V = m->cfg.vocab;
-    int32_t a[100], b[100];
+    int32_t a[100], b[100], c[40];
     for (int i = 0; i < 100; i++) a[i] = b[i] = (int32_t)((i * 37 + 11) % V);
     for (int i = 70; i < 100; i++) b[i] = (int32_t)((i * 53 + 3) % V); /* diverges inside block 2 */
+    for (int i = 0; i < 40; i++) c[i] = i < 10 ? a[i] : (int32_t)((i * 29 + 7) % V); /* inside block 0 */
     capture cold_a = {calloc((size_t)V, 4), 0, V, {0}, 0}, cold_b = {calloc((size_t)V, 4), 0, V, {0}, 0};
-    capture warm = {calloc((size_t)V, 4), 0, V, {0}, 0};
+    capture cold_c = {calloc((size_t)V, 4), 0, V, {0}, 0}, warm = {calloc((size_t)V, 4), 0, V, {0}, 0};
     run_prompt(m, a, 100, &cold_a); /* served alone: the reference */
     run_prompt(m, b, 100, &cold_b);
+    run_prompt(m, c, 40, &cold_c);
     REQUIRE(sched_start(m, &(sched_options){.prefill_chunk = 16, .prompt_cache_bytes = cache_bytes}) == EM_OK);
     em_generate_result r1 = run_prompt(m, a, 100, &warm);
     CHECK(r1.n_cached == 0);
@@ -161,13 +163,29 @@ static void prefix_suite(const char *dir, size_t cache_bytes) {
     for (int v = 0; v < V; v++) err = fmax(err, fabs(warm.first_logits[v] - cold_a.first_logits[v]));
     CHECKF(err <= 1e-6, "cached prefix changes logits by %g", err);
     CHECK(warm.n_out == cold_a.n_out && !memcmp(warm.out, cold_a.out, sizeof warm.out));
+    /* b agrees with a for 2 blocks and 6 ids of the third, c for 10 ids of
+     * the first: those positions are copied out of a's cached blocks */
     em_generate_result r3 = run_prompt(m, b, 100, &warm);
     CHECK(warm.n_out == cold_b.n_out && !memcmp(warm.out, cold_b.out, sizeof warm.out));
+    err = 0;
+    for (int v = 0; v < V; v++) err = fmax(err, fabs(warm.first_logits[v] - cold_b.first_logits[v]));
+    CHECKF(err <= 1e-6, "a prefix reused inside a block changes logits by %g", err);
+    em_generate_result r4 = run_prompt(m, c, 40, &warm);
+    CHECK(warm.n_out == cold_c.n_out && !memcmp(warm.out, cold_c.out, sizeof warm.out));
+    err = 0;
+    for (int v = 0; v < V; v++) err = fmax(err, fabs(warm.first_logits[v] - cold_c.first_logits[v]));
+    CHECKF(err <= 1e-6, "a prefix reused inside the first block changes logits by %g", err);
+    em_generate_result r5 = run_prompt(m, a, 100, &warm); /* a's cached blocks are unchanged by the copies */
+    err = 0;
+    for (int v = 0; v < V; v++) err = fmax(err, fabs(warm.first_logits[v] - cold_a.first_logits[v]));
+    CHECKF(err <= 1e-6, "reusing a again after partial copies changes logits by %g", err);
     if (cache_bytes == 0) {
         CHECKF(r2.n_cached == 96, "second run reused %zu tokens", r2.n_cached);
-        CHECKF(r3.n_cached == 64, "shared-prefix run reused %zu tokens", r3.n_cached);
+        CHECKF(r3.n_cached == 70, "shared-prefix run reused %zu tokens", r3.n_cached);
+        CHECKF(r4.n_cached == 10, "a prompt sharing 10 ids reused %zu tokens", r4.n_cached);
+        CHECKF(r5.n_cached == 96, "a's third run reused %zu tokens", r5.n_cached);
     } else {
-        CHECK(r2.n_cached <= 96);
+        CHECK(r2.n_cached <= 96 && r3.n_cached <= 70 && r4.n_cached <= 10);
     }
     sched_stats st;
     sched_get_stats(m->sched, &st);
@@ -175,6 +193,7 @@ static void prefix_suite(const char *dir, size_t cache_bytes) {
             cache_bytes, st.prefix_hit_tokens, st.prefix_lookup_tokens, st.prefix_evictions, st.prefix_cached_bytes);
     free(cold_a.first_logits);
     free(cold_b.first_logits);
+    free(cold_c.first_logits);
     free(warm.first_logits);
     em_model_free(m);
 }
