@@ -39,11 +39,15 @@ static bool snapshot_boundary(const prompt_blocks *pb, int blocks) {
     return blocks > 0 && (blocks % every == 0 || blocks == pb->last_block);
 }
 
-int prompt_cache_attach(em_model *m, kv_store *store, int seq, const int32_t *ids, size_t n_ids, prompt_blocks *pb) {
+/* Whether this model may resume a sequence inside a block: a recurrent
+ * state exists only at snapshot boundaries, and tensor-parallel ranks keep
+ * KV storage of their own that a copy here would miss. */
+static bool partial_reuse(const em_model *m) { return !m->kv->snap_bytes && model_tp_size(m) == 1; }
+
+/* Attaches the longest run of cached whole blocks among the prompt's
+ * first `blocks` (from memory, then the store); returns how many. */
+static int attach_whole(em_model *m, kv_store *store, int seq, const int32_t *ids, int blocks, prompt_blocks *pb) {
     kv_cache *c = m->kv;
-    if (n_ids < 2) return 0;
-    int blocks = (int)((n_ids - 1) / (size_t)c->block_size);
-    pb->last_block = blocks;
     if (blocks == 0 || !hash_blocks(c, ids, blocks, pb)) return 0;
     int got;
     if (c->snap_bytes) {
@@ -60,16 +64,22 @@ int prompt_cache_attach(em_model *m, kv_store *store, int seq, const int32_t *id
         got = kv_prefix_attach(c, seq, pb->hash, ids, blocks);
     }
     if (store) got = kv_store_extend(store, seq, pb->seed, pb->hash, ids, got, blocks);
+    return got;
+}
+
+int prompt_cache_attach(em_model *m, kv_store *store, int seq, const int32_t *ids, size_t n_ids, prompt_blocks *pb) {
+    kv_cache *c = m->kv;
+    if (n_ids < 2) return 0;
+    size_t bs = (size_t)c->block_size;
+    int blocks = (int)((n_ids - 1) / bs);
+    pb->last_block = blocks;
+    int got = attach_whole(m, store, seq, ids, blocks, pb);
     pb->n_registered = got; /* attached blocks are registered already */
-    size_t at = (size_t)got * (size_t)c->block_size;
+    size_t at = (size_t)got * bs, left = n_ids - 1 - at; /* the last id is always computed */
     int partial = 0;
-    /* A recurrent state exists only at snapshot boundaries, and tensor-
-     * parallel ranks keep KV storage of their own that a copy here misses:
-     * both resume at whole blocks only. */
-    if (!c->snap_bytes && model_tp_size(m) == 1 && got == c->seqs[seq].n_blocks && n_ids - 1 > at)
+    if (partial_reuse(m) && got == c->seqs[seq].n_blocks && left > 0 && (got == 0 || got <= pb->n_hashed))
         partial = kv_prefix_attach_partial(c, seq, got ? pb->hash[got - 1] : pb->seed, ids + at,
-                                           (int)(n_ids - 1 - at < (size_t)c->block_size ? n_ids - 1 - at
-                                                                                        : (size_t)c->block_size));
+                                           (int)(left < bs ? left : bs));
     return (int)at + partial;
 }
 
@@ -106,6 +116,15 @@ void prompt_cache_register(em_model *m, kv_store *store, int seq, const int32_t 
             if (!(at_snapshot && b == full - 1)) kv_store_save(store, seq, b, pb->hash[b], ids + (size_t)b * c->block_size, NULL);
     }
     if (at_snapshot && full <= pb->n_hashed) snapshot(m, store, seq, ids, full, pb);
+}
+
+void prompt_cache_register_tail(em_model *m, int seq, const int32_t *ids, size_t fed, prompt_blocks *pb) {
+    kv_cache *c = m->kv;
+    size_t bs = (size_t)c->block_size;
+    int full = (int)(fed / bs), n = (int)(fed % bs);
+    if (!partial_reuse(m) || n < KV_PARTIAL_MIN || (size_t)c->seqs[seq].len != fed) return;
+    if (full > 0 && !hash_blocks(c, ids, full, pb)) return;
+    kv_prefix_register_tail(c, seq, full, full ? pb->hash[full - 1] : pb->seed, ids + (size_t)full * bs, n);
 }
 
 int prompt_cache_span(const em_model *m, const prompt_blocks *pb, size_t fed, int take) {

@@ -54,6 +54,12 @@ int prompt_cache_attach(em_model *m, kv_store *store, int seq, const int32_t *id
  * when fed is a snapshot boundary, the recurrent state there; with a store,
  * the prompt's blocks (and their snapshots) are written to disk. */
 void prompt_cache_register(em_model *m, kv_store *store, int seq, const int32_t *ids, size_t fed, prompt_blocks *pb);
+/* Before a finished sequence is released: registers its last block, when
+ * that holds only part of a block's positions (ids[0..fed) are its
+ * positions), for partial matches (kv_prefix_register_tail), so the next
+ * turn of a conversation reuses it; not for hybrid families or
+ * tensor-parallel models (see prompt_cache_attach). */
+void prompt_cache_register_tail(em_model *m, int seq, const int32_t *ids, size_t fed, prompt_blocks *pb);
 /* How many of `take` ids from position fed a forward may run so that it
  * stops at the next snapshot boundary instead of crossing it. */
 int prompt_cache_span(const em_model *m, const prompt_blocks *pb, size_t fed, int take);

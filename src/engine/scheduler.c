@@ -71,6 +71,7 @@ static sched_req *pop_front(em_scheduler *s) {
 
 static void complete(em_scheduler *s, sched_req *r, em_status st) {
     gen_seq *g = r->g;
+    if (s->prefix_cache && g->seq >= 0) prompt_cache_register_tail(s->m, g->seq, g->history, g->fed, &r->blocks);
     prompt_blocks_free(&r->blocks);
     if (g->seq >= 0) kv_seq_release(s->m->kv, g->seq);
     g->seq = -1;

@@ -48,6 +48,8 @@ typedef struct kv_cache {
     int *lru_prev, *lru_next, lru_head, lru_tail, n_lru;
     int *hbucket, *hnext;   /* hash table over registered blocks */
     uint64_t *bparent;      /* per registered block: the chain hash before it */
+    int *bvalid;            /* per registered block: positions it holds (block_size, or fewer for a
+                               finished sequence's last block, which only partial matches use) */
     int *pbucket, *pnext;   /* registered blocks by that hash (partial matches) */
     unsigned hmask;
     unsigned long long prefix_lookup_tokens, prefix_hit_tokens, prefix_evictions;
@@ -119,6 +121,12 @@ int kv_prefix_attach(kv_cache *c, int seq, const uint64_t *hashes, const int32_t
  * cache's own storage is copied, so tensor-parallel ranks must not use it.
  * Returns the positions reused (0 when fewer than KV_PARTIAL_MIN match). */
 #define KV_PARTIAL_MIN 4
+/* Registers the last block of seq, which holds n (1 .. block_size-1)
+ * positions with these ids, for partial matches only (never attached
+ * whole): the sequence is about to be released and writes no more, so a
+ * later prompt that continues the same text inside this block (the next
+ * turn of a conversation) copies what it shares. */
+void kv_prefix_register_tail(kv_cache *c, int seq, int index, uint64_t parent, const int32_t *tokens, int n);
 int kv_prefix_attach_partial(kv_cache *c, int seq, uint64_t parent, const int32_t *tokens, int n);
 /* Like kv_prefix_attach, but the run ends at the last matching block that
  * carries a state snapshot (hybrid families: the KV alone cannot resume a

@@ -45,6 +45,7 @@ em_status kv_prefix_init(kv_cache *c, size_t max_cached_bytes) {
     c->lru_next = em_mallocn(n, sizeof *c->lru_next);
     c->hnext = em_mallocn(n, sizeof *c->hnext);
     c->bparent = em_calloc(n, sizeof *c->bparent);
+    c->bvalid = em_calloc(n, sizeof *c->bvalid);
     c->pnext = em_mallocn(n, sizeof *c->pnext);
     size_t buckets = 16;
     while (buckets < n) buckets *= 2;
@@ -52,7 +53,7 @@ em_status kv_prefix_init(kv_cache *c, size_t max_cached_bytes) {
     c->pbucket = em_mallocn(buckets, sizeof *c->pbucket);
     if (!c->ref || !c->bhash || !c->bsnap || !c->snap_prev || !c->snap_next || !c->lru_tick || !c->snap_tick ||
         !c->btokens || !c->cached || !c->lru_prev || !c->lru_next || !c->hnext || !c->hbucket || !c->bparent ||
-        !c->pnext || !c->pbucket)
+        !c->bvalid || !c->pnext || !c->pbucket)
         return em_fail(EM_ERR_NOMEM, "out of memory for the prefix cache tables");
     for (size_t i = 0; i < buckets; i++) c->hbucket[i] = c->pbucket[i] = -1;
     c->hmask = (unsigned)(buckets - 1);
@@ -78,6 +79,7 @@ void kv_prefix_free(kv_cache *c) {
     free(c->hnext);
     free(c->hbucket);
     free(c->bparent);
+    free(c->bvalid);
     free(c->pnext);
     free(c->pbucket);
 }
@@ -133,9 +135,12 @@ static void snap_drop(kv_cache *c, int b) {
 }
 
 static void table_remove(kv_cache *c, int b) {
-    int *pp = &c->hbucket[c->bhash[b] & c->hmask];
-    while (*pp != b) pp = &c->hnext[*pp];
-    *pp = c->hnext[b];
+    int *pp;
+    if (c->bvalid[b] == c->block_size) { /* partial tails are in the parent index only */
+        pp = &c->hbucket[c->bhash[b] & c->hmask];
+        while (*pp != b) pp = &c->hnext[*pp];
+        *pp = c->hnext[b];
+    }
     pp = &c->pbucket[c->bparent[b] & c->hmask];
     while (*pp != b) pp = &c->pnext[*pp];
     *pp = c->pnext[b];
@@ -144,7 +149,7 @@ static void table_remove(kv_cache *c, int b) {
 }
 
 static int table_find(const kv_cache *c, uint64_t hash, const int32_t *tokens) {
-    for (int b = c->hbucket[hash & c->hmask]; b >= 0; b = c->hnext[b])
+    for (int b = c->hbucket[hash & c->hmask]; b >= 0; b = c->hnext[b]) /* whole blocks only */
         if (c->bhash[b] == hash && !memcmp(c->btokens + (size_t)b * c->block_size, tokens,
                                             (size_t)c->block_size * sizeof *tokens))
             return b;
@@ -208,6 +213,17 @@ void kv_block_drop_locked(kv_cache *c, int b) {
     shrink(c);
 }
 
+/* Marks block b cached, holding n positions of these ids after the chain
+ * hash parent, in the parent index. Called with mu held. */
+static void index_parent(kv_cache *c, int b, uint64_t parent, const int32_t *tokens, int n) {
+    c->bparent[b] = parent;
+    c->bvalid[b] = n;
+    memcpy(c->btokens + (size_t)b * c->block_size, tokens, (size_t)n * sizeof *tokens);
+    c->pnext[b] = c->pbucket[parent & c->hmask];
+    c->pbucket[parent & c->hmask] = b;
+    c->cached[b] = 1;
+}
+
 void kv_prefix_register(kv_cache *c, int seq, int index, uint64_t parent, uint64_t hash, const int32_t *tokens) {
     pthread_mutex_lock(&c->mu);
     kv_seq *s = &c->seqs[seq];
@@ -215,13 +231,9 @@ void kv_prefix_register(kv_cache *c, int seq, int index, uint64_t parent, uint64
         int b = s->blocks[index];
         if (!c->cached[b] && table_find(c, hash, tokens) < 0) {
             c->bhash[b] = hash;
-            c->bparent[b] = parent;
-            memcpy(c->btokens + (size_t)b * c->block_size, tokens, (size_t)c->block_size * sizeof *tokens);
             c->hnext[b] = c->hbucket[hash & c->hmask];
             c->hbucket[hash & c->hmask] = b;
-            c->pnext[b] = c->pbucket[parent & c->hmask];
-            c->pbucket[parent & c->hmask] = b;
-            c->cached[b] = 1;
+            index_parent(c, b, parent, tokens, c->block_size);
         }
     }
     pthread_mutex_unlock(&c->mu);
@@ -257,6 +269,16 @@ int kv_prefix_attach(kv_cache *c, int seq, const uint64_t *hashes, const int32_t
     return got;
 }
 
+void kv_prefix_register_tail(kv_cache *c, int seq, int index, uint64_t parent, const int32_t *tokens, int n) {
+    pthread_mutex_lock(&c->mu);
+    kv_seq *s = &c->seqs[seq];
+    if (index < s->n_blocks && n >= KV_PARTIAL_MIN && n < c->block_size) {
+        int b = s->blocks[index];
+        if (!c->cached[b] && c->ref[b] == 1) index_parent(c, b, parent, tokens, n);
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
 /* The registered block extending `parent` whose ids agree longest with
  * tokens[0..n); *len gets how many agree. Called with mu held. */
 static int partial_find(const kv_cache *c, uint64_t parent, const int32_t *tokens, int n, int *len) {
@@ -265,8 +287,8 @@ static int partial_find(const kv_cache *c, uint64_t parent, const int32_t *token
     for (int b = c->pbucket[parent & c->hmask]; b >= 0; b = c->pnext[b]) {
         if (c->bparent[b] != parent) continue;
         const int32_t *t = c->btokens + (size_t)b * c->block_size;
-        int j = 0;
-        while (j < n && t[j] == tokens[j]) j++;
+        int j = 0, lim = n < c->bvalid[b] ? n : c->bvalid[b];
+        while (j < lim && t[j] == tokens[j]) j++;
         if (j > *len) best = b, *len = j;
     }
     return best;

@@ -118,6 +118,7 @@ typedef struct stream_ctx {
     struct MHD_Connection *conn;
     double t_out;       /* when bytes last went out */
     double keepalive_s; /* the job's interval, shortened to beat the idle timeout */
+    bool started;       /* the first event has gone out */
 } stream_ctx;
 
 /* The job's keepalive bytes when it has been silent long enough. sse_read
@@ -141,6 +142,10 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         ssize_t n = sse_read(sc->job, buf, max, 100);
         if (n > 0) {
             sc->t_out = em_now();
+            if (!sc->started && sc->job->t_queued > 0)
+                EM_LOGD("http: a stream's first %zd bytes go out %.2f ms after its job was queued", n,
+                        (sc->t_out - sc->job->t_queued) * 1e3);
+            sc->started = true;
             return n;
         }
         if (n < 0) return MHD_CONTENT_READER_END_OF_STREAM;
@@ -191,6 +196,7 @@ static enum MHD_Result send_reply(srv_server *s, struct MHD_Connection *c, srv_r
         sc->job = r->stream;
         sc->conn = c;
         sc->t_out = em_now();
+        sc->started = false;
         /* A connection silent for idle_timeout_s is closed by the HTTP
          * library even while its reply streams: ping well within it. */
         sc->keepalive_s = sc->job->keepalive_s;

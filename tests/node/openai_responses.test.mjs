@@ -38,7 +38,9 @@ test("create: a response object as OpenAI returns it", async () => {
   assert.equal(r.output_text, m.content[0].text);
   assert.ok(r.usage.input_tokens > 0 && r.usage.output_tokens > 0);
   assert.equal(r.usage.total_tokens, r.usage.input_tokens + r.usage.output_tokens);
-  assert.equal(r.usage.input_tokens_details.cached_tokens, 0);
+  /* earlier requests to this server may leave the chat template's opening in the prefix cache */
+  const cached = r.usage.input_tokens_details.cached_tokens;
+  assert.ok(Number.isInteger(cached) && cached >= 0 && cached < r.usage.input_tokens);
   assert.equal(r.usage.output_tokens_details.reasoning_tokens, 0);
   assert.equal(r.previous_response_id, null);
   assert.equal(r.max_output_tokens, 40);

@@ -155,6 +155,18 @@ static void prefix_suite(const char *dir, size_t cache_bytes) {
     run_prompt(m, a, 100, &cold_a); /* served alone: the reference */
     run_prompt(m, b, 100, &cold_b);
     run_prompt(m, c, 40, &cold_c);
+    /* a conversation's next turn: d, its 6 generated ids (5 of them in the
+     * cache when it ends), then new ids; the cached part ends inside d's
+     * last, unfilled block */
+    int32_t d[40], e[55];
+    for (int i = 0; i < 40; i++) d[i] = (int32_t)((i * 61 + 17) % V);
+    capture cold_d = {calloc((size_t)V, 4), 0, V, {0}, 0}, cold_e = {calloc((size_t)V, 4), 0, V, {0}, 0};
+    run_prompt(m, d, 40, &cold_d);
+    memcpy(e, d, sizeof d);
+    memcpy(e + 40, cold_d.out, 5 * sizeof(int32_t));
+    for (int i = 45; i < 55; i++) e[i] = (int32_t)((i * 13 + 1) % V);
+    if (e[45] == cold_d.out[5]) e[45] = (e[45] + 1) % V;
+    run_prompt(m, e, 55, &cold_e);
     REQUIRE(sched_start(m, &(sched_options){.prefill_chunk = 16, .prompt_cache_bytes = cache_bytes}) == EM_OK);
     em_generate_result r1 = run_prompt(m, a, 100, &warm);
     CHECK(r1.n_cached == 0);
@@ -179,13 +191,20 @@ static void prefix_suite(const char *dir, size_t cache_bytes) {
     err = 0;
     for (int v = 0; v < V; v++) err = fmax(err, fabs(warm.first_logits[v] - cold_a.first_logits[v]));
     CHECKF(err <= 1e-6, "reusing a again after partial copies changes logits by %g", err);
+    run_prompt(m, d, 40, &warm);
+    em_generate_result r6 = run_prompt(m, e, 55, &warm);
+    CHECK(warm.n_out == cold_e.n_out && !memcmp(warm.out, cold_e.out, sizeof warm.out));
+    err = 0;
+    for (int v = 0; v < V; v++) err = fmax(err, fabs(warm.first_logits[v] - cold_e.first_logits[v]));
+    CHECKF(err <= 1e-6, "a next turn reusing the last turn's unfilled block changes logits by %g", err);
     if (cache_bytes == 0) {
+        CHECKF(r6.n_cached == 45, "a next turn reused %zu tokens", r6.n_cached);
         CHECKF(r2.n_cached == 96, "second run reused %zu tokens", r2.n_cached);
         CHECKF(r3.n_cached == 70, "shared-prefix run reused %zu tokens", r3.n_cached);
         CHECKF(r4.n_cached == 10, "a prompt sharing 10 ids reused %zu tokens", r4.n_cached);
         CHECKF(r5.n_cached == 96, "a's third run reused %zu tokens", r5.n_cached);
     } else {
-        CHECK(r2.n_cached <= 96 && r3.n_cached <= 70 && r4.n_cached <= 10);
+        CHECK(r2.n_cached <= 96 && r3.n_cached <= 70 && r4.n_cached <= 10 && r6.n_cached <= 45);
     }
     sched_stats st;
     sched_get_stats(m->sched, &st);
@@ -194,6 +213,8 @@ static void prefix_suite(const char *dir, size_t cache_bytes) {
     free(cold_a.first_logits);
     free(cold_b.first_logits);
     free(cold_c.first_logits);
+    free(cold_d.first_logits);
+    free(cold_e.first_logits);
     free(warm.first_logits);
     em_model_free(m);
 }
