@@ -5,9 +5,10 @@
  * on what else shares its batch. With FAST every row of a FAST span is
  * FAST, and each backend decides per product what that allows: bf16 dot
  * products once a run has FAST_MIN_SPAN rows (a prefill chunk, a busy
- * server's decode batch), and on a CPU int8 activations for fewer rows
- * against 4- and 8-bit weights; other small products are computed as
- * EXACT. Spans marked exact_only (speculative verification) are always
+ * server's decode batch; on a GPU from CUDA_FAST_MIN_M rows over bf16
+ * weights, where tensor cores beat the GEMV), and on a CPU int8
+ * activations for fewer rows against 4- and 8-bit weights; other small
+ * products are computed as EXACT. Spans marked exact_only (speculative verification) are always
  * EXACT, so a verified draft span computes what EXACT single steps would. */
 #ifndef EMBER_MODEL_BATCH_ROWS_H
 #define EMBER_MODEL_BATCH_ROWS_H

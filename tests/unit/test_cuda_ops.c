@@ -88,7 +88,8 @@ static void test_matmul_case(em_dtype dt, int M, int N, int K, bool with_bias, e
     cpu->ops->matmul(cpu, yc, x, M, &wc, bias, math);
     gpu->ops->matmul(gpu, yd, xd, M, &wg, bd, math);
     float *yg = down(yd, (size_t)M * N);
-    double tol = math == EM_MATH_FAST && dt == EM_BF16 && M >= 16 ? 2e-2 : 2e-5;
+    /* FAST rounds activations to bf16 from 16 rows on the CPU, CUDA_FAST_MIN_M on the GPU */
+    double tol = math == EM_MATH_FAST && dt == EM_BF16 && M >= CUDA_FAST_MIN_M ? 2e-2 : 2e-5;
     double e = rel_err(yg, yc, (size_t)M * N);
     CHECKF(e <= tol, "matmul %s M=%d N=%d K=%d bias=%d %s: rel err %.3g", dtype_name(dt), M, N, K, with_bias,
            math == EM_MATH_FAST ? "fast" : "exact", e);
@@ -115,7 +116,7 @@ static void test_matmul(void) {
  * bit for bit the row computed alone (the decode GEMV and the staged batch
  * kernel share one summation order). */
 static void test_matmul_batch_invariance(void) {
-    int Ms[] = {2, 8, 9, 37, 64};
+    int Ms[] = {2, 3, 4, 5, 8, 9, 37, 64}; /* each GEMV width (1, 2, 4, 8 rows a pass) and the staged kernel */
     int N = 96, K = 2048 + 512 + 8; /* several staged chunks and a partial one */
     size_t wbytes = (size_t)N * K * 2;
     void *wh = weight_data(EM_BF16, (size_t)N * K);
@@ -427,6 +428,58 @@ static void test_qmatmul_int8(void) {
     test_qmatmul_int8_case(2, 130, 24576, 8, 128, EM_F16, false);
 }
 
+/* FAST products of a few rows over small bf16 matrices (the skinny
+ * tensor-core kernel, cuda_skinny.cu): each output within f32 summation
+ * error of the double-precision product of the bf16-rounded activations and
+ * the weights (2^-16 of the sum of |x·w|, K up to 14,336), with K cut into
+ * 1 to 8 stretches and stretches shorter than the kernel's unrolled step;
+ * the same bits on a second run; and each row the same bits as in a batch
+ * of CUDA_FAST_MIN_M (the sums do not depend on M). */
+static void test_matmul_skinny_case(int M, int N, int K, bool with_bias) {
+    uint16_t *wh = weight_data(EM_BF16, (size_t)N * K);
+    float *x = rand_f32((size_t)M * K, 1.0f), *bias = with_bias ? rand_f32((size_t)N, 1.0f) : NULL;
+    em_weight wg = {.dtype = EM_BF16, .rows = N, .cols = K, .data = up(wh, (size_t)N * K * 2), .name = "w"};
+    float *xd = up(x, (size_t)M * K * 4), *bd = bias ? up(bias, (size_t)N * 4) : NULL;
+    float *yd = gpu->ops->alloc(gpu, (size_t)M * N * 4);
+    gpu->ops->matmul(gpu, yd, xd, M, &wg, bd, EM_MATH_FAST);
+    float *y1 = down(yd, (size_t)M * N);
+    gpu->ops->matmul(gpu, yd, xd, M, &wg, bd, EM_MATH_FAST);
+    float *y2 = down(yd, (size_t)M * N);
+    int Ms = CUDA_FAST_MIN_M;
+    gpu->ops->matmul(gpu, yd, xd, Ms, &wg, bd, EM_MATH_FAST);
+    float *ys = down(yd, (size_t)Ms * N);
+    int bad = 0;
+    double worst = 0;
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double ref = bias ? bias[n] : 0.0, mag = fabs(ref);
+            for (int k = 0; k < K; k++) {
+                double p = (double)bf16_to_f32(f32_to_bf16(x[(size_t)m * K + k])) * bf16_to_f32(wh[(size_t)n * K + k]);
+                ref += p, mag += fabs(p);
+            }
+            double e = fabs(y1[(size_t)m * N + n] - ref) / (mag + 1e-30);
+            if (e > worst) worst = e;
+            bad += !(e <= 0x1p-16);
+        }
+    CHECKF(bad == 0, "matmul skinny M=%d N=%d K=%d bias=%d: %d outputs off (worst %.3g of sum |x w|)", M, N, K,
+           with_bias, bad, worst);
+    CHECKF(!memcmp(y1, y2, (size_t)M * N * 4), "matmul skinny M=%d N=%d K=%d: a second run gave other bits", M, N, K);
+    CHECKF(!memcmp(y1, ys, (size_t)Ms * N * 4), "matmul skinny M=%d N=%d K=%d: rows differ from a batch of %d", M, N,
+           K, Ms);
+    gpu->ops->free(gpu, (void *)wg.data);
+    gpu->ops->free(gpu, xd);
+    gpu->ops->free(gpu, yd);
+    if (bd) gpu->ops->free(gpu, bd);
+    free(wh), free(x), free(bias), free(y1), free(y2), free(ys);
+}
+
+static void test_matmul_skinny(void) {
+    int shapes[][3] = {{16, 2048, 2048}, {7, 512, 8192}, {CUDA_FAST_MIN_M, 4096, 256}, {23, 80, 96}, {17, 16, 32},
+                       {32, 3072, 1024}, {9, 176, 14336}, {12, 1040, 4096}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        test_matmul_skinny_case(shapes[s][0], shapes[s][1], shapes[s][2], s % 2 == 1);
+}
+
 /* matmul_group gives every product the bits matmul gives it alone: plain
  * and quantized weights, in the fused regimes (GEMV rows; FAST int8 rows)
  * and out of them (the fallback), with and without biases. */
@@ -480,7 +533,7 @@ static void test_matmul_group(void) {
     for (int m = 0; m < 6; m++) {
         test_matmul_group_case(Ms[m], 0, EM_BF16, EM_MATH_EXACT, m % 2);
         test_matmul_group_case(Ms[m], 0, EM_F32, EM_MATH_FAST, m % 2 == 0);
-        test_matmul_group_case(Ms[m], 0, EM_BF16, EM_MATH_FAST, m % 2); /* M >= 16: one rounding, tensor cores */
+        test_matmul_group_case(Ms[m], 0, EM_BF16, EM_MATH_FAST, m % 2); /* M >= CUDA_FAST_MIN_M: one rounding, tensor cores */
         test_matmul_group_case(Ms[m], 4, EM_BF16, EM_MATH_FAST, m % 2);
         test_matmul_group_case(Ms[m], 8, EM_BF16, EM_MATH_FAST, m % 2 == 0);
         test_matmul_group_case(Ms[m], 4, EM_BF16, EM_MATH_EXACT, true);
@@ -1045,6 +1098,7 @@ int main(void) {
     fprintf(stderr, "comparing %s against %s\n", gpu->desc, cpu->desc);
     RUN(test_matmul);
     RUN(test_matmul_batch_invariance);
+    RUN(test_matmul_skinny);
     RUN(test_add_rmsnorm);
     RUN(test_rmsnorm);
     RUN(test_rope);

@@ -43,19 +43,6 @@ template <int HD> struct tc_layout {
                             bytes = vb + (size_t)TC_KEYS * LB * 2;
 };
 
-__device__ __forceinline__ uint32_t tc_pack(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *(uint32_t *)&v;
-}
-
-/* d += a b for one m16n8k16 tile (bf16 in, f32 accumulate). */
-__device__ __forceinline__ void tc_mma(float *d, const uint32_t *a, uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 /* Four 8x8 bf16 matrices from shared memory, transposed (lane L gives the
  * address of row L % 8 of matrix L / 8). */
 __device__ __forceinline__ void tc_ldsm_x4_t(uint32_t *r, const void *p) {

@@ -25,7 +25,7 @@ extern "C" {
  *                   more (never for the dense graph's block tables)
  *   cuBLAS          a workspace of CUDA_BLAS_WORKSPACE_BYTES handed to the
  *                   handle (cublasSetWorkspace), so cuBLAS allocates none
- *   matmul scratch  FAST GEMMs (M >= CUDA_FAST_MIN_M rows, bf16 weights)
+ *   matmul scratch  FAST products (M >= CUDA_FAST_MIN_M rows, bf16 weights)
  *                   round the activations to bf16: M x K x 2 bytes; EXACT
  *                   GEMMs of more than CUDA_GEMV_MAX_EXACT_M rows over
  *                   16-bit weights widen up to CUDA_WIDE_SLICE_ELEMS weights
@@ -33,9 +33,33 @@ extern "C" {
  *                   of the largest request and is never shrunk. */
 #define CUDA_STAGE_MIN_BYTES ((size_t)4 << 20)
 #define CUDA_BLAS_WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLAS's recommendation for Hopper */
-#define CUDA_FAST_MIN_M 16
+/* FAST products over bf16 weights of this many rows or more round the
+ * activations to bf16 and run on tensor cores; fewer rows take the GEMV,
+ * which reloads the f32 activations through L1 for every row and so slows
+ * with the rows. On the H200 (1B shape): a decode step of 2 sequences took
+ * 1.8 ms on the GEMV, of 3 2.7 ms, of 3-4 on tensor cores 1.7 ms; a 7-row
+ * prefill 3.5 ms on the GEMV, 1.7 ms on tensor cores. */
+#ifndef CUDA_FAST_MIN_M
+#define CUDA_FAST_MIN_M 3
+#endif
 #define CUDA_GEMV_MAX_EXACT_M 64
 #define CUDA_WIDE_SLICE_ELEMS ((size_t)32 << 20) /* 128 MiB of widened f32 weights per SGEMM */
+/* FAST products of CUDA_FAST_MIN_M .. CUDA_SKINNY_MAX_M rows over bf16
+ * weights of at most CUDA_SKINNY_MAX_BYTES (rows a multiple of 16, K of
+ * 32) run on the skinny tensor-core kernel (cuda_skinny.cu), which needs
+ * no memory beyond its output: each block's warps split K into
+ * cuda_skinny_split stretches. */
+#define CUDA_SKINNY_MAX_M 32
+#define CUDA_SKINNY_MAX_BYTES ((size_t)16 << 20)
+#define CUDA_SKINNY_KSPLIT 8
+/* The stretches (warps per block) for K: the most, up to
+ * CUDA_SKINNY_KSPLIT, that cut K into whole k32 steps. From K alone, so a
+ * product's sums do not depend on what shares its launch. */
+static inline int cuda_skinny_split(int K) {
+    int s = CUDA_SKINNY_KSPLIT;
+    while (s > 1 && K % (32 * s)) s /= 2;
+    return s;
+}
 /* Attention over at most CUDA_ATT_SPLIT_MAX_ROWS rows (decode) splits each
  * row's keys over CUDA_ATT_SPLITS blocks whose partial results (head_dim +
  * 2 floats per row, head and split) live in a scratch buffer grown like

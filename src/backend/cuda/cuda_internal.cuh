@@ -99,6 +99,7 @@ typedef struct cuda_backend {
     /* quantized matmul scratch: weight slices dequantized to bf16 (FAST) */
     void *wconv;
     size_t wconv_bytes;
+    bool skinny_on; /* EMBER_CUDA_SKINNY: the skinny GEMM (cuda_skinny.cu) */
     int n_sm;
     cuda_graphs graphs;
     /* first failure of a queued operation; reported by download */
@@ -236,6 +237,20 @@ __device__ __forceinline__ float cuda_f16(uint16_t h) {
     return __half2float(__ushort_as_half(h));
 }
 
+/* Tensor-core pieces (mma.sync, sm_80+) shared by the attention and matmul kernels. */
+__device__ __forceinline__ uint32_t tc_pack(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *(uint32_t *)&v;
+}
+
+/* d += a b for one m16n8k16 tile (bf16 in, f32 accumulate). */
+__device__ __forceinline__ void tc_mma(float *d, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 /* Sum over the block in double; every thread gets the result. red holds
  * 32 values; the reduction order is fixed (deterministic). */
 static __device__ __forceinline__ double cuda_block_sum_d(double v, double *red) {
@@ -305,6 +320,13 @@ __device__ __forceinline__ int gemv_set_find(const gemv_set &s, int v) {
 
 /* A set of the n weights (and their outputs), rows in order. */
 gemv_set gemv_set_make(int n, float *const *ys, const em_weight *const *ws, const float *const *biases);
+/* cuda_skinny.cu: FAST products of CUDA_FAST_MIN_M .. CUDA_SKINNY_MAX_M rows
+ * on tensor cores. fits: whether w can take part at M rows. cuda_skinny
+ * queues ys[i] = xb · ws[i]ᵀ (+ biases[i]) for n such weights with equal
+ * cols, xb the activations already rounded to bf16 ([M, cols]). */
+bool cuda_skinny_fits(const cuda_backend *cb, const em_weight *w, int M);
+void cuda_skinny(cuda_backend *cb, int n, float *const *ys, const em_weight *const *ws, const float *const *biases,
+                 const void *xb, int M);
 /* cuda_qmatmul.cu: the int8 GEMV over a set of 4-/8-bit matrices alike (FAST,
  * M <= 2); false when it does not apply (nothing queued). */
 bool cuda_qgemv_i8_set(cuda_backend *cb, const gemv_set *s, const em_weight *w0, const float *x, int M);

@@ -1,12 +1,15 @@
 /* cuda_matmul.cu — y[M, N] = x[M, K] · Wᵀ (+ bias) with W bf16/f16/f32 and
  * x, y f32.
  *
- * Decode (M <= 8, and EXACT batches up to 64 rows): a GEMV kernel, f32
+ * Decode (M <= 8, and EXACT batches up to 64 rows; FAST ones below
+ * CUDA_FAST_MIN_M): a GEMV kernel, f32
  * accumulation in an order that does not depend on M (see gemv_kernel). Larger EXACT batches widen slices of W to f32 and run
  * cuBLAS SGEMM (f32 in, f32 accumulate: the activations are never
- * rounded). FAST batches of >= 16 rows over bf16 weights round the
- * activations to bf16 and run a bf16 tensor-core GEMM with f32 accumulate,
- * as the CPU's FAST path does. */
+ * rounded). FAST batches of CUDA_FAST_MIN_M rows or more over bf16
+ * weights round the activations to bf16 and run a bf16 tensor-core GEMM
+ * with f32 accumulate, as the CPU's FAST path does for 16 rows or more:
+ * the skinny kernel (cuda_skinny.cu) for few rows over small matrices,
+ * cuBLAS otherwise. */
 #include "backend/cuda/cuda_internal.cuh"
 
 #define GEMV_ROWS 8     /* activation rows per pass */
@@ -101,11 +104,18 @@ __device__ __forceinline__ void gemv_finish(float (*acc)[MR], int lane, float *y
 }
 
 /* Vector path: K % 8 == 0 and 16-byte aligned rows. MR activation rows
- * per pass (1 for single-sequence decode, which then needs few registers
- * and runs at full occupancy). */
+ * per pass: 1 for single-sequence decode, 2 and 4 for a few rows (a short
+ * verification span, a small decode batch), all of which need few
+ * registers and run at high occupancy with many loads in flight, and 8.
+ * (Through one kernel of 8 rows, 2 rows took as long as 2 passes of 1.) */
+template <int MR> struct gemv_shape {
+    static constexpr int blocks = MR == 1 ? 8 : MR <= 4 ? 4 : 1; /* resident per SM, at least */
+    static constexpr int loads = MR == 1 ? 8 : MR <= 2 ? 4 : 2;  /* 16-byte weight loads in flight per lane */
+};
+
 template <int DT, int MR>
-__global__ void __launch_bounds__(GEMV_WARPS * 32, MR == 1 ? 8 : 1) gemv_kernel(gemv_set set, const float *x, int M,
-                                                                              int K) {
+__global__ void __launch_bounds__(GEMV_WARPS * 32, gemv_shape<MR>::blocks) gemv_kernel(gemv_set set, const float *x,
+                                                                                     int M, int K) {
     cuda_pdl_enter();
     constexpr int R = 1; /* a warp's rows never straddle two matrices of the set */
     int lane = threadIdx.x % 32, v = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
@@ -125,8 +135,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32, MR == 1 ? 8 : 1) gemv_kernel(
         for (int r = 0; r < R; r++)
 #pragma unroll
             for (int m = 0; m < MR; m++) acc[r][m] = 0.0f;
-        /* many loads in flight where registers allow (one activation row) */
-        constexpr int U = MR == 1 ? 8 : 2;
+        constexpr int U = gemv_shape<MR>::loads;
         int k = lane * 8;
         for (; k + (U - 1) * 256 < K; k += U * 256) {
             uint4 u[U][R];
@@ -254,6 +263,8 @@ gemv_set gemv_set_make(int n, float *const *ys, const em_weight *const *ws, cons
 template <int DT> static void gemv_set_launch(cuda_backend *cb, const gemv_set &set, const float *x, int M, int K) {
     unsigned grid = (unsigned)((set.start[set.count] + GEMV_WARPS - 1) / GEMV_WARPS);
     if (M == 1) cuda_launch(gemv_kernel<DT, 1>, grid, GEMV_WARPS * 32, 0, cb->stream, set, x, M, K);
+    else if (M == 2) cuda_launch(gemv_kernel<DT, 2>, grid, GEMV_WARPS * 32, 0, cb->stream, set, x, M, K);
+    else if (M <= 4) cuda_launch(gemv_kernel<DT, 4>, grid, GEMV_WARPS * 32, 0, cb->stream, set, x, M, K);
     else cuda_launch(gemv_kernel<DT, GEMV_ROWS>, grid, GEMV_WARPS * 32, 0, cb->stream, set, x, M, K);
 }
 
@@ -343,8 +354,26 @@ static void gemm_fast_rounded(cuda_backend *cb, float *y, int M, const em_weight
                    "matmul (cuBLAS bf16 GEMM)");
 }
 
-static void gemm_fast(cuda_backend *cb, float *y, const float *x, int M, const em_weight *w) {
-    if (round_activations(cb, x, M, (int)w->cols)) gemm_fast_rounded(cb, y, M, w);
+/* The n products of the rounded activations in cb->xconv with bf16
+ * weights of equal cols: the skinny kernel takes every weight it fits (one
+ * launch), cuBLAS the others. Each product gets the bits it would get alone. */
+static void gemm_fast_set(cuda_backend *cb, int n, float *const *ys, int M, const em_weight *const *ws,
+                          const float *const *biases) {
+    float *sy[EM_MATMUL_GROUP_MAX];
+    const em_weight *sw[EM_MATMUL_GROUP_MAX];
+    const float *sb[EM_MATMUL_GROUP_MAX];
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        const float *b = biases ? biases[i] : NULL;
+        if (cuda_skinny_fits(cb, ws[i], M)) {
+            sy[k] = ys[i], sw[k] = ws[i], sb[k] = b;
+            k++;
+        } else {
+            gemm_fast_rounded(cb, ys[i], M, ws[i]);
+            add_bias(cb, ys[i], b, M, (int)ws[i]->rows);
+        }
+    }
+    if (k) cuda_skinny(cb, k, sy, sw, sb, cb->xconv, M);
 }
 
 void cuda_matmul(em_backend *be, float *y, const float *x, int M, const em_weight *w, const float *bias, em_math math) {
@@ -363,8 +392,7 @@ void cuda_matmul(em_backend *be, float *y, const float *x, int M, const em_weigh
     }
     int N = (int)w->rows;
     if (math == EM_MATH_FAST && w->dtype == EM_BF16 && M >= FAST_MIN_M) {
-        gemm_fast(cb, y, x, M, w);
-        add_bias(cb, y, bias, M, N);
+        if (round_activations(cb, x, M, (int)w->cols)) gemm_fast_set(cb, 1, &y, M, &w, &bias);
     } else if (M <= GEMV_MAX_EXACT_M) {
         gemv(cb, y, x, M, w, bias);
     } else {
@@ -404,10 +432,7 @@ static bool gemm_fast_group(cuda_backend *cb, int n, float *const *ys, const flo
                                  biases ? biases[i] : NULL, (int)math, ws[i]->bits, ws[i]->group_size, ws[i]->scales,
                                  ws[i]->biases);
     if (replay || !round_activations(cb, x, M, (int)ws[0]->cols)) return true;
-    for (int i = 0; i < n; i++) {
-        gemm_fast_rounded(cb, ys[i], M, ws[i]);
-        add_bias(cb, ys[i], biases ? biases[i] : NULL, M, (int)ws[i]->rows);
-    }
+    gemm_fast_set(cb, n, ys, M, ws, biases);
     return true;
 }
 
