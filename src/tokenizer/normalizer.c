@@ -107,7 +107,17 @@ em_status tok_norm_load(json_t *j, const char *path, tok_norm **out) {
     return EM_OK;
 }
 
+/* ASCII is its own NFC, NFD, NFKC and NFKD, and an ASCII character that
+ * another ASCII character follows never combines or reorders: the text up
+ * to the character before its first non-ASCII byte is copied as it is (a
+ * prompt in English skips utf8proc altogether). */
 static em_status unicode_form(const char *in, size_t n, utf8proc_option_t opt, tok_buf *out) {
+    size_t ascii = 0;
+    while (ascii < n && !((unsigned char)in[ascii] & 0x80)) ascii++;
+    size_t keep = ascii == n ? n : ascii ? ascii - 1 : 0;
+    if (!tok_buf_put(out, in, keep)) return em_fail(EM_ERR_NOMEM, "tokenizer: out of memory");
+    if (keep == n) return EM_OK;
+    in += keep, n -= keep;
     utf8proc_uint8_t *dst = NULL;
     utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)in, (utf8proc_ssize_t)n, &dst, opt | UTF8PROC_STABLE);
     if (r < 0) return em_fail(EM_ERR_INVALID, "tokenizer: normalization failed: %s", utf8proc_errmsg(r));

@@ -154,6 +154,11 @@ static void norm_case(const char *json, const char *in, const char *want) {
 static void test_normalizers(void) {
     norm_case("{\"type\":\"NFD\"}", "\xC3\xA9", "e\xCC\x81");
     norm_case("{\"type\":\"NFC\"}", "e\xCC\x81", "\xC3\xA9");
+    /* past an ASCII stretch: the character before the first non-ASCII one still combines */
+    norm_case("{\"type\":\"NFC\"}", "plain cafe\xCC\x81 ok", "plain caf\xC3\xA9 ok");
+    norm_case("{\"type\":\"NFC\"}", "only ascii", "only ascii");
+    norm_case("{\"type\":\"NFKC\"}", "x\xEF\xAC\x81", "xfi");
+    norm_case("{\"type\":\"NFD\"}", "ab\xC3\xA9", "abe\xCC\x81");
     norm_case("{\"type\":\"NFKC\"}", "\xEF\xAC\x81\xE2\x91\xA0", "fi1");
     norm_case("{\"type\":\"NFKD\"}", "\xC3\xA9\xEF\xAC\x81", "e\xCC\x81" "fi");
     norm_case("{\"type\":\"Lowercase\"}", "\xC3\x80\xC4\xB0" "B", "\xC3\xA0i\xCC\x87" "b");
