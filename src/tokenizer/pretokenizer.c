@@ -278,31 +278,45 @@ static em_status split_piece(tok_list *out, const char *t, size_t n, bool at_sta
     return st;
 }
 
+/* Appends the byte-level text of a space (when space) and s[0..n) to out as
+ * one piece, written straight into its arena: this runs once per piece of
+ * every prompt. */
+static bool bytelevel_emit(const tok_bytelevel *bl, tok_list *out, bool space, const unsigned char *s, size_t n,
+                           bool at_start) {
+    size_t off = out->arena.n;
+    if (!tok_buf_reserve(&out->arena, 2 * (n + 1))) return false; /* a byte's char takes at most 2 bytes */
+    char *d = out->arena.p + off;
+    if (space) {
+        memcpy(d, bl->enc[' '], 2);
+        d += bl->enc_len[' '];
+    }
+    for (size_t k = 0; k < n; k++) {
+        memcpy(d, bl->enc[s[k]], 2);
+        d += bl->enc_len[s[k]];
+    }
+    out->arena.n = (size_t)(d - out->arena.p);
+    out->arena.p[out->arena.n] = 0;
+    return tok_list_push_span(out, off, out->arena.n - off, at_start);
+}
+
 static em_status bytelevel_piece(const tok_pretok *p, tok_list *out, const char *t, size_t n, bool at_start) {
     const tok_bytelevel *bl = &p->bl;
+    bool prefix = p->add_prefix_space && (n == 0 || t[0] != ' ');
+    if (!p->use_regex) { /* the piece as it is (a Split before did the splitting) */
+        if ((n || prefix) && !bytelevel_emit(bl, out, prefix, (const unsigned char *)t, n, at_start))
+            return em_fail(EM_ERR_NOMEM, "tokenizer: out of memory");
+        return EM_OK;
+    }
     tok_list tmp = {0};
     em_status st = EM_OK;
-    bool prefix = p->add_prefix_space && (n == 0 || t[0] != ' ');
     if (!tok_buf_put(&tmp.arena, " ", prefix ? 1 : 0) || !tok_buf_put(&tmp.arena, t, n))
         st = em_fail(EM_ERR_NOMEM, "tokenizer: out of memory");
     tok_list parts = {0};
-    if (st == EM_OK) {
-        if (p->use_regex) st = split_piece(&parts, tmp.arena.p, tmp.arena.n, at_start, &p->pat, CP_EQ, 0, false, BH_ISOLATED);
-        else if (tmp.arena.n && !tok_list_push(&parts, tmp.arena.p, tmp.arena.n, at_start))
+    if (st == EM_OK) st = split_piece(&parts, tmp.arena.p, tmp.arena.n, at_start, &p->pat, CP_EQ, 0, false, BH_ISOLATED);
+    for (size_t i = 0; st == EM_OK && i < parts.n; i++)
+        if (!bytelevel_emit(bl, out, false, (const unsigned char *)parts.arena.p + parts.v[i].off, parts.v[i].len,
+                            parts.v[i].at_start))
             st = em_fail(EM_ERR_NOMEM, "tokenizer: out of memory");
-    }
-    for (size_t i = 0; st == EM_OK && i < parts.n; i++) {
-        const unsigned char *s = (const unsigned char *)parts.arena.p + parts.v[i].off;
-        size_t off = out->arena.n;
-        for (size_t k = 0; k < parts.v[i].len; k++) {
-            if (!tok_buf_put(&out->arena, bl->enc[s[k]], bl->enc_len[s[k]])) {
-                st = em_fail(EM_ERR_NOMEM, "tokenizer: out of memory");
-                break;
-            }
-        }
-        if (st == EM_OK && !tok_list_push_span(out, off, out->arena.n - off, parts.v[i].at_start))
-            st = em_fail(EM_ERR_NOMEM, "tokenizer: out of memory");
-    }
     tok_list_free(&tmp);
     tok_list_free(&parts);
     return st;

@@ -33,6 +33,9 @@ typedef struct tok_buf {
     size_t n, cap;
 } tok_buf;
 
+/* Room for `extra` more bytes and the terminating NUL; false on overflow or
+ * out of memory. */
+bool tok_buf_reserve(tok_buf *b, size_t extra);
 bool tok_buf_put(tok_buf *b, const void *s, size_t n);
 bool tok_buf_putc(tok_buf *b, char c);
 void tok_buf_free(tok_buf *b);

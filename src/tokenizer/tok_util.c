@@ -9,9 +9,9 @@
 #include <string.h>
 #include <utf8proc.h>
 
-bool tok_buf_put(tok_buf *b, const void *s, size_t n) {
+bool tok_buf_reserve(tok_buf *b, size_t extra) {
     size_t need;
-    if (!em_add(b->n, n, &need) || !em_add(need, 1, &need)) return false;
+    if (!em_add(b->n, extra, &need) || !em_add(need, 1, &need)) return false;
     if (need > b->cap) {
         size_t cap = b->cap ? b->cap : 64;
         while (cap < need) {
@@ -22,6 +22,11 @@ bool tok_buf_put(tok_buf *b, const void *s, size_t n) {
         b->p = p;
         b->cap = cap;
     }
+    return true;
+}
+
+bool tok_buf_put(tok_buf *b, const void *s, size_t n) {
+    if (!tok_buf_reserve(b, n)) return false;
     if (n) memcpy(b->p + b->n, s, n);
     b->n += n;
     b->p[b->n] = 0;
