@@ -77,7 +77,7 @@ int prompt_cache_attach(em_model *m, kv_store *store, int seq, const int32_t *id
     pb->n_registered = got; /* attached blocks are registered already */
     size_t at = (size_t)got * bs, left = n_ids - 1 - at; /* the last id is always computed */
     int partial = 0;
-    if (partial_reuse(m) && got == c->seqs[seq].n_blocks && left > 0 && (got == 0 || got <= pb->n_hashed))
+    if (partial_reuse(m) && got == c->seqs[seq].n_blocks && left > 0) /* got > 0: hash[got - 1] exists */
         partial = kv_prefix_attach_partial(c, seq, got ? pb->hash[got - 1] : pb->seed, ids + at,
                                            (int)(left < bs ? left : bs));
     return (int)at + partial;
