@@ -9,7 +9,7 @@ reused; only the tail is prefilled). Round 0 warms the server and is not
 counted. Reports the median cold and cached TTFT, their ratio, and the
 prompt / cached token counts the server reported in usage.
 
-  python3 bench/ttft_prefix.py --url http://127.0.0.1:8080 --prefix-words 1500 --rounds 5 [--json]
+  python3 bench/ttft_prefix.py --url http://127.0.0.1:8080 --prefix-words 1500 --rounds 5 [--seed N] [--json]
 """
 import argparse, json, random, socket, statistics, time, urllib.parse
 
@@ -18,6 +18,7 @@ ap.add_argument("--url", default="http://127.0.0.1:8080")
 ap.add_argument("--prefix-words", type=int, default=1500)
 ap.add_argument("--rounds", type=int, default=5)
 ap.add_argument("--json", action="store_true")
+ap.add_argument("--seed", type=int, default=0, help="another seed makes other prefixes (a second run against the same server)")
 a = ap.parse_args()
 u = urllib.parse.urlparse(a.url)
 if u.hostname not in ("127.0.0.1", "localhost", "::1"):
@@ -65,7 +66,7 @@ def ttft(prompt):
 
 cold, warm, rows = [], [], []
 for rnd in range(a.rounds + 1):
-    rng = random.Random(rnd * 7919 + 1)
+    rng = random.Random(rnd * 7919 + 1 + a.seed * 1000003)
     prefix = " ".join(rng.choice(WORDS) + str(rng.randrange(100)) for _ in range(a.prefix_words))
     c = ttft(prefix + " First question: what comes next?")
     h = ttft(prefix + " Second question: and after that?")

@@ -105,6 +105,11 @@ typedef struct em_backend_ops {
     em_status (*download)(em_backend *be, void *dst, const void *src, size_t bytes);
     /* Copy within backend memory (regions may overlap). */
     void (*copy)(em_backend *be, void *dst, const void *src, size_t bytes);
+    /* n copies of `bytes` each within backend memory, dst[i] <- src[i] (no
+     * region overlaps another); queued in order with other work. Optional
+     * (NULL: callers copy one by one): on a GPU it is one launch instead
+     * of n (the KV cache's copy on write touches two tensors per layer). */
+    void (*copy_many)(em_backend *be, int n, void *const *dst, const void *const *src, size_t bytes);
     /* Host memory the backend's transfers are fastest from and to (pinned
      * for a GPU); optional (NULL: callers use malloc). */
     void *(*host_alloc)(em_backend *be, size_t bytes);

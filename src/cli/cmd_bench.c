@@ -33,6 +33,10 @@ static void bench_help(void) {
            "  --spec mtp            decode with MTP speculation (greedy, through em_generate); reports\n"
            "                        the acceptance rate and tokens per trunk step\n"
            "  --draft-tokens K      tokens drafted per trunk step with --spec (default 2)\n"
+           "  --cached N            prefill the prompt's first N tokens untimed (a prefix the\n"
+           "                        server would find cached), then time the rest of --prompt-tokens\n"
+           "                        as one forward: the time to first token of a request whose\n"
+           "                        prefix is cached (default 0)\n"
            "  --batch B             decode B sequences together, one token each per step; decode\n"
            "                        tokens/s is then the aggregate of all B (default 1)\n"
            "  --warmup N            unmeasured runs first, the same prompt and at most 8 generated\n"
@@ -107,8 +111,23 @@ static em_status decode_sampled(em_model *m, em_span *spans, int batch, float *l
     return s;
 }
 
-static em_status run_once(em_model *m, const int32_t *prompt, int n_prompt, int n_gen, int spec_k, int batch,
-                          const em_sampling *sampling, bench_result *r) {
+/* Feeds ids [from, to) of sequence seq in chunks of 512 with the last
+ * position's logits; `whole` feeds them as one span whatever their count
+ * (a cached prompt's tail, as the server feeds it). */
+static em_status prefill(em_model *m, int seq, const int32_t *ids, int from, int to, bool whole, float *logits) {
+    em_status s = EM_OK;
+    for (int done = from; s == EM_OK && done < to;) {
+        int n = whole || to - done < 512 ? to - done : 512;
+        em_span sp = {seq, ids + done, n, done + n == to ? LOGITS_LAST : LOGITS_NONE, SPAN_MATH_MODEL};
+        em_batch b = {.spans = &sp, .n_spans = 1};
+        s = model_forward(m, &b, logits);
+        done += n;
+    }
+    return s;
+}
+
+static em_status run_once(em_model *m, const int32_t *prompt, int n_prompt, int n_cached, int n_gen, int spec_k,
+                          int batch, const em_sampling *sampling, bench_result *r) {
     int32_t *ids = em_mallocn((size_t)n_prompt + (size_t)n_gen, sizeof *ids);
     float *logits = em_mallocn((size_t)m->cfg.vocab * (size_t)batch, sizeof *logits);
     int *seqs = em_mallocn((size_t)batch, sizeof *seqs);
@@ -135,15 +154,12 @@ static em_status run_once(em_model *m, const int32_t *prompt, int n_prompt, int 
     int n_seqs = 0;
     for (; s == EM_OK && n_seqs < batch; n_seqs++) s = kv_seq_alloc(m->kv, &seqs[n_seqs]);
     if (s != EM_OK) n_seqs--;
+    /* the cached prefix, prefilled before the clock starts (its last
+     * chunk's logits come back to the host, so it has finished) */
+    for (int q = 0; q < batch; q++) s = s == EM_OK ? prefill(m, seqs[q], ids, 0, n_cached, false, logits) : s;
     double t0 = em_now();
     for (int q = 0; s == EM_OK && q < batch; q++) {
-        for (int done = 0; s == EM_OK && done < n_prompt;) {
-            int n = n_prompt - done < 512 ? n_prompt - done : 512;
-            em_span sp = {seqs[q], ids + done, n, done + n == n_prompt ? LOGITS_LAST : LOGITS_NONE, SPAN_MATH_MODEL};
-            em_batch b = {.spans = &sp, .n_spans = 1};
-            s = model_forward(m, &b, logits);
-            done += n;
-        }
+        s = prefill(m, seqs[q], ids, n_cached, n_prompt, n_cached > 0, logits);
         if (q == 0) r->ttft = em_now() - t0;
     }
     double t1 = em_now();
@@ -166,7 +182,7 @@ static em_status run_once(em_model *m, const int32_t *prompt, int n_prompt, int 
     r->allreduce_ms = n_gen ? ms / n_gen : 0;
     r->allreduce_calls = n_gen ? (double)calls / n_gen : 0;
     for (int q = 0; q < n_seqs; q++) kv_seq_release(m->kv, seqs[q]);
-    r->prefill_tps = (double)n_prompt * batch / (t1 - t0);
+    r->prefill_tps = (double)(n_prompt - n_cached) * batch / (t1 - t0);
     r->decode_tps = (double)n_gen * batch / (t2 - t1);
 out:
     for (int q = 0; q < n_smp; q++) sampler_free(&smp[q]);
@@ -212,7 +228,7 @@ static int cmd_bench(int argc, char **argv) {
     cli_model_opts mo;
     cli_model_opts_init(&mo, EM_PRECISION_FAST);
     const char *model = NULL, *prompt_file = NULL;
-    long n_prompt = 512, n_gen = 128, repeat = 1, draft_tokens = 2, batch = 1, warmup = -1;
+    long n_prompt = 512, n_gen = 128, repeat = 1, draft_tokens = 2, batch = 1, warmup = -1, n_cached = 0;
     bool json = false, spec = false;
     for (int i = 1; i < argc; i++) {
         int r = cli_model_opt(&mo, argc, argv, &i, "bench");
@@ -223,7 +239,10 @@ static int cmd_bench(int argc, char **argv) {
                      : cli_arg_is(argv[i], "--repeat")        ? &repeat
                      : cli_arg_is(argv[i], "--batch")         ? &batch
                                                               : NULL;
-        if (cli_arg_is(argv[i], "--warmup")) {
+        if (cli_arg_is(argv[i], "--cached")) {
+            const char *v = cli_take_value(argc, argv, &i, "bench");
+            if (!v || !cli_parse_int(v, 0, 1 << 22, &n_cached)) { cli_error("bench", "--cached needs a number of tokens"); return CLI_USAGE; }
+        } else if (cli_arg_is(argv[i], "--warmup")) {
             const char *v = cli_take_value(argc, argv, &i, "bench");
             if (!v || !cli_parse_int(v, 0, 100, &warmup)) { cli_error("bench", "--warmup needs a number in 0..100"); return CLI_USAGE; }
         } else if (target) {
@@ -244,6 +263,8 @@ static int cmd_bench(int argc, char **argv) {
         else { cli_error("bench", "unexpected argument %s", argv[i]); return CLI_USAGE; }
     }
     if (!model) { cli_error("bench", "MODEL is required (see --help)"); return CLI_USAGE; }
+    if (n_cached >= n_prompt) { cli_error("bench", "--cached %ld leaves no token of --prompt-tokens %ld to time", n_cached, n_prompt); return CLI_USAGE; }
+    if (spec && n_cached) { cli_error("bench", "--spec measures decoding: leave out --cached"); return CLI_USAGE; }
     if (spec && batch > 1) { cli_error("bench", "--spec measures one sequence: leave out --batch"); return CLI_USAGE; }
     /* greedy unless --temperature > 0 is given (a model's generation_config.json does not turn it on) */
     bool sampled = mo.temperature > 0;
@@ -286,10 +307,10 @@ static int cmd_bench(int argc, char **argv) {
     sampling.seed = 1, sampling.has_seed = 1;
     if (warmup < 0) warmup = m->be->ops->host_memory ? 0 : 1;
     for (long k = 0; k < warmup && s == EM_OK; k++)
-        s = run_once(m, prompt, (int)n_prompt, n_gen < 8 ? (int)n_gen : 8, spec ? (int)draft_tokens : 0, (int)batch,
+        s = run_once(m, prompt, (int)n_prompt, (int)n_cached, n_gen < 8 ? (int)n_gen : 8, spec ? (int)draft_tokens : 0, (int)batch,
                      sampled ? &sampling : NULL, &r);
     for (long k = 0; k < repeat && s == EM_OK; k++) {
-        s = run_once(m, prompt, (int)n_prompt, (int)n_gen, spec ? (int)draft_tokens : 0, (int)batch,
+        s = run_once(m, prompt, (int)n_prompt, (int)n_cached, (int)n_gen, spec ? (int)draft_tokens : 0, (int)batch,
                      sampled ? &sampling : NULL, &r);
         if (r.decode_tps > best.decode_tps) {
             best.decode_tps = r.decode_tps;
@@ -311,22 +332,24 @@ static int cmd_bench(int argc, char **argv) {
         double bpt = decode_bytes(m), roof = bw > 0 ? bw * tp / bpt : 0, steps = best.decode_tps / (double)batch;
         const char *prec = m->prefill_math == EM_MATH_FAST ? "fast" : "exact";
         const char *where = !sampled ? "" : model_device_samples(m) ? "device" : "host";
+        char cached_note[64] = "";
+        if (n_cached) snprintf(cached_note, sizeof cached_note, " after %ld cached", n_cached);
         if (json)
-            printf("{\"model\":\"%s\",\"device\":\"%s\",\"threads\":%d,\"precision\":\"%s\",\"batch\":%ld,\"prompt\":\"%s\",\"prompt_tokens\":%ld,\"gen_tokens\":%ld,"
+            printf("{\"model\":\"%s\",\"device\":\"%s\",\"threads\":%d,\"precision\":\"%s\",\"batch\":%ld,\"prompt\":\"%s\",\"prompt_tokens\":%ld,\"cached_tokens\":%ld,\"gen_tokens\":%ld,"
                    "\"prefill_tps\":%.2f,\"decode_tps\":%.3f,\"ttft_s\":%.4f,\"bandwidth_gbs\":%.2f,"
                    "\"bytes_per_token\":%.0f,\"roofline_tps\":%.3f,\"roofline_fraction\":%.4f,"
                    "\"tensor_parallel\":%d,\"allreduce_ms_per_step\":%.4f,\"allreduces_per_step\":%.1f,\"sampled\":%s,"
                    "\"sampled_on\":\"%s\"}\n",
-                   m->name, m->be->ops->name, m->be->n_threads, prec, batch, prompt ? "file" : "random", n_prompt, n_gen,
+                   m->name, m->be->ops->name, m->be->n_threads, prec, batch, prompt ? "file" : "random", n_prompt, n_cached, n_gen,
                    best.prefill_tps, best.decode_tps, best.ttft, bw / 1e9, bpt, roof, roof > 0 ? steps / roof : 0, tp,
                    best.allreduce_ms, best.allreduce_calls, sampled ? "true" : "false", where);
         else
             printf("model %s (%s) on %s, precision %s\n"
-                   "prefill: %ld tokens at %.1f tokens/s (time to first token %.3f s)\n"
+                   "prefill: %ld tokens%s at %.1f tokens/s (time to first token %.3f s)\n"
                    "decode:  %ld tokens x %ld sequences at %.2f tokens/s%s%s\n"
                    "memory:  %.1f GB/s read bandwidth, %.2f GB read per token, roofline %.2f tokens/s\n"
                    "decode steps reach %.1f%% of the memory roofline\n",
-                   m->name, m->cfg.model_type, m->be->desc, prec, n_prompt, best.prefill_tps, best.ttft, n_gen, batch,
+                   m->name, m->cfg.model_type, m->be->desc, prec, n_prompt - n_cached, cached_note, best.prefill_tps, best.ttft, n_gen, batch,
                    best.decode_tps, sampled ? ", sampled on the " : "", where, bw / 1e9, bpt / 1e9, roof,
                    roof > 0 ? 100 * steps / roof : 0);
         if (!json && tp > 1 && best.allreduce_calls > 0)

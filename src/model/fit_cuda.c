@@ -106,7 +106,8 @@ static void sim_matmul(scratch_sim *sc, int M, int N, int K, em_dtype dt, bool f
  * positions, as dense.c decides). Few rows split attention's keys. */
 static void sim_forward(scratch_sim *sc, const fit_shape *s, int M, int heads, const em_dtype dt[2], bool fast) {
     if (M <= CUDA_ATT_SPLIT_MAX_ROWS)
-        scratch_need(&sc->att, (uint64_t)M * (uint64_t)s->heads * CUDA_ATT_SPLITS * ((uint64_t)s->head_dim + 2u) * 4u);
+        scratch_need(&sc->att, (uint64_t)M * (uint64_t)s->heads * (uint64_t)cuda_att_splits(M) *
+                                   ((uint64_t)s->head_dim + 2u) * 4u);
     int qd = s->heads * s->head_dim, kvd = s->kv_heads * s->head_dim;
     int calls[7][2] = {{qd, s->hidden}, {kvd, s->hidden}, {kvd, s->hidden}, {s->hidden, qd},
                        {s->inter, s->hidden}, {s->inter, s->hidden}, {s->hidden, s->inter}};

@@ -295,12 +295,27 @@ static int partial_find(const kv_cache *c, uint64_t parent, const int32_t *token
 }
 
 /* The first len positions of block src into block dst, every layer. */
+/* Layers whose copies go to the backend as one copy_many (more take the
+ * one-by-one path; real models have at most a few hundred). */
+#define KV_COPY_MANY_LAYERS 512
 static void copy_positions(kv_cache *c, int dst, int src, int len) {
     size_t bytes = (size_t)len * (size_t)c->n_kv * (size_t)c->head_dim * sizeof(float);
     size_t d = (size_t)dst * c->block_floats, s = (size_t)src * c->block_floats;
-    for (int l = 0; l < c->n_layers; l++) { /* queued before any later write to either block */
-        c->be->ops->copy(c->be, c->k_layer[l] + d, c->k_layer[l] + s, bytes);
-        c->be->ops->copy(c->be, c->v_layer[l] + d, c->v_layer[l] + s, bytes);
+    const em_backend_ops *op = c->be->ops;
+    /* queued before any later write to either block */
+    if (op->copy_many && c->n_layers <= KV_COPY_MANY_LAYERS) {
+        void *to[2 * KV_COPY_MANY_LAYERS];
+        const void *from[2 * KV_COPY_MANY_LAYERS];
+        for (int l = 0; l < c->n_layers; l++) {
+            to[2 * l] = c->k_layer[l] + d, from[2 * l] = c->k_layer[l] + s;
+            to[2 * l + 1] = c->v_layer[l] + d, from[2 * l + 1] = c->v_layer[l] + s;
+        }
+        op->copy_many(c->be, 2 * c->n_layers, to, from, bytes);
+        return;
+    }
+    for (int l = 0; l < c->n_layers; l++) {
+        op->copy(c->be, c->k_layer[l] + d, c->k_layer[l] + s, bytes);
+        op->copy(c->be, c->v_layer[l] + d, c->v_layer[l] + s, bytes);
     }
 }
 

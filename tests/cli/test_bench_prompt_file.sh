@@ -2,6 +2,8 @@
 # `ember bench --prompt-file`: the prompt is the file's text through the
 # model's tokenizer, cut to --prompt-tokens (all of it when shorter), and the
 # JSON says so; empty, missing and out-of-vocabulary prompts are clear errors.
+# Also `--cached N` (the tail of a prompt whose prefix is cached) and the
+# other options' usage errors.
 set -u
 : "${EMBER_BIN:?}" "${EMBER_SRC:?}"
 MODEL="$EMBER_SRC/models/demo"
@@ -23,6 +25,14 @@ check "a long file is cut to --prompt-tokens" '[ "$(field prompt_tokens "$j")" =
 j=$("$EMBER_BIN" bench "$MODEL" --prompt-tokens 8 --gen-tokens 4 --json 2>&1)
 check "random ids without the option" '[ "$(field prompt "$j")" = random ] && [ "$(field prompt_tokens "$j")" = 8 ]'
 
+j=$("$EMBER_BIN" bench "$MODEL" --cached 40 --prompt-tokens 47 --gen-tokens 2 --json 2>&1); rc=$?
+check "--cached times the tail after an untimed prefix" '[ $rc = 0 ] && [ "$(field cached_tokens "$j")" = 40 ] && [ "$(field prompt_tokens "$j")" = 47 ] && awk "BEGIN{exit !($(field prefill_tps "$j") > 0)}"'
+t=$("$EMBER_BIN" bench "$MODEL" --cached 40 --prompt-tokens 47 --gen-tokens 2 2>&1)
+check "the text names the cached prefix" 'grep -q "prefill: 7 tokens after 40 cached" <<<"$t"'
+e=$("$EMBER_BIN" bench "$MODEL" --cached 8 --prompt-tokens 8 2>&1); rc=$?
+check "--cached must leave tokens to time" '[ $rc = 2 ] && grep -q "leaves no token" <<<"$e"'
+e=$("$EMBER_BIN" bench "$MODEL" --cached 4 --spec mtp 2>&1); rc=$?
+check "--cached with --spec is a usage error" '[ $rc = 2 ] && grep -q -- "--cached" <<<"$e"'
 j=$("$EMBER_BIN" bench "$MODEL" --prompt-tokens 8 --gen-tokens 4 --batch 2 --temperature 0.8 --top-k 5 --json 2>&1); rc=$?
 check "sampled decoding is measured (--temperature)" '[ $rc = 0 ] && awk "BEGIN{exit !($(field decode_tps "$j") > 0)}"'
 e=$("$EMBER_BIN" bench "$MODEL" --spec mtp --temperature 0.5 2>&1); rc=$?

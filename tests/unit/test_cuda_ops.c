@@ -773,6 +773,35 @@ static void test_copy_rows(void) {
     free(src), free(dc), free(dg);
 }
 
+/* copy_many: every copy lands where it should and nothing else is
+ * written, for 16-byte aligned copies (the KV cache's) and unaligned ones,
+ * and sizes from a few bytes to more than one block's share. */
+static void test_copy_many(void) {
+    size_t sizes[] = {49152, 4, 1000, 300000};
+    int offs[] = {0, 0, 3, 16};
+    for (size_t c = 0; c < sizeof sizes / sizeof *sizes; c++) {
+        int n = 32;
+        size_t bytes = sizes[c], slot = bytes + 64, total = slot * (size_t)n * 2;
+        float *h = rand_f32(total / 4 + 1, 1.0f);
+        char *d = up(h, total);
+        void *to[32];
+        const void *from[32];
+        for (int i = 0; i < n; i++) { /* copy i: slot 2i+1 <- slot (2i + 2) % 2n, at an offset */
+            to[i] = d + (size_t)(2 * i + 1) * slot + offs[c];
+            from[i] = d + (size_t)((2 * i + 2) % (2 * n)) * slot + offs[c];
+        }
+        gpu->ops->copy_many(gpu, n, to, from, bytes);
+        char *want = malloc(total), *got = (char *)down(d, total / 4);
+        memcpy(want, h, total);
+        for (int i = 0; i < n; i++)
+            memcpy(want + (size_t)(2 * i + 1) * slot + offs[c], (char *)h + (size_t)((2 * i + 2) % (2 * n)) * slot + offs[c],
+                   bytes);
+        CHECKF(!memcmp(want, got, total / 4 * 4), "copy_many of %zu bytes (offset %d) differs", bytes, offs[c]);
+        gpu->ops->free(gpu, d);
+        free(h), free(want), free(got);
+    }
+}
+
 /* The greedy choice per row, and its value, equal the CPU's: rows of a
  * vocabulary's width and odd ones, strided rows (a rank's columns), ties
  * across threads' shares, NaN, all -inf, all NaN. */
@@ -941,6 +970,8 @@ static void test_attention(void) {
     test_attention_case(4, 4, 32, 60, 1, 20);    /* MHA, head_dim 32, window */
     test_attention_case(32, 8, 64, 700, 1, 0);   /* Llama-3.2-1B decode, long context */
     test_attention_case(32, 8, 128, 9, 2, 0);    /* Llama-3.1-8B shape, fewer keys than a block's slots */
+    test_attention_case(32, 8, 64, 2054, 7, 0);  /* a cached prompt's 7-row tail: each split longer than its prefetch ring */
+    test_attention_case(16, 2, 128, 1500, 3, 0); /* GQA 8, head_dim 128, long context */
 }
 
 /* One sequence of a batch: `prior` tokens already cached, `rows` new ones. */
@@ -1118,6 +1149,7 @@ int main(void) {
     RUN(test_delta_steps_exact);
     RUN(test_rmsnorm_gated);
     RUN(test_copy_rows);
+    RUN(test_copy_many);
     RUN(test_argmax_rows);
     RUN(test_sample_rows);
     em_backend_free(gpu);

@@ -10,7 +10,7 @@
  *   block finds the tile's maximum and the softmax weights, and each thread
  *   accumulates the weighted values of its own output dimensions, rescaling
  *   what it holds whenever the running maximum grows (online softmax).
- *   Rows of small batches split their keys over ATT_SPLITS blocks
+ *   Rows of small batches split their keys over cuda_att_splits() blocks
  *   (flash-decoding) and a second kernel merges the splits in order; the
  *   grid depends only on the row count, so a recorded step stays valid as
  *   the context grows.
@@ -29,8 +29,8 @@
 
 #define ATT_THREADS 128
 #define ATT_DIMS_PER_THREAD 4 /* head_dim <= 512 */
-#define ATT_SPLITS CUDA_ATT_SPLITS
 #define ATT_SPLIT_MAX_ROWS CUDA_ATT_SPLIT_MAX_ROWS
+#define GQA_AHEAD 4 /* keys (and values) each slot of attention_gqa_kernel keeps in flight */
 
 __device__ float block_reduce_f(float v, float *red, bool is_max) {
     for (int o = 16; o; o >>= 1) {
@@ -167,8 +167,8 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_kernel(float *out, floa
 template <int TPK, int G>
 __global__ void __launch_bounds__(ATT_THREADS)
     attention_gqa_kernel(float *out, float *part, const float *q, float *const *base, const int32_t *toff,
-                         const int32_t *pos, const int32_t *rmap, int n, int n_heads, int n_kv, int bs, float scale,
-                         int window) {
+                         const int32_t *pos, const int32_t *rmap, int n, int n_heads, int n_kv, int bs_shift,
+                         float scale, int window) {
     cuda_pdl_enter();
     constexpr int HD = TPK * 4, KPW = 32 / TPK, SLOTS = (ATT_THREADS / 32) * KPW;
     /* each slot's accumulators per head, [SLOTS][G][HD], then its (m, l) per head, [SLOTS][G][2] */
@@ -191,34 +191,45 @@ __global__ void __launch_bounds__(ATT_THREADS)
 #pragma unroll
     for (int g = 0; g < G; g++) m[g] = -INFINITY, l[g] = 0.0f, acc[g] = make_float4(0.f, 0.f, 0.f, 0.f);
     /* every lane runs every step (the shuffles need the whole warp); a slot
-     * past the end computes nothing it keeps. The next step's key and value
-     * are loaded before this step's are used. */
-    float4 kn = make_float4(0.f, 0.f, 0.f, 0.f), vn = kn;
-    if (start + slot <= end) {
-        int j = start + slot;
-        size_t off = (size_t)(j % bs) * rowlen + head_off;
-        kn = *(const float4 *)(kb[j / bs] + off), vn = *(const float4 *)(vb[j / bs] + off);
-    }
-    for (int j0 = start; j0 <= end; j0 += SLOTS) {
-        int j = j0 + slot, jn = j + SLOTS;
-        bool valid = j <= end;
-        float4 kv = kn, vv = vn;
-        if (jn <= end) {
-            size_t off = (size_t)(jn % bs) * rowlen + head_off;
-            kn = *(const float4 *)(kb[jn / bs] + off), vn = *(const float4 *)(vb[jn / bs] + off);
+     * past the end computes nothing it keeps. Each slot keeps its next
+     * GQA_AHEAD keys and values in flight (a ring of registers, refilled
+     * as each is used): with one step ahead a block had 4 KB in flight and
+     * a decode step's attention read its KV at about 0.5 TB/s. The order
+     * in which a slot visits its keys is unchanged. */
+    int bs_mask = (1 << bs_shift) - 1; /* the cache's block size is a power of two */
+    float4 kr[GQA_AHEAD], vr[GQA_AHEAD];
+#pragma unroll
+    for (int u = 0; u < GQA_AHEAD; u++) {
+        int j = start + slot + u * SLOTS;
+        kr[u] = vr[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (j <= end) {
+            size_t off = (size_t)(j & bs_mask) * rowlen + head_off;
+            kr[u] = *(const float4 *)(kb[j >> bs_shift] + off), vr[u] = *(const float4 *)(vb[j >> bs_shift] + off);
         }
+    }
+    for (int j0 = start; j0 <= end; j0 += GQA_AHEAD * SLOTS) {
 #pragma unroll
-        for (int g = 0; g < G; g++) {
-            float dot = qv[g].x * kv.x + qv[g].y * kv.y + qv[g].z * kv.z + qv[g].w * kv.w;
+        for (int u = 0; u < GQA_AHEAD; u++) {
+            int j = j0 + u * SLOTS + slot, jn = j + GQA_AHEAD * SLOTS;
+            bool valid = j <= end;
+            float4 kv = kr[u], vv = vr[u];
+            if (jn <= end) {
+                size_t off = (size_t)(jn & bs_mask) * rowlen + head_off;
+                kr[u] = *(const float4 *)(kb[jn >> bs_shift] + off), vr[u] = *(const float4 *)(vb[jn >> bs_shift] + off);
+            }
 #pragma unroll
-            for (int o = TPK / 2; o; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-            if (!valid) continue;
-            float sc = dot * scale, m_new = fmaxf(m[g], sc);
-            float corr = expf(m[g] - m_new), w = expf(sc - m_new);
-            l[g] = l[g] * corr + w;
-            acc[g].x = acc[g].x * corr + w * vv.x, acc[g].y = acc[g].y * corr + w * vv.y;
-            acc[g].z = acc[g].z * corr + w * vv.z, acc[g].w = acc[g].w * corr + w * vv.w;
-            m[g] = m_new;
+            for (int g = 0; g < G; g++) {
+                float dot = qv[g].x * kv.x + qv[g].y * kv.y + qv[g].z * kv.z + qv[g].w * kv.w;
+#pragma unroll
+                for (int o = TPK / 2; o; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+                if (!valid) continue;
+                float sc = dot * scale, m_new = fmaxf(m[g], sc);
+                float corr = expf(m[g] - m_new), w = expf(sc - m_new);
+                l[g] = l[g] * corr + w;
+                acc[g].x = acc[g].x * corr + w * vv.x, acc[g].y = acc[g].y * corr + w * vv.y;
+                acc[g].z = acc[g].z * corr + w * vv.z, acc[g].w = acc[g].w * corr + w * vv.w;
+                m[g] = m_new;
+            }
         }
     }
 #pragma unroll
@@ -275,34 +286,41 @@ static bool gqa_launch_g(cudaStream_t st, unsigned rows, unsigned splits, int gr
 static bool gqa_launch(cudaStream_t st, unsigned rows, unsigned splits, int group, int hd, float *out, float *part,
                        const float *q, float *const *base, const int32_t *toff, const int32_t *dpos,
                        const int32_t *rmap, int n, int n_heads, int n_kv, int bs, float scale, int window) {
-    if (((uintptr_t)q & 15) != 0) return false;
+    if (((uintptr_t)q & 15) != 0 || bs <= 0 || (bs & (bs - 1))) return false;
+    int sh = __builtin_ctz((unsigned)bs); /* the kernel takes the block size as a shift */
     switch (hd) {
-    case 32: return gqa_launch_g<8>(st, rows, splits, group, out, part, q, base, toff, dpos, rmap, n, n_heads, n_kv, bs, scale, window);
-    case 64: return gqa_launch_g<16>(st, rows, splits, group, out, part, q, base, toff, dpos, rmap, n, n_heads, n_kv, bs, scale, window);
-    case 128: return gqa_launch_g<32>(st, rows, splits, group, out, part, q, base, toff, dpos, rmap, n, n_heads, n_kv, bs, scale, window);
+    case 32: return gqa_launch_g<8>(st, rows, splits, group, out, part, q, base, toff, dpos, rmap, n, n_heads, n_kv, sh, scale, window);
+    case 64: return gqa_launch_g<16>(st, rows, splits, group, out, part, q, base, toff, dpos, rmap, n, n_heads, n_kv, sh, scale, window);
+    case 128: return gqa_launch_g<32>(st, rows, splits, group, out, part, q, base, toff, dpos, rmap, n, n_heads, n_kv, sh, scale, window);
     default: return false;
     }
 }
 
-/* Merges the splits of one (row, head): rescales each partial to the
- * common maximum, in split order. Rows as in attention_kernel. */
-__global__ void attention_combine(float *out, const float *part, const int32_t *rmap, int n_heads, int splits,
-                                  int hd) {
+/* Merges the S splits of one (row, head): rescales each partial to the
+ * common maximum, in split order. Rows as in attention_kernel. The split
+ * count is a constant so that every split's loads are issued at once (a
+ * loop over a run-time count waited for each in turn: 7 us a layer). */
+template <int S>
+__global__ void attention_combine(float *out, const float *part, const int32_t *rmap, int n_heads, int hd) {
     cuda_pdl_enter();
-    const float *pp = part + (size_t)blockIdx.x * splits * (hd + 2);
+    const float *pp = part + (size_t)blockIdx.x * S * (hd + 2);
+    float ms[S], f[S];
     float mx = -INFINITY;
-    for (int s = 0; s < splits; s++) mx = fmaxf(mx, pp[(size_t)s * (hd + 2)]);
+#pragma unroll
+    for (int s = 0; s < S; s++) ms[s] = pp[(size_t)s * (hd + 2)];
+#pragma unroll
+    for (int s = 0; s < S; s++) mx = fmaxf(mx, ms[s]);
     float l = 0.0f;
-    for (int s = 0; s < splits; s++) {
-        float ms = pp[(size_t)s * (hd + 2)];
-        if (ms > -INFINITY) l += pp[(size_t)s * (hd + 2) + 1] * expf(ms - mx);
+#pragma unroll
+    for (int s = 0; s < S; s++) {
+        f[s] = ms[s] > -INFINITY ? expf(ms[s] - mx) : 0.0f;
+        if (ms[s] > -INFINITY) l += pp[(size_t)s * (hd + 2) + 1] * f[s];
     }
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float a = 0.0f;
-        for (int s = 0; s < splits; s++) {
-            float ms = pp[(size_t)s * (hd + 2)];
-            if (ms > -INFINITY) a += pp[(size_t)s * (hd + 2) + 2 + d] * expf(ms - mx);
-        }
+#pragma unroll
+        for (int s = 0; s < S; s++)
+            if (ms[s] > -INFINITY) a += pp[(size_t)s * (hd + 2) + 2 + d] * f[s];
         size_t rh = rmap ? (size_t)rmap[blockIdx.x / n_heads] * n_heads + blockIdx.x % n_heads : blockIdx.x;
         out[rh * hd + d] = a / l;
     }
@@ -315,10 +333,10 @@ static void attention_rows(cuda_backend *cb, float *out, const float *q, float *
                            int head_dim, int bs, float scale, int window) {
     size_t smem = ((size_t)head_dim + ATT_THREADS) * sizeof(float);
     /* Few rows (decode) would leave most multiprocessors idle: split each
-     * row's keys over ATT_SPLITS blocks (flash-decoding) and merge. The
-     * split count depends only on the row count, so a recorded step stays
-     * valid as the context grows. */
-    unsigned splits = m <= ATT_SPLIT_MAX_ROWS ? ATT_SPLITS : 1;
+     * row's keys over several blocks (flash-decoding) and merge. The split
+     * count depends only on the row count, so a recorded step stays valid
+     * as the context grows. */
+    unsigned splits = (unsigned)cuda_att_splits(m);
     size_t rows_heads = (size_t)m * (size_t)n_heads;
     if (splits > 1 && !cuda_scratch(cb, (void **)&cb->att_part, &cb->att_part_bytes,
                                     rows_heads * splits * ((size_t)head_dim + 2) * sizeof(float)))
@@ -331,8 +349,12 @@ static void attention_rows(cuda_backend *cb, float *out, const float *q, float *
             out, part, q, base, toff, dpos, rmap, n, n_heads, n_heads / n_kv, n_kv, head_dim, bs, scale, window);
     if (part) {
         CUDA_LAUNCHED(cb, "attention (splits)");
-        cuda_launch(attention_combine, (unsigned)rows_heads, 64, 0, cb->stream, out, part, rmap, n_heads, (int)splits,
-                                                                        head_dim);
+        if (splits == CUDA_ATT_SPLITS_FEW)
+            cuda_launch(attention_combine<CUDA_ATT_SPLITS_FEW>, (unsigned)rows_heads, 64, 0, cb->stream, out, part, rmap,
+                        n_heads, head_dim);
+        else
+            cuda_launch(attention_combine<CUDA_ATT_SPLITS>, (unsigned)rows_heads, 64, 0, cb->stream, out, part, rmap,
+                        n_heads, head_dim);
     }
     CUDA_LAUNCHED(cb, "attention");
 }

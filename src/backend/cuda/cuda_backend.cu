@@ -262,6 +262,39 @@ static void cuda_copy(em_backend *be, void *dst, const void *src, size_t bytes) 
     cuda_note(cb, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cb->stream), "a copy");
 }
 
+/* Block (x, y) copies every gridDim.x-th 16-byte word of copy y (bytes
+ * at a time where a pointer or the size is not 16-byte aligned). */
+__global__ void copy_many_kernel(void *const *dst, const void *const *src, size_t bytes) {
+    cuda_pdl_enter();
+    char *d = (char *)dst[blockIdx.y];
+    const char *s = (const char *)src[blockIdx.y];
+    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x, step = (size_t)gridDim.x * blockDim.x;
+    if ((((uintptr_t)d | (uintptr_t)s | bytes) & 15) == 0) {
+        for (size_t i = t; i < bytes / 16; i += step) ((uint4 *)d)[i] = ((const uint4 *)s)[i];
+    } else {
+        for (size_t i = t; i < bytes; i += step) d[i] = s[i];
+    }
+}
+
+static void cuda_copy_many(em_backend *be, int n, void *const *dst, const void *const *src, size_t bytes) {
+    cuda_backend *cb = cuda_enter(be);
+    if (n <= 0 || !bytes) return;
+    if (cb->graphs.mode || n > 65535) { /* a recording keys its copies one by one */
+        for (int i = 0; i < n; i++) cuda_copy(be, dst[i], src[i], bytes);
+        return;
+    }
+    size_t pb = (size_t)n * sizeof(void *);
+    cuda_stage_begin(cb, 2 * pb, 2);
+    const void *dd = cuda_stage_put(cb, dst, pb), *ds = cuda_stage_put(cb, src, pb);
+    if (!dd || !ds) return; /* noted */
+    cuda_stage_flush(cb);
+    size_t words = (bytes + 15) / 16;
+    unsigned chunks = (unsigned)(words / 256 + 1 < 64 ? words / 256 + 1 : 64);
+    cuda_launch(copy_many_kernel, dim3(chunks, (unsigned)n), 256, 0, cb->stream, (void *const *)dd,
+                (const void *const *)ds, bytes);
+    CUDA_LAUNCHED(cb, "copies within the device");
+}
+
 void cuda_copy_rows(em_backend *be, float *dst, int ld_dst, const float *src, int ld_src, int rows, int n) {
     cuda_backend *cb = cuda_enter(be);
     if (rows <= 0 || n <= 0) return;
@@ -356,6 +389,7 @@ static em_backend_ops make_ops(void) {
     o.upload = cuda_upload;
     o.download = cuda_download;
     o.copy = cuda_copy;
+    o.copy_many = cuda_copy_many;
     o.mem_free = cuda_mem_free;
     o.bandwidth = cuda_bandwidth;
     o.matmul = cuda_matmul;
