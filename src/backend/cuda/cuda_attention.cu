@@ -349,12 +349,8 @@ static void attention_rows(cuda_backend *cb, float *out, const float *q, float *
             out, part, q, base, toff, dpos, rmap, n, n_heads, n_heads / n_kv, n_kv, head_dim, bs, scale, window);
     if (part) {
         CUDA_LAUNCHED(cb, "attention (splits)");
-        if (splits == CUDA_ATT_SPLITS_FEW)
-            cuda_launch(attention_combine<CUDA_ATT_SPLITS_FEW>, (unsigned)rows_heads, 64, 0, cb->stream, out, part, rmap,
-                        n_heads, head_dim);
-        else
-            cuda_launch(attention_combine<CUDA_ATT_SPLITS>, (unsigned)rows_heads, 64, 0, cb->stream, out, part, rmap,
-                        n_heads, head_dim);
+        cuda_launch(attention_combine<CUDA_ATT_SPLITS>, (unsigned)rows_heads, 64, 0, cb->stream, out, part, rmap,
+                    n_heads, head_dim);
     }
     CUDA_LAUNCHED(cb, "attention");
 }

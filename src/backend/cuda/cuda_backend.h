@@ -63,18 +63,14 @@ static inline int cuda_skinny_split(int K) {
 /* Attention over at most CUDA_ATT_SPLIT_MAX_ROWS rows (decode) splits each
  * row's keys over cuda_att_splits(rows) blocks whose partial results
  * (head_dim + 2 floats per row, head and split) live in a scratch buffer
- * grown like the matmul scratch. Up to CUDA_ATT_FEW_ROWS rows (a decode
- * step of few sequences, a cached prompt's short tail) take 4 times the
- * splits: with 16, a one-row step ran one block of 4 warps per
- * multiprocessor, each waiting on its own instructions (16 us a layer of
- * the 1B shape at 2,048 positions). rows x splits stays at most 1,024. */
+ * grown like the matmul scratch. (64 splits for up to 16 rows were tried
+ * on the H200: a one-row step's attention went from 16 to 11 us a layer
+ * at 2,048 positions, but merging 64 partials cost more than that gained,
+ * and a 7-row tail got slower: a block's fixed work, not its keys,
+ * bounds it.) */
 #define CUDA_ATT_SPLITS 16
-#define CUDA_ATT_SPLITS_FEW 64
-#define CUDA_ATT_FEW_ROWS 16
 #define CUDA_ATT_SPLIT_MAX_ROWS 64
-static inline int cuda_att_splits(int rows) {
-    return rows <= CUDA_ATT_FEW_ROWS ? CUDA_ATT_SPLITS_FEW : rows <= CUDA_ATT_SPLIT_MAX_ROWS ? CUDA_ATT_SPLITS : 1;
-}
+static inline int cuda_att_splits(int rows) { return rows <= CUDA_ATT_SPLIT_MAX_ROWS ? CUDA_ATT_SPLITS : 1; }
 /* A span of this many rows (a prefill chunk) goes to the tiled prefill
  * attention whatever the batch's size; dense.c records prefills only below it. */
 #define CUDA_ATT_TILE_MIN_ROWS 16
