@@ -322,14 +322,11 @@ __device__ __forceinline__ int gemv_set_find(const gemv_set &s, int v) {
 gemv_set gemv_set_make(int n, float *const *ys, const em_weight *const *ws, const float *const *biases);
 /* cuda_skinny.cu: FAST products of CUDA_FAST_MIN_M .. CUDA_SKINNY_MAX_M rows
  * on tensor cores. fits: whether w can take part at M rows. cuda_skinny
- * queues ys[i] = x · ws[i]ᵀ (+ biases[i]) for n such weights with equal
- * cols, x ([M, cols]) either xf, f32 activations it rounds to bf16 as it
- * loads them (for M <= CUDA_SKINNY_F32_MAX_M), or xb (xf NULL), the
- * activations already rounded to bf16. The same bits either way. */
-#define CUDA_SKINNY_F32_MAX_M 8
+ * queues ys[i] = xb · ws[i]ᵀ (+ biases[i]) for n such weights with equal
+ * cols, xb the activations already rounded to bf16 ([M, cols]). */
 bool cuda_skinny_fits(const cuda_backend *cb, const em_weight *w, int M);
 void cuda_skinny(cuda_backend *cb, int n, float *const *ys, const em_weight *const *ws, const float *const *biases,
-                 const float *xf, const void *xb, int M);
+                 const void *xb, int M);
 /* cuda_qmatmul.cu: the int8 GEMV over a set of 4-/8-bit matrices alike (FAST,
  * M <= 2); false when it does not apply (nothing queued). */
 bool cuda_qgemv_i8_set(cuda_backend *cb, const gemv_set *s, const em_weight *w0, const float *x, int M);

@@ -374,18 +374,7 @@ static void gemm_fast_set(cuda_backend *cb, int n, float *const *ys, int M, cons
             add_bias(cb, ys[i], b, M, (int)ws[i]->rows);
         }
     }
-    if (k) cuda_skinny(cb, k, sy, sw, sb, NULL, cb->xconv, M);
-}
-
-/* FAST products of one input with n bf16 weights of equal cols: where
- * every weight goes to the skinny kernel and the rows are few, it reads
- * the f32 activations itself; else they are rounded once for all n. */
-static void gemm_fast(cuda_backend *cb, int n, float *const *ys, const float *x, int M, const em_weight *const *ws,
-                      const float *const *biases) {
-    bool skinny = M <= CUDA_SKINNY_F32_MAX_M && ((uintptr_t)x & 15) == 0;
-    for (int i = 0; i < n && skinny; i++) skinny = cuda_skinny_fits(cb, ws[i], M);
-    if (skinny) cuda_skinny(cb, n, ys, ws, biases, x, NULL, M);
-    else if (round_activations(cb, x, M, (int)ws[0]->cols)) gemm_fast_set(cb, n, ys, M, ws, biases);
+    if (k) cuda_skinny(cb, k, sy, sw, sb, cb->xconv, M);
 }
 
 void cuda_matmul(em_backend *be, float *y, const float *x, int M, const em_weight *w, const float *bias, em_math math) {
@@ -404,7 +393,7 @@ void cuda_matmul(em_backend *be, float *y, const float *x, int M, const em_weigh
     }
     int N = (int)w->rows;
     if (math == EM_MATH_FAST && w->dtype == EM_BF16 && M >= FAST_MIN_M) {
-        gemm_fast(cb, 1, &y, x, M, &w, &bias);
+        if (round_activations(cb, x, M, (int)w->cols)) gemm_fast_set(cb, 1, &y, M, &w, &bias);
     } else if (M <= GEMV_MAX_EXACT_M) {
         gemv(cb, y, x, M, w, bias);
     } else {
@@ -443,7 +432,8 @@ static bool gemm_fast_group(cuda_backend *cb, int n, float *const *ys, const flo
         replay = cuda_graph_skip(cb, ys[i], x, M, ws[i]->data, ws[i]->dtype, ws[i]->rows, ws[i]->cols,
                                  biases ? biases[i] : NULL, (int)math, ws[i]->bits, ws[i]->group_size, ws[i]->scales,
                                  ws[i]->biases);
-    if (!replay) gemm_fast(cb, n, ys, x, M, ws, biases);
+    if (replay || !round_activations(cb, x, M, (int)ws[0]->cols)) return true;
+    gemm_fast_set(cb, n, ys, M, ws, biases);
     return true;
 }
 

@@ -36,8 +36,6 @@ void cuda_rmsnorm(em_backend *be, float *y, const float *x, const float *gain, i
 
 /* The residual add fused with the next norm: x += h, y = rmsnorm(x). Each
  * thread reads its own elements of h before the barrier, so y may be h. */
-#define NORM_REGS 8 /* elements a thread holds in registers across the barrier */
-
 __global__ void add_rmsnorm_kernel(float *x, const float *h, float *y, const float *gain, int n, float eps,
                                    float offset) {
     cuda_pdl_enter();
@@ -46,36 +44,6 @@ __global__ void add_rmsnorm_kernel(float *x, const float *h, float *y, const flo
     const float *hr = h + (size_t)blockIdx.x * n;
     float *yr = y + (size_t)blockIdx.x * n;
     double ss = 0;
-    if (n <= NORM_REGS * (int)blockDim.x) {
-        /* a row of few elements per thread (decode): the sums and the gains
-         * stay in registers, so after the barrier only stores remain (one
-         * round trip to memory fewer); the same sums in the same order */
-        float v[NORM_REGS], g[NORM_REGS];
-#pragma unroll
-        for (int r = 0; r < NORM_REGS; r++) {
-            int i = threadIdx.x + r * (int)blockDim.x;
-            if (i < n) {
-                v[r] = xr[i] + hr[i];
-                g[r] = gain[i] + offset;
-            }
-        }
-#pragma unroll
-        for (int r = 0; r < NORM_REGS; r++) {
-            int i = threadIdx.x + r * (int)blockDim.x;
-            if (i < n) {
-                xr[i] = v[r];
-                ss += (double)v[r] * v[r];
-            }
-        }
-        ss = cuda_block_sum_d(ss, red);
-        float inv = (float)(1.0 / sqrt(ss / n + (double)eps));
-#pragma unroll
-        for (int r = 0; r < NORM_REGS; r++) {
-            int i = threadIdx.x + r * (int)blockDim.x;
-            if (i < n) yr[i] = v[r] * inv * g[r];
-        }
-        return;
-    }
 #pragma unroll 4
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         float v = xr[i] + hr[i];

@@ -13,9 +13,7 @@
  * keeps several 16-byte weight loads per lane in flight and multiplies them
  * straight from registers with mma.sync m16n8k16: the weight rows are the
  * A operand, the activation rows (rounded to bf16 beforehand, as for
- * cuBLAS, or, for at most CUDA_SKINNY_F32_MAX_M rows, rounded here as they
- * are loaded, which saves a launch) the B operand, so the accumulators
- * hold yᵀ. Larger matrices,
+ * cuBLAS) the B operand, so the accumulators hold yᵀ. Larger matrices,
  * and more rows (whose activation loads through L1 then bound the kernel),
  * stay with cuBLAS, which stages tiles in shared memory and is faster
  * there (CUDA_SKINNY_MAX_BYTES, CUDA_SKINNY_MAX_M).
@@ -45,27 +43,14 @@ typedef struct skinny_plan {
     int count;
 } skinny_plan;
 
-/* The 8 activations k .. k+7 of one row as bf16 pairs: loaded as they are
- * (XT uint16_t: rounded beforehand) or rounded here from f32 (XT float),
- * to nearest even as the rounding kernel does, so both give the same bits. */
-__device__ __forceinline__ uint4 skinny_x8(const uint16_t *x, int k) { return __ldg((const uint4 *)(x + k)); }
-__device__ __forceinline__ uint32_t skinny_pack(float lo, float hi) {
-    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&h);
-}
-__device__ __forceinline__ uint4 skinny_x8(const float *x, int k) {
-    float4 a = __ldg((const float4 *)(x + k)), b = __ldg((const float4 *)(x + k + 4));
-    return make_uint4(skinny_pack(a.x, a.y), skinny_pack(a.z, a.w), skinny_pack(b.x, b.y), skinny_pack(b.z, b.w));
-}
-
 /* One k32 step of a warp: the lane's 8 weights of rows g and g+8 (lo, hi)
  * against the same 8 activations of each of the NT columns of 8 rows. */
-template <int NT, typename XT>
-__device__ __forceinline__ void skinny_step(float (*acc)[4], uint4 lo, uint4 hi, const XT *const *xr, int k) {
+template <int NT>
+__device__ __forceinline__ void skinny_step(float (*acc)[4], uint4 lo, uint4 hi, const uint16_t *const *xr, int k) {
     const uint32_t a0[4] = {lo.x, hi.x, lo.y, hi.y}, a1[4] = {lo.z, hi.z, lo.w, hi.w};
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
-        uint4 b = skinny_x8(xr[nt], k);
+        uint4 b = __ldg((const uint4 *)(xr[nt] + k));
         tc_mma(acc[nt], a0, b.x, b.y);
         tc_mma(acc[nt], a1, b.z, b.w);
     }
@@ -73,11 +58,11 @@ __device__ __forceinline__ void skinny_step(float (*acc)[4], uint4 lo, uint4 hi,
 
 /* A warp's 16 rows over kc values of K: wlo is row g's first weight of the
  * stretch (plus 8t), x the activations' (plus 8t). */
-template <int NT, typename XT>
-__device__ __forceinline__ void skinny_warp(float (*acc)[4], const uint16_t *wlo, size_t K, const XT *x, int M, int kc,
-                                            int g) {
+template <int NT>
+__device__ __forceinline__ void skinny_warp(float (*acc)[4], const uint16_t *wlo, size_t K, const uint16_t *x, int M,
+                                            int kc, int g) {
     const uint16_t *whi = wlo + 8 * K;
-    const XT *xr[NT];
+    const uint16_t *xr[NT];
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
         int m = nt * 8 + g; /* columns past M repeat the last row; their sums are not stored */
@@ -92,10 +77,10 @@ __device__ __forceinline__ void skinny_warp(float (*acc)[4], const uint16_t *wlo
             hi[i] = __ldcs((const uint4 *)(whi + k + 32 * i));
         }
 #pragma unroll
-        for (int i = 0; i < SK_U; i++) skinny_step<NT, XT>(acc, lo[i], hi[i], xr, k + 32 * i);
+        for (int i = 0; i < SK_U; i++) skinny_step<NT>(acc, lo[i], hi[i], xr, k + 32 * i);
     }
     for (; k < kc; k += 32)
-        skinny_step<NT, XT>(acc, __ldcs((const uint4 *)(wlo + k)), __ldcs((const uint4 *)(whi + k)), xr, k);
+        skinny_step<NT>(acc, __ldcs((const uint4 *)(wlo + k)), __ldcs((const uint4 *)(whi + k)), xr, k);
 }
 
 /* Adds the block's warps' accumulators into warp 0's, as a fixed tree
@@ -144,8 +129,9 @@ __device__ __forceinline__ void skinny_store(float (*acc)[4], float *y, const fl
 
 /* Block b: 16 rows of one matrix; its blockDim.x / 32 warps each take one
  * stretch of K. */
-template <int NT, typename XT>
-__global__ void __launch_bounds__(CUDA_SKINNY_KSPLIT * 32) skinny_kernel(skinny_plan p, const XT *x, int M, int K) {
+template <int NT>
+__global__ void __launch_bounds__(CUDA_SKINNY_KSPLIT * 32) skinny_kernel(skinny_plan p, const uint16_t *x, int M,
+                                                                         int K) {
     cuda_pdl_enter();
     int b = blockIdx.x, mi = 0;
     while (mi + 1 < p.count && b >= p.block[mi + 1]) mi++;
@@ -156,7 +142,7 @@ __global__ void __launch_bounds__(CUDA_SKINNY_KSPLIT * 32) skinny_kernel(skinny_
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
     size_t k0 = (size_t)warp * kc + 8 * t;
-    skinny_warp<NT, XT>(acc, p.w[mi] + (size_t)(r0 + g) * K + k0, (size_t)K, x + k0, M, kc, g);
+    skinny_warp<NT>(acc, p.w[mi] + (size_t)(r0 + g) * K + k0, (size_t)K, x + k0, M, kc, g);
     skinny_reduce<NT>(acc, warp, lane, kw);
     if (warp == 0) skinny_store<NT>(acc, p.y[mi], p.bias[mi], N, M, r0, g, t);
 }
@@ -167,22 +153,12 @@ bool cuda_skinny_fits(const cuda_backend *cb, const em_weight *w, int M) {
            (size_t)w->rows * (size_t)w->cols * 2u <= CUDA_SKINNY_MAX_BYTES && ((uintptr_t)w->data & 15) == 0;
 }
 
-template <int NT, typename XT>
-static void skinny_launch(cuda_backend *cb, const skinny_plan &p, const XT *x, int M, int K) {
-    cuda_launch(skinny_kernel<NT, XT>, (unsigned)p.block[p.count], cuda_skinny_split(K) * 32, 0, cb->stream, p, x, M, K);
-}
-
-template <typename XT> static void skinny_rows(cuda_backend *cb, const skinny_plan &p, const XT *x, int M, int K) {
-    switch ((M + 7) / 8) {
-    case 1: skinny_launch<1, XT>(cb, p, x, M, K); break;
-    case 2: skinny_launch<2, XT>(cb, p, x, M, K); break;
-    case 3: skinny_launch<3, XT>(cb, p, x, M, K); break;
-    default: skinny_launch<4, XT>(cb, p, x, M, K); break;
-    }
+template <int NT> static void skinny_launch(cuda_backend *cb, const skinny_plan &p, const uint16_t *x, int M, int K) {
+    cuda_launch(skinny_kernel<NT>, (unsigned)p.block[p.count], cuda_skinny_split(K) * 32, 0, cb->stream, p, x, M, K);
 }
 
 void cuda_skinny(cuda_backend *cb, int n, float *const *ys, const em_weight *const *ws, const float *const *biases,
-                 const float *xf, const void *xb, int M) {
+                 const void *xb, int M) {
     skinny_plan p;
     memset(&p, 0, sizeof p);
     p.count = n;
@@ -194,7 +170,12 @@ void cuda_skinny(cuda_backend *cb, int n, float *const *ys, const em_weight *con
         p.block[i + 1] = p.block[i] + p.rows[i] / 16;
     }
     int K = (int)ws[0]->cols;
-    if (xf) skinny_rows<float>(cb, p, xf, M, K);
-    else skinny_rows<uint16_t>(cb, p, (const uint16_t *)xb, M, K);
+    const uint16_t *x = (const uint16_t *)xb;
+    switch ((M + 7) / 8) {
+    case 1: skinny_launch<1>(cb, p, x, M, K); break;
+    case 2: skinny_launch<2>(cb, p, x, M, K); break;
+    case 3: skinny_launch<3>(cb, p, x, M, K); break;
+    default: skinny_launch<4>(cb, p, x, M, K); break;
+    }
     CUDA_LAUNCHED(cb, "matmul (skinny tensor-core GEMM)");
 }
