@@ -3,13 +3,14 @@
  * Two paths:
  * - Decode and small batches (up to ATT_SPLIT_MAX_ROWS rows, and any batch
  *   while a step is recorded): here. For head dims 32/64/128 and 1/2/4/8
- *   query heads per kv head, attention_gqa_kernel: one block per (row, kv
- *   head), its query heads sharing each key and value it loads. Otherwise
- *   attention_kernel: one block per (query row, head) visits
- *   keys in tiles of one key per thread: each thread scores its key, the
- *   block finds the tile's maximum and the softmax weights, and each thread
- *   accumulates the weighted values of its own output dimensions, rescaling
- *   what it holds whenever the running maximum grows (online softmax).
+ *   query heads per kv head, cuda_attention_rows.cu: one block per (row,
+ *   kv head), its query heads sharing each tile of keys and values it
+ *   loads. Otherwise attention_kernel: one block per (query row, head)
+ *   visits keys in tiles of one key per thread: each thread scores its key,
+ *   the block finds the tile's maximum and the softmax weights, and each
+ *   thread accumulates the weighted values of its own output dimensions,
+ *   rescaling what it holds whenever the running maximum grows (online
+ *   softmax).
  *   Rows of small batches split their keys over cuda_att_splits() blocks
  *   (flash-decoding) and a second kernel merges the splits in order; the
  *   grid depends only on the row count, so a recorded step stays valid as
@@ -30,7 +31,6 @@
 #define ATT_THREADS 128
 #define ATT_DIMS_PER_THREAD 4 /* head_dim <= 512 */
 #define ATT_SPLIT_MAX_ROWS CUDA_ATT_SPLIT_MAX_ROWS
-#define GQA_AHEAD 4 /* keys (and values) each slot of attention_gqa_kernel keeps in flight */
 
 __device__ float block_reduce_f(float v, float *red, bool is_max) {
     for (int o = 16; o; o >>= 1) {
@@ -52,20 +52,6 @@ __device__ float block_reduce_f(float v, float *red, bool is_max) {
     float r = red[0];
     __syncthreads();
     return r;
-}
-
-/* The keys block (x, y) of a row at position p attends to: the row's
- * window (all keys up to p without one), or with splits (gridDim.y > 1)
- * the y-th of gridDim.y equal shares of it. */
-__device__ __forceinline__ void att_key_range(int p, int window, bool split, int *start, int *end) {
-    int s0 = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0, e = p;
-    if (split) {
-        int len = p - s0 + 1, per = (len + (int)gridDim.y - 1) / (int)gridDim.y;
-        s0 += (int)blockIdx.y * per;
-        e = s0 + per - 1 < p ? s0 + per - 1 : p;
-    }
-    *start = s0;
-    *end = e;
 }
 
 /* Block x serves row rmap[x / n_heads] (row x / n_heads without a map).
@@ -154,148 +140,6 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_kernel(float *out, floa
     }
 }
 
-/* The per-row kernel for the usual shapes (head_dim 32, 64 or 128; 1, 2, 4
- * or 8 query heads per kv head): block x serves one row and one kv head
- * (x / n_kv, x % n_kv), so the G query heads that read a key and value
- * load them once. TPK = head_dim / 4 lanes share a key (a float4 of it
- * each), so a warp holds 32 / TPK keys at a time and the block SLOTS keys:
- * slot s visits keys start + s, start + s + SLOTS, ... keeping its own
- * online softmax per head; the slots are then merged through shared memory
- * in slot order. Splits (gridDim.y > 1) write the same partials as
- * attention_kernel, for attention_combine. A row's result depends on its
- * keys and the split count only, never on the other rows of the batch. */
-template <int TPK, int G>
-__global__ void __launch_bounds__(ATT_THREADS)
-    attention_gqa_kernel(float *out, float *part, const float *q, float *const *base, const int32_t *toff,
-                         const int32_t *pos, const int32_t *rmap, int n, int n_heads, int n_kv, int bs_shift,
-                         float scale, int window) {
-    cuda_pdl_enter();
-    constexpr int HD = TPK * 4, KPW = 32 / TPK, SLOTS = (ATT_THREADS / 32) * KPW;
-    /* each slot's accumulators per head, [SLOTS][G][HD], then its (m, l) per head, [SLOTS][G][2] */
-    extern __shared__ float4 gsm4[];
-    float *gacc = (float *)gsm4, *gml = gacc + (size_t)SLOTS * G * HD;
-    int xr = (int)blockIdx.x / n_kv, kvh = (int)blockIdx.x % n_kv;
-    int row = rmap ? rmap[xr] : xr;
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, sub = lane / TPK, d0 = (lane % TPK) * 4;
-    int slot = warp * KPW + sub;
-    float *const *kb = base + toff[row], *const *vb = base + toff[n + row];
-    size_t rowlen = (size_t)n_kv * HD, head_off = (size_t)kvh * HD + d0;
-    float4 qv[G];
-#pragma unroll
-    for (int g = 0; g < G; g++) qv[g] = *(const float4 *)(q + ((size_t)row * n_heads + (size_t)kvh * G + g) * HD + d0);
-    int p = pos[row];
-    int start, end;
-    att_key_range(p, window, part != NULL, &start, &end);
-    float m[G], l[G];
-    float4 acc[G];
-#pragma unroll
-    for (int g = 0; g < G; g++) m[g] = -INFINITY, l[g] = 0.0f, acc[g] = make_float4(0.f, 0.f, 0.f, 0.f);
-    /* every lane runs every step (the shuffles need the whole warp); a slot
-     * past the end computes nothing it keeps. Each slot keeps its next
-     * GQA_AHEAD keys and values in flight (a ring of registers, refilled
-     * as each is used): with one step ahead a block had 4 KB in flight and
-     * a decode step's attention read its KV at about 0.5 TB/s. The order
-     * in which a slot visits its keys is unchanged. */
-    int bs_mask = (1 << bs_shift) - 1; /* the cache's block size is a power of two */
-    float4 kr[GQA_AHEAD], vr[GQA_AHEAD];
-#pragma unroll
-    for (int u = 0; u < GQA_AHEAD; u++) {
-        int j = start + slot + u * SLOTS;
-        kr[u] = vr[u] = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (j <= end) {
-            size_t off = (size_t)(j & bs_mask) * rowlen + head_off;
-            kr[u] = *(const float4 *)(kb[j >> bs_shift] + off), vr[u] = *(const float4 *)(vb[j >> bs_shift] + off);
-        }
-    }
-    for (int j0 = start; j0 <= end; j0 += GQA_AHEAD * SLOTS) {
-#pragma unroll
-        for (int u = 0; u < GQA_AHEAD; u++) {
-            int j = j0 + u * SLOTS + slot, jn = j + GQA_AHEAD * SLOTS;
-            bool valid = j <= end;
-            float4 kv = kr[u], vv = vr[u];
-            if (jn <= end) {
-                size_t off = (size_t)(jn & bs_mask) * rowlen + head_off;
-                kr[u] = *(const float4 *)(kb[jn >> bs_shift] + off), vr[u] = *(const float4 *)(vb[jn >> bs_shift] + off);
-            }
-#pragma unroll
-            for (int g = 0; g < G; g++) {
-                float dot = qv[g].x * kv.x + qv[g].y * kv.y + qv[g].z * kv.z + qv[g].w * kv.w;
-#pragma unroll
-                for (int o = TPK / 2; o; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-                if (!valid) continue;
-                float sc = dot * scale, m_new = fmaxf(m[g], sc);
-                float corr = expf(m[g] - m_new), w = expf(sc - m_new);
-                l[g] = l[g] * corr + w;
-                acc[g].x = acc[g].x * corr + w * vv.x, acc[g].y = acc[g].y * corr + w * vv.y;
-                acc[g].z = acc[g].z * corr + w * vv.z, acc[g].w = acc[g].w * corr + w * vv.w;
-                m[g] = m_new;
-            }
-        }
-    }
-#pragma unroll
-    for (int g = 0; g < G; g++) {
-        size_t sg = (size_t)slot * G + g;
-        if (d0 == 0) gml[2 * sg] = m[g], gml[2 * sg + 1] = l[g];
-        *(float4 *)(gacc + sg * HD + d0) = acc[g];
-    }
-    __syncthreads();
-    /* merge the slots, in slot order, one (head, dim) per thread */
-    for (int i = threadIdx.x; i < G * HD; i += ATT_THREADS) {
-        int g = i / HD, d = i % HD;
-        float mx = -INFINITY;
-        for (int s = 0; s < SLOTS; s++) mx = fmaxf(mx, gml[2 * ((size_t)s * G + g)]);
-        float L = 0.0f, A = 0.0f;
-        for (int s = 0; s < SLOTS; s++) {
-            size_t sg = (size_t)s * G + g;
-            if (gml[2 * sg] == -INFINITY) continue; /* a slot that saw no key */
-            float f = expf(gml[2 * sg] - mx);
-            L += gml[2 * sg + 1] * f;
-            A += gacc[sg * HD + d] * f;
-        }
-        size_t rh = (size_t)xr * n_heads + (size_t)kvh * G + g; /* the grid's row, as attention_combine reads */
-        if (part) {
-            float *pp = part + (rh * gridDim.y + blockIdx.y) * (HD + 2);
-            if (d == 0) pp[0] = mx, pp[1] = L;
-            pp[2 + d] = A;
-        } else {
-            out[((size_t)row * n_heads + (size_t)kvh * G + g) * HD + d] = A / L;
-        }
-    }
-}
-
-/* Launches attention_gqa_kernel where a specialisation exists; false when
- * the shape needs the general kernel (nothing launched). */
-template <int TPK>
-static bool gqa_launch_g(cudaStream_t st, unsigned rows, unsigned splits, int group, float *out, float *part,
-                         const float *q, float *const *base, const int32_t *toff, const int32_t *dpos,
-                         const int32_t *rmap, int n, int n_heads, int n_kv, int bs, float scale, int window) {
-    dim3 grid(rows * (unsigned)n_kv, splits);
-    size_t smem = (size_t)(ATT_THREADS / 32) * (32 / TPK) * (TPK * 4 + 2) * sizeof(float);
-#define GQA_CASE(GG)                                                                                              \
-    case GG:                                                                                                      \
-        cuda_launch(attention_gqa_kernel<TPK, GG>, grid, ATT_THREADS, smem * GG, st, out, part, q, base, toff, dpos, rmap, n, \
-                                                                            n_heads, n_kv, bs, scale, window);    \
-        return true;
-    switch (group) {
-        GQA_CASE(1) GQA_CASE(2) GQA_CASE(4) GQA_CASE(8)
-    default: return false;
-    }
-#undef GQA_CASE
-}
-
-static bool gqa_launch(cudaStream_t st, unsigned rows, unsigned splits, int group, int hd, float *out, float *part,
-                       const float *q, float *const *base, const int32_t *toff, const int32_t *dpos,
-                       const int32_t *rmap, int n, int n_heads, int n_kv, int bs, float scale, int window) {
-    if (((uintptr_t)q & 15) != 0 || bs <= 0 || (bs & (bs - 1))) return false;
-    int sh = __builtin_ctz((unsigned)bs); /* the kernel takes the block size as a shift */
-    switch (hd) {
-    case 32: return gqa_launch_g<8>(st, rows, splits, group, out, part, q, base, toff, dpos, rmap, n, n_heads, n_kv, sh, scale, window);
-    case 64: return gqa_launch_g<16>(st, rows, splits, group, out, part, q, base, toff, dpos, rmap, n, n_heads, n_kv, sh, scale, window);
-    case 128: return gqa_launch_g<32>(st, rows, splits, group, out, part, q, base, toff, dpos, rmap, n, n_heads, n_kv, sh, scale, window);
-    default: return false;
-    }
-}
-
 /* Merges the S splits of one (row, head): rescales each partial to the
  * common maximum, in split order. Rows as in attention_kernel. The split
  * count is a constant so that every split's loads are issued at once (a
@@ -343,8 +187,8 @@ static void attention_rows(cuda_backend *cb, float *out, const float *q, float *
         return;
     float *part = splits > 1 ? cb->att_part : NULL;
     if (cuda_graph_skip(cb, out, q, base, part, m, n_heads, n_kv, head_dim, bs, scale, window)) return;
-    if (!gqa_launch(cb->stream, (unsigned)m, splits, n_heads / n_kv, head_dim, out, part, q, base, toff, dpos, rmap, n,
-                    n_heads, n_kv, bs, scale, window))
+    if (!cuda_attention_rows(cb->stream, (unsigned)m, splits, n_heads / n_kv, head_dim, out, part, q, base, toff, dpos,
+                             rmap, n, n_heads, n_kv, bs, scale, window))
         cuda_launch(attention_kernel, dim3((unsigned)rows_heads, splits), ATT_THREADS, smem, cb->stream, 
             out, part, q, base, toff, dpos, rmap, n, n_heads, n_heads / n_kv, n_kv, head_dim, bs, scale, window);
     if (part) {

@@ -403,6 +403,27 @@ bool cuda_attention_tc_fits(cuda_backend *cb, int head_dim);
 void cuda_attention_tc(cuda_backend *cb, unsigned blocks, float *out, float *part, const float *q, float *const *base,
                        const int32_t *toff, const int32_t *pos, const int32_t *tiles, int n, int n_heads, int n_kv,
                        int head_dim, int bs, float scale, int window);
+/* The keys block (x, y) of a row at position p attends to: the row's
+ * window (all keys up to p without one), or with splits (gridDim.y > 1)
+ * the y-th of gridDim.y equal shares of it (empty when start > end). */
+__device__ __forceinline__ void att_key_range(int p, int window, bool split, int *start, int *end) {
+    int s0 = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0, e = p;
+    if (split) {
+        int len = p - s0 + 1, per = (len + (int)gridDim.y - 1) / (int)gridDim.y;
+        s0 += (int)blockIdx.y * per;
+        e = s0 + per - 1 < p ? s0 + per - 1 : p;
+    }
+    *start = s0;
+    *end = e;
+}
+/* cuda_attention_rows.cu: the per-row attention of `rows` rows (all n of
+ * the batch, or those rmap lists) for head_dim 32/64/128 and 1/2/4/8 query
+ * heads per kv head, over `splits` shares of each row's keys (part: the
+ * splits' partials; else out). False when the shape is not covered
+ * (nothing queued). */
+bool cuda_attention_rows(cudaStream_t st, unsigned rows, unsigned splits, int group, int hd, float *out, float *part,
+                         const float *q, float *const *base, const int32_t *toff, const int32_t *dpos,
+                         const int32_t *rmap, int n, int n_heads, int n_kv, int bs, float scale, int window);
 em_graph_mode cuda_graph_begin(em_backend *be, uint64_t key);
 em_status cuda_graph_end(em_backend *be, bool *ran);
 void cuda_graph_reset(em_backend *be);

@@ -1,0 +1,178 @@
+/* cuda_attention_rows.cu — the per-row attention of decode steps and short
+ * spans (a cached prompt's tail) for the usual shapes: head_dim 32, 64 or 128,
+ * 1, 2, 4 or 8 query heads per kv head.
+ *
+ * Block (x, y) serves row x / n_kv, kv head x % n_kv and the y-th of
+ * gridDim.y equal shares of the row's keys (att_key_range). It walks its
+ * keys in tiles of ROWS_TK: the block loads a tile's keys and values into
+ * shared memory (coalesced; the next tile's loads are issued before this
+ * one is computed), then
+ *   scores   warp w takes the heads g = w, w + 4, ...: lane l scores key l
+ *            of the tile against head g (a dot product of head_dim terms
+ *            read from shared memory), so every score is one thread's work;
+ *            the tile's maximum and sum are warp butterflies;
+ *   values   thread t owns outputs (g, d) = t, t + 128, ... and adds the
+ *            tile's weighted values to them, key by key.
+ * An earlier kernel gave each key to head_dim / 4 lanes, which then all
+ * redid the online softmax's scalar work: about 6,000 instructions a warp
+ * for 128 keys, 16 us a layer of the 1B shape at 2,048 positions.
+ *
+ * The sums run in a fixed order (a dot product over d ascending, the
+ * butterflies, the values over a tile's keys ascending), so a row's result
+ * depends on its keys and the split count only, never on the other rows of
+ * the batch. Splits write attention_kernel's partials (max, sum, acc[hd])
+ * for attention_combine. */
+#include "backend/cuda/cuda_internal.cuh"
+
+#define ROWS_THREADS 128
+#define ROWS_TK 32 /* keys per tile: one per lane */
+
+/* A tile's keys and values, LPT float4 of each per thread (keys past the
+ * end are zeros: their weights are zero, and no garbage meets them). */
+template <int HD, int LPT>
+__device__ __forceinline__ void rows_fetch(float4 *kn, float4 *vn, float *const *kb, float *const *vb, int j0, int end,
+                                           int bs_shift, size_t rowlen, size_t head_off) {
+    int bs_mask = (1 << bs_shift) - 1; /* the cache's block size is a power of two */
+#pragma unroll
+    for (int r = 0; r < LPT; r++) {
+        int i = (int)threadIdx.x + r * ROWS_THREADS, jj = i / (HD / 4), c = (i % (HD / 4)) * 4, j = j0 + jj;
+        kn[r] = vn[r] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (j <= end) {
+            size_t off = (size_t)(j & bs_mask) * rowlen + head_off + c;
+            kn[r] = *(const float4 *)(kb[j >> bs_shift] + off);
+            vn[r] = *(const float4 *)(vb[j >> bs_shift] + off);
+        }
+    }
+}
+
+template <int HD, int G>
+__global__ void __launch_bounds__(ROWS_THREADS)
+    attention_rows_kernel(float *out, float *part, const float *q, float *const *base, const int32_t *toff,
+                          const int32_t *pos, const int32_t *rmap, int n, int n_heads, int n_kv, int bs_shift,
+                          float scale, int window) {
+    cuda_pdl_enter();
+    constexpr int KS = HD + 4;                                       /* padded key row: conflict-free float4 reads */
+    constexpr int OUTS = (G * HD + ROWS_THREADS - 1) / ROWS_THREADS; /* outputs per thread */
+    constexpr int HPW = (G + 3) / 4;                                 /* heads per warp */
+    constexpr int LPT = ROWS_TK * HD / 4 / ROWS_THREADS;             /* float4 of keys (and values) per thread */
+    __shared__ __align__(16) float qs[G * HD];
+    __shared__ __align__(16) float ks[ROWS_TK * KS];
+    __shared__ __align__(16) float vs[ROWS_TK * HD];
+    __shared__ float ps[G * ROWS_TK];
+    __shared__ float corr_s[G], m_s[G], l_s[G];
+    int xr = (int)blockIdx.x / n_kv, kvh = (int)blockIdx.x % n_kv;
+    int row = rmap ? rmap[xr] : xr;
+    int t = threadIdx.x, warp = t / 32, lane = t % 32;
+    float *const *kb = base + toff[row], *const *vb = base + toff[n + row];
+    size_t rowlen = (size_t)n_kv * HD, head_off = (size_t)kvh * HD;
+    const float *qr = q + ((size_t)row * n_heads + (size_t)kvh * G) * HD;
+    for (int i = t; i < G * HD / 4; i += ROWS_THREADS) ((float4 *)qs)[i] = ((const float4 *)qr)[i];
+    int start, end;
+    att_key_range(pos[row], window, part != NULL, &start, &end);
+    float m[HPW], l[HPW], acc[OUTS];
+#pragma unroll
+    for (int h = 0; h < HPW; h++) m[h] = -INFINITY, l[h] = 0.0f;
+#pragma unroll
+    for (int o = 0; o < OUTS; o++) acc[o] = 0.0f;
+    /* the next tile's loads are in flight while this one is computed */
+    float4 kn[LPT], vn[LPT];
+    if (start <= end) rows_fetch<HD, LPT>(kn, vn, kb, vb, start, end, bs_shift, rowlen, head_off);
+    for (int j0 = start; j0 <= end; j0 += ROWS_TK) {
+        __syncthreads(); /* the previous tile is consumed (and qs is in place) */
+#pragma unroll
+        for (int r = 0; r < LPT; r++) {
+            int i = t + r * ROWS_THREADS, jj = i / (HD / 4), c = (i % (HD / 4)) * 4;
+            *(float4 *)(ks + jj * KS + c) = kn[r];
+            *(float4 *)(vs + jj * HD + c) = vn[r];
+        }
+        if (j0 + ROWS_TK <= end) rows_fetch<HD, LPT>(kn, vn, kb, vb, j0 + ROWS_TK, end, bs_shift, rowlen, head_off);
+        __syncthreads();
+#pragma unroll
+        for (int h = 0; h < HPW; h++) {
+            int g = warp + 4 * h;
+            if (g >= G) break; /* whole warps */
+            const float *qg = qs + g * HD, *kr = ks + lane * KS;
+            float dot = 0.0f;
+#pragma unroll
+            for (int d = 0; d < HD; d += 4) {
+                float4 a = *(const float4 *)(qg + d), b = *(const float4 *)(kr + d);
+                dot = fmaf(a.x, b.x, dot), dot = fmaf(a.y, b.y, dot), dot = fmaf(a.z, b.z, dot), dot = fmaf(a.w, b.w, dot);
+            }
+            float s = j0 + lane <= end ? dot * scale : -INFINITY;
+            float mx = s;
+#pragma unroll
+            for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            float m_new = fmaxf(m[h], mx); /* finite: the tile holds at least one key */
+            float p = expf(s - m_new), sum = p;
+#pragma unroll
+            for (int o = 16; o; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            float c = expf(m[h] - m_new);
+            l[h] = l[h] * c + sum;
+            m[h] = m_new;
+            ps[g * ROWS_TK + lane] = p;
+            if (lane == 0) corr_s[g] = c;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int o = 0; o < OUTS; o++) {
+            int idx = t + o * ROWS_THREADS;
+            if (idx >= G * HD) break;
+            int g = idx / HD, d = idx % HD;
+            const float *pg = ps + g * ROWS_TK;
+            float a = acc[o] * corr_s[g];
+#pragma unroll 8
+            for (int jj = 0; jj < ROWS_TK; jj++) a = fmaf(pg[jj], vs[jj * HD + d], a);
+            acc[o] = a;
+        }
+    }
+#pragma unroll
+    for (int h = 0; h < HPW; h++) {
+        int g = warp + 4 * h;
+        if (g < G && lane == 0) m_s[g] = m[h], l_s[g] = l[h];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int o = 0; o < OUTS; o++) {
+        int idx = t + o * ROWS_THREADS;
+        if (idx >= G * HD) break;
+        int g = idx / HD, d = idx % HD;
+        size_t rh = (size_t)xr * n_heads + (size_t)kvh * G + g; /* the grid's row, as attention_combine reads */
+        if (part) {
+            float *pp = part + (rh * gridDim.y + blockIdx.y) * (HD + 2);
+            if (d == 0) pp[0] = m_s[g], pp[1] = l_s[g];
+            pp[2 + d] = acc[o];
+        } else {
+            out[((size_t)row * n_heads + (size_t)kvh * G + g) * HD + d] = acc[o] / l_s[g];
+        }
+    }
+}
+
+template <int HD>
+static bool rows_launch_g(cudaStream_t st, dim3 grid, int group, float *out, float *part, const float *q,
+                          float *const *base, const int32_t *toff, const int32_t *dpos, const int32_t *rmap, int n,
+                          int n_heads, int n_kv, int sh, float scale, int window) {
+#define ROWS_CASE(GG)                                                                                               \
+    case GG:                                                                                                        \
+        cuda_launch(attention_rows_kernel<HD, GG>, grid, ROWS_THREADS, 0, st, out, part, q, base, toff, dpos, rmap, n, \
+                    n_heads, n_kv, sh, scale, window);                                                              \
+        return true;
+    switch (group) {
+        ROWS_CASE(1) ROWS_CASE(2) ROWS_CASE(4) ROWS_CASE(8)
+    default: return false;
+    }
+#undef ROWS_CASE
+}
+
+bool cuda_attention_rows(cudaStream_t st, unsigned rows, unsigned splits, int group, int hd, float *out, float *part,
+                         const float *q, float *const *base, const int32_t *toff, const int32_t *dpos,
+                         const int32_t *rmap, int n, int n_heads, int n_kv, int bs, float scale, int window) {
+    if (((uintptr_t)q & 15) != 0 || bs <= 0 || (bs & (bs - 1))) return false;
+    int sh = __builtin_ctz((unsigned)bs);
+    dim3 grid(rows * (unsigned)n_kv, splits);
+    switch (hd) {
+    case 32: return rows_launch_g<32>(st, grid, group, out, part, q, base, toff, dpos, rmap, n, n_heads, n_kv, sh, scale, window);
+    case 64: return rows_launch_g<64>(st, grid, group, out, part, q, base, toff, dpos, rmap, n, n_heads, n_kv, sh, scale, window);
+    case 128: return rows_launch_g<128>(st, grid, group, out, part, q, base, toff, dpos, rmap, n, n_heads, n_kv, sh, scale, window);
+    default: return false;
+    }
+}
