@@ -2,7 +2,8 @@
 # quant_kl.sh — what quantization costs a model, with and without rotation.
 #
 #   bench/quant_kl.sh EMBER_BIN MODEL TEXT WORK_DIR [--bits "8 6 4 3 2"] [--group-size G]
-#                     [--seeds "0 1 2"] [--search] [--ctx N] [--max-tokens N]
+#                     [--seeds "0 1 2"] [--search] [--ctx N] [--max-tokens N] [--device D]
+#                     [--recipe FILE]
 #
 # For each bit width: `ember quantize` round-to-nearest, and `--rotate` once per
 # seed (several seeds show how much of a difference is the seed's luck); then
@@ -11,11 +12,15 @@
 # against round-to-nearest, the spread over seeds, and top-1 agreement (also
 # WORK_DIR/quant_kl.md; raw lines in WORK_DIR/quant_kl.jsonl). --search applies
 # `ember quantize --search` to both. Artifacts are removed after scoring.
+# --device runs the kl verb there (EMBER_DEVICE: cpu, cuda or cuda:N; default:
+# the environment's); quantizing always runs on the CPU. --recipe hands a
+# mixed-precision recipe to `ember quantize` (--bits overrides its default width;
+# its rules, such as {"match": "model.layers.*", "quantize": false}, still apply).
 set -uo pipefail
-usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 [ $# -ge 4 ] || usage
 ember=$1 model=$2 text=$3 work=$4; shift 4
-bits="8 6 4 3 2" group=64 seeds="0 1 2" search=() klargs=()
+bits="8 6 4 3 2" group=64 seeds="0 1 2" search=() klargs=() klenv=() recipe=()
 while [ $# -gt 0 ]; do
   case $1 in
     --bits) bits=${2:?}; shift ;;
@@ -23,6 +28,8 @@ while [ $# -gt 0 ]; do
     --seeds) seeds=${2:?}; shift ;;
     --search) search=(--search) ;;
     --ctx|--max-tokens) klargs+=("$1" "${2:?}"); shift ;;
+    --device) klenv=("EMBER_DEVICE=${2:?}"); shift ;;
+    --recipe) recipe=(--recipe "${2:?}"); shift ;;
     -h|--help) usage ;;
     *) echo "quant_kl: unknown option $1" >&2; usage ;;
   esac
@@ -38,7 +45,7 @@ res="$work/quant_kl.jsonl"
 # score CANDIDATE_DIR BITS KIND SEED: one JSON line with the kl verb's figures
 score() {
   local out
-  if ! out=$("$ember" kl "$model" "$1" --text "$text" "${klargs[@]}" 2>&1); then
+  if ! out=$(env "${klenv[@]}" "$ember" kl "$model" "$1" --text "$text" "${klargs[@]}" 2>&1); then
     echo "{\"bits\": $2, \"kind\": \"$3\", \"seed\": $4, \"error\": $(tail -1 <<<"$out" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read().strip()))')}" >>"$res"
     return
   fi
@@ -57,7 +64,7 @@ PY
 for b in $bits; do
   d="$work/q$b"
   echo "[quant_kl] $b bits, round to nearest" >&2
-  if "$ember" quantize "$model" "$d" --bits "$b" --group-size "$group" "${search[@]}" --force >/dev/null 2>"$work/err.txt"; then
+  if "$ember" quantize "$model" "$d" "${recipe[@]}" --bits "$b" --group-size "$group" "${search[@]}" --force >/dev/null 2>"$work/err.txt"; then
     score "$d" "$b" rtn 0
   else
     echo "{\"bits\": $b, \"kind\": \"rtn\", \"seed\": 0, \"error\": \"quantize failed: $(tail -1 "$work/err.txt" | tr -d '"\\')\"}" >>"$res"
@@ -65,7 +72,7 @@ for b in $bits; do
   rm -rf "$d"
   for s in $seeds; do
     echo "[quant_kl] $b bits, rotated (seed $s)" >&2
-    if "$ember" quantize "$model" "$d" --bits "$b" --group-size "$group" "${search[@]}" --rotate --seed "$s" --force \
+    if "$ember" quantize "$model" "$d" "${recipe[@]}" --bits "$b" --group-size "$group" "${search[@]}" --rotate --seed "$s" --force \
         >/dev/null 2>"$work/err.txt"; then
       score "$d" "$b" rotate "$s"
     else

@@ -18,6 +18,13 @@ Steps, all in one run on a CUDA machine with torch, transformers and tokenizers:
 Usage: train.py --corpus DIR --out DIR [--smoke] [--budget SECONDS] [--max-steps N]
        train.py --card-from OUT/train_log.json --out DIR    (model card only, no torch)
 
+Other checkpoints for experiments (quantization studies, say) come from the same
+script: --text-only (plain text only, no conversations), --schedule constant (warmup,
+then the peak rate until the time budget is spent), --weight-decay, --adam-eps,
+--beta1/--beta2, --grad-clip 0 (no clipping), --init-std, --keep last (the final
+weights rather than the best validated ones), --skip-checks (no samples, tool-call
+score, template check or reference logits). The defaults are the demo's recipe.
+
 The committed models/demo was made by
   tools/train_demo/prepare_corpus.py corpus             (on a Debian machine)
   train.py --corpus corpus --out OUT --budget 310       (one H200, about 200 s)
@@ -181,18 +188,21 @@ def text_rows(tok, docs, seq, sep_id):
 
 def build_model(vocab, args, eos_id, pad_id):
     from transformers import LlamaConfig, LlamaForCausalLM
+    extra = {} if args.init_std is None else {"initializer_range": args.init_std}
     cfg = LlamaConfig(vocab_size=vocab, hidden_size=args.hidden, intermediate_size=args.ffn,
                       num_hidden_layers=args.layers, num_attention_heads=args.heads,
                       num_key_value_heads=args.kv_heads, head_dim=args.hidden // args.heads,
                       max_position_embeddings=2048, rms_norm_eps=1e-5, tie_word_embeddings=True,
                       hidden_act="silu", attention_bias=False, mlp_bias=False,
-                      bos_token_id=None, eos_token_id=eos_id, pad_token_id=pad_id)
+                      bos_token_id=None, eos_token_id=eos_id, pad_token_id=pad_id, **extra)
     return LlamaForCausalLM(cfg)
 
 
-def lr_at(step, peak, warmup, total):
+def lr_at(step, peak, warmup, total, schedule="cosine"):
     if step < warmup:
         return peak * (step + 1) / warmup
+    if schedule == "constant":
+        return peak
     p = min(1.0, (step - warmup) / max(1, total - warmup))
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p)))
 
@@ -208,21 +218,23 @@ def masked_loss(model, x, m):
     return (ce * w.reshape(-1)).sum(), w.sum()
 
 
-def train_step(step, total, args, model, opt, chat_x, chat_m, text_x, text_m, gen):
-    """One optimizer step on a batch of conversation rows and text rows."""
+def train_step(step, total, args, model, opt, sources, gen):
+    """One optimizer step on a batch drawn from each (rows, masks, count) source
+    in turn: conversation rows, then text rows."""
     import torch
     for grp in opt.param_groups:
-        grp["lr"] = lr_at(step, args.lr, args.warmup, total)
-    dev = chat_x.device
-    ci = torch.randint(0, len(chat_x), (args.chat_batch,), device=dev, generator=gen)
-    ti = torch.randint(0, len(text_x), (args.text_batch,), device=dev, generator=gen)
-    x = torch.cat([chat_x[ci], text_x[ti]])
-    m = torch.cat([chat_m[ci], text_m[ti]])
-    loss_sum, count = masked_loss(model, x, m)
+        grp["lr"] = lr_at(step, args.lr, args.warmup, total, args.schedule)
+    xs, ms = [], []
+    for rows, masks, n in sources:
+        i = torch.randint(0, len(rows), (n,), device=rows.device, generator=gen)
+        xs.append(rows[i])
+        ms.append(masks[i])
+    loss_sum, count = masked_loss(model, torch.cat(xs), torch.cat(ms))
     loss = loss_sum / count
     opt.zero_grad(set_to_none=True)
     loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    if args.grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
     opt.step()
     return step + 1, loss.detach()
 
@@ -462,6 +474,22 @@ def main():
     ap.add_argument("--weight-decay", type=float, default=0.1, help="AdamW decay of the matrices")
     ap.add_argument("--warmup", type=int, default=150)
     ap.add_argument("--eval-every", type=int, default=250)
+    ap.add_argument("--schedule", choices=["cosine", "constant"], default="cosine",
+                    help="cosine: down to 10%% of the peak over the steps the budget allows; constant: "
+                         "the peak after warmup, until the budget or --max-steps")
+    ap.add_argument("--adam-eps", type=float, default=1e-8)
+    ap.add_argument("--beta1", type=float, default=0.9)
+    ap.add_argument("--beta2", type=float, default=0.95)
+    ap.add_argument("--grad-clip", type=float, default=1.0, help="gradient norm clip; 0: none")
+    ap.add_argument("--init-std", type=float, default=None,
+                    help="standard deviation of the initial weights (default: transformers' 0.02)")
+    ap.add_argument("--text-only", action="store_true",
+                    help="train on plain text only (chat-batch + text-batch text rows a step)")
+    ap.add_argument("--keep", choices=["best", "last"], default="best",
+                    help="save the weights with the best validation score, or the final ones")
+    ap.add_argument("--skip-checks", action="store_true",
+                    help="after saving, measure the held-out loss only: no samples, tool-call score, "
+                         "template check or reference logits")
     args = ap.parse_args()
     if args.card_from:
         with open(args.card_from) as f:
@@ -488,16 +516,20 @@ def main():
     log("tokenizer: vocab %d, eot %d, im_end %d" % (vocab, eot, im_end))
 
     import numpy as np
-    tr_chat = chat_examples(tok, args.dialogues, 1, entries, chapters, workers)
-    va_chat = chat_examples(tok, 1000 if args.smoke else 2000, 2, entries, chapters, workers)
-    chat_x, chat_m = pack_rows(tr_chat, args.seq, eot, eot)
-    vchat_x, vchat_m = pack_rows(va_chat, args.seq, eot, eot)
     text_x, text_m, text_tokens = text_rows(tok, train_docs, args.seq, eot)
     vtext_x, vtext_m, _ = text_rows(tok, val_docs, args.seq, eot)
-    chat_tokens = int(sum(len(i) for i, _ in tr_chat))
-    log("data: chat rows %d (%d tokens, %d trained), text rows %d (%d tokens), val chat %d, val text %d"
-        % (len(chat_x), chat_tokens, int(sum(int(m.sum()) for _, m in tr_chat)), len(text_x),
-           text_tokens, len(vchat_x), len(vtext_x)))
+    if args.text_only:
+        args.dialogues, chat_tokens = 0, 0
+        log("data: text rows %d (%d tokens), val text %d; no conversations" % (len(text_x), text_tokens, len(vtext_x)))
+    else:
+        tr_chat = chat_examples(tok, args.dialogues, 1, entries, chapters, workers)
+        va_chat = chat_examples(tok, 1000 if args.smoke else 2000, 2, entries, chapters, workers)
+        chat_x, chat_m = pack_rows(tr_chat, args.seq, eot, eot)
+        vchat_x, vchat_m = pack_rows(va_chat, args.seq, eot, eot)
+        chat_tokens = int(sum(len(i) for i, _ in tr_chat))
+        log("data: chat rows %d (%d tokens, %d trained), text rows %d (%d tokens), val chat %d, val text %d"
+            % (len(chat_x), chat_tokens, int(sum(int(m.sum()) for _, m in tr_chat)), len(text_x),
+               text_tokens, len(vchat_x), len(vtext_x)))
 
     import torch
     torch.manual_seed(0)
@@ -508,9 +540,17 @@ def main():
 
     def gm(a):  # loss masks -> uint8 on the GPU
         return torch.from_numpy(np.ascontiguousarray(a, dtype=np.uint8)).to(dev)
-    chat_x, chat_m, text_x, text_m = gi(chat_x), gm(chat_m), gi(text_x), gm(text_m)
-    val = {"chat": (gi(vchat_x[:96]), gm(vchat_m[:96])), "text": (gi(vtext_x[:96]), gm(vtext_m[:96]))}
-    full_val = {"chat": (gi(vchat_x), gm(vchat_m)), "text": (gi(vtext_x), gm(vtext_m))}
+    text_x, text_m = gi(text_x), gm(text_m)
+    val, full_val = {}, {}
+    if args.text_only:
+        batches = [(text_x, text_m, args.chat_batch + args.text_batch)]
+    else:
+        chat_x, chat_m = gi(chat_x), gm(chat_m)
+        val["chat"] = (gi(vchat_x[:96]), gm(vchat_m[:96]))
+        full_val["chat"] = (gi(vchat_x), gm(vchat_m))
+        batches = [(chat_x, chat_m, args.chat_batch), (text_x, text_m, args.text_batch)]
+    val["text"] = (gi(vtext_x[:96]), gm(vtext_m[:96]))
+    full_val["text"] = (gi(vtext_x), gm(vtext_m))
 
     model = build_model(vocab, args, im_end, eot).to(dev)
     params = sum(p.numel() for p in model.parameters())
@@ -518,41 +558,56 @@ def main():
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "embed" not in n]
     other = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "embed" not in n)]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay}, {"params": other, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(0.9, 0.95), fused=True)
+                            lr=args.lr, betas=(args.beta1, args.beta2), eps=args.adam_eps, fused=True)
 
     total = args.max_steps
     history, best, best_state, best_step = [], float("inf"), None, 0
+    last_ok = True
     t_start = time.time()
     gen = torch.Generator(device=dev)
     gen.manual_seed(1)
     step = 0
+    # The cosine schedule is sized once from the first steps' pace; the constant
+    # one needs no length and simply runs until the budget is spent.
+    cosine = args.schedule == "cosine"
     try:
         while step < total:
-            step, loss = train_step(step, total, args, model, opt, chat_x, chat_m, text_x, text_m, gen)
-            if step == 40 and not args.smoke:
+            step, loss = train_step(step, total, args, model, opt, batches, gen)
+            if step == 40 and not args.smoke and cosine:
                 per = (time.time() - t_start) / 40
                 total = max(step + args.eval_every, min(args.max_steps, int(args.budget / per)))
                 log("%.1f ms/step, training %d steps" % (per * 1000, total))
-            if time.time() - t_start > args.budget * 1.1 and step < total:
-                log("over the time budget at step %d; stopping" % step)
+            if time.time() - t_start > args.budget * (1.1 if cosine else 1.0) and step < total:
+                if cosine:
+                    log("over the time budget at step %d; stopping" % step)
+                else:
+                    log("time budget spent at step %d (%.1f ms/step)" % (step, 1000 * (time.time() - t_start) / step))
                 total = step
             if step % args.eval_every == 0 or step == total:
                 ev = evaluate(model, val)
                 # Chat quality is what the demo is for; the small text corpus is
                 # seen many times, so its held-out loss counts half.
-                score = ev["chat"] + 0.5 * ev["text"]
+                score = ev["chat"] + 0.5 * ev["text"] if "chat" in ev else ev["text"]
                 history.append({"step": step, "train_loss": round(loss.item(), 4),
-                                "val_chat": round(ev["chat"], 4), "val_text": round(ev["text"], 4),
+                                **{"val_" + k: round(v, 4) for k, v in ev.items()},
                                 "seconds": round(time.time() - t_start, 1)})
-                log("step %d loss %.3f val chat %.3f text %.3f" % (step, loss.item(), ev["chat"], ev["text"]))
+                log("step %d loss %.3f val %s" % (step, loss.item(),
+                                                  " ".join("%s %.3f" % kv for kv in sorted(ev.items()))))
+                last_ok = math.isfinite(score)
+                if not last_ok:
+                    log("validation score is not finite at step %d; stopping" % step)
+                    total = step
                 if score < best:
                     best, best_step = score, step
                     best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     except Exception as e:  # keep what was learned so far
         log("training stopped by an error at step %d: %r" % (step, e))
         total = step
+        last_ok = False
     train_seconds = time.time() - t_start
-    if best_state is not None:
+    if args.keep == "last" and last_ok:
+        best_step = step
+    elif best_state is not None:
         model.load_state_dict(best_state)
 
     info = {"params": params, "layers": args.layers, "hidden": args.hidden, "ffn": args.ffn,
@@ -564,6 +619,7 @@ def main():
             "text_batch": args.text_batch, "steps": total,
             "tokens_seen": total * (args.chat_batch + args.text_batch) * args.seq,
             "train_seconds": train_seconds, "best_step": best_step, "eval_every": args.eval_every,
+            "text_only": args.text_only, "schedule": args.schedule, "weight_decay": args.weight_decay,
             "final": {"text": float("nan"), "chat": float("nan")},
             "tool_acc": float("nan"), "tool_n": 0, "samples": []}
     finish(args, model, tok, tpl, eos, eot, info, history, full_val, entries, chapters)
@@ -627,12 +683,16 @@ def finish(args, model, tok, tpl, eos, eot, info, history, full_val, entries, ch
         model = model.float().eval()
     try:
         final = evaluate(model, full_val)
-        info["final"] = final
-        log("final (bf16 weights, f32 eval): chat %.4f (ppl %.3f), text %.4f (ppl %.2f)"
-            % (final["chat"], math.exp(final["chat"]), final["text"], math.exp(final["text"])))
+        info["final"].update(final)
+        log("final (bf16 weights, f32 eval): %s" % ", ".join(
+            "%s %.4f (ppl %.3f)" % (k, v, math.exp(v)) for k, v in final.items()))
     except Exception as e:
         log("final evaluation failed: %r" % (e,))
     write_card(args, info, history, checks)
+    if args.skip_checks:
+        log("--skip-checks: no samples, tool-call score, template check or reference logits")
+        keep_outputs(args.out)
+        return
 
     try:
         from transformers import AutoTokenizer
@@ -689,13 +749,17 @@ def finish(args, model, tok, tpl, eos, eot, info, history, full_val, entries, ch
     except Exception as e:  # the model itself is written; report and go on
         log("reference logits failed: %r" % (e,))
 
+    keep_outputs(args.out)
+
+
+def keep_outputs(out):
     keep = {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
             "tokenizer_config.json", "README.md", "train_log.json", "reference_logits.json"}
-    for f in os.listdir(args.out):
+    for f in os.listdir(out):
         if f not in keep:
             log("removing unexpected output %s" % f)
-            os.remove(os.path.join(args.out, f))
-    log("done: %s" % {f: os.path.getsize(os.path.join(args.out, f)) for f in sorted(os.listdir(args.out))})
+            os.remove(os.path.join(out, f))
+    log("done: %s" % {f: os.path.getsize(os.path.join(out, f)) for f in sorted(os.listdir(out))})
 
 
 if __name__ == "__main__":
