@@ -140,13 +140,14 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_kernel(float *out, floa
     }
 }
 
-/* Merges the S splits of one (row, head): rescales each partial to the
- * common maximum, in split order. Rows as in attention_kernel. The split
- * count is a constant so that every split's loads are issued at once (a
- * loop over a run-time count waited for each in turn: 7 us a layer). */
-template <int S>
+/* Merges the CUDA_ATT_SPLITS splits of one (row, head): rescales each
+ * partial to the common maximum, in split order. Rows as in
+ * attention_kernel. The split count is a constant so that every split's
+ * loads are issued at once (a loop over a run-time count waited for each
+ * in turn: 7 us a layer). */
 __global__ void attention_combine(float *out, const float *part, const int32_t *rmap, int n_heads, int hd) {
     cuda_pdl_enter();
+    constexpr int S = CUDA_ATT_SPLITS;
     const float *pp = part + (size_t)blockIdx.x * S * (hd + 2);
     float ms[S], f[S];
     float mx = -INFINITY;
@@ -193,8 +194,7 @@ static void attention_rows(cuda_backend *cb, float *out, const float *q, float *
             out, part, q, base, toff, dpos, rmap, n, n_heads, n_heads / n_kv, n_kv, head_dim, bs, scale, window);
     if (part) {
         CUDA_LAUNCHED(cb, "attention (splits)");
-        cuda_launch(attention_combine<CUDA_ATT_SPLITS>, (unsigned)rows_heads, 64, 0, cb->stream, out, part, rmap,
-                    n_heads, head_dim);
+        cuda_launch(attention_combine, (unsigned)rows_heads, 64, 0, cb->stream, out, part, rmap, n_heads, head_dim);
     }
     CUDA_LAUNCHED(cb, "attention");
 }
