@@ -145,6 +145,14 @@ typedef struct em_backend_ops {
      * Optional (NULL: matmul n times). */
     void (*matmul_group)(em_backend *be, int n, float *const *ys, const float *x, int M, const em_weight *const *ws,
                          const float *const *biases, em_math math);
+    /* out = silu(x · wgᵀ + bg) * (x · wuᵀ + bu), rows of wg->rows (the
+     * gate and up projections of an MLP and its SwiGLU): bitwise
+     * matmul_group of the two into gate and up, then swiglu. A backend
+     * that fuses some shapes returns true when it queued them; false means
+     * nothing was queued and the caller makes those calls. Optional
+     * (NULL: always the calls). */
+    bool (*matmul_swiglu)(em_backend *be, float *out, const float *x, int M, const em_weight *wg,
+                          const em_weight *wu, const float *bg, const float *bu, em_math math);
     /* y = x / rms(x) * (gain + gain_offset) over rows of n. y may equal x. */
     void (*rmsnorm)(em_backend *be, float *y, const float *x, const float *gain, int rows, int n, float eps,
                     float gain_offset);
@@ -181,6 +189,12 @@ typedef struct em_backend_ops {
                            int n_kv, int head_dim);
     void (*attention_spans)(em_backend *be, float *out, const float *q, const em_kv_spans *s, const int32_t *pos,
                             int n_heads, int n_kv, int head_dim, float scale, int window);
+    /* rope_qk over q and k, then kv_write_spans of the rotated keys and v:
+     * bitwise those two calls (q and k are left rotated), in one launch
+     * where the backend fuses them. Optional (NULL: the two calls). */
+    void (*rope_kv_write_spans)(em_backend *be, const em_kv_spans *s, float *q, float *k, const float *v,
+                                const int32_t *pos, int n_heads, int n_kv, int head_dim, int rot_dim,
+                                const float *inv_freq, float attn_factor);
 
     /* ---- step graphs (optional; NULL: never) ----
      * A device backend may record the operations of a step once and replay

@@ -94,6 +94,12 @@ void row_runs_matmul_group(em_backend *be, const row_runs *r, int n, float *cons
     }
 }
 
+bool row_runs_matmul_swiglu(em_backend *be, const row_runs *r, float *out, const float *in,
+                            const em_weight *const *ws, const float *const *biases) {
+    if (!be->ops->matmul_swiglu || r->n != 1 || r->start[0] != 0) return false;
+    return be->ops->matmul_swiglu(be, out, in, r->len[0], ws[0], ws[1], biases[0], biases[1], r->math[0]);
+}
+
 em_math row_runs_common_math(const row_runs *r) {
     for (int i = 0; i < r->n; i++)
         if (r->math[i] != EM_MATH_FAST) return EM_MATH_EXACT;

@@ -44,6 +44,13 @@ void row_runs_matmul(em_backend *be, const row_runs *r, float *out, const float 
 void row_runs_matmul_group(em_backend *be, const row_runs *r, int n, float *const *outs, const float *in,
                            const em_weight *const *ws, const float *const *biases);
 
+/* out = swiglu(in · wgᵀ + bg, in · wuᵀ + bu) (ws = {wg, wu}, biases the
+ * same) in one backend call, when the batch is one run and the backend's
+ * matmul_swiglu takes it; false: nothing was done, and the caller runs the
+ * two products and swiglu (which give the same bits). */
+bool row_runs_matmul_swiglu(em_backend *be, const row_runs *r, float *out, const float *in,
+                            const em_weight *const *ws, const float *const *biases);
+
 /* FAST when every run of the batch is FAST (what a whole-batch operation
  * such as attention may then assume), else EXACT. */
 em_math row_runs_common_math(const row_runs *r);

@@ -206,6 +206,20 @@ static void residual_norm(em_model *m, dense_impl *d, const float *gain, int T, 
     op->rmsnorm(be, d->h, d->x, gain, T, c->hidden, (float)c->rms_eps, 0.0f);
 }
 
+/* Rotary embeddings on the step's queries and keys, in place. */
+static void rope_qk(em_model *m, dense_impl *d, int T) {
+    const model_config *c = &m->cfg;
+    em_backend *be = m->be;
+    const em_backend_ops *op = be->ops;
+    if (op->rope_qk) {
+        op->rope_qk(be, d->q, d->k, T, c->n_heads, c->n_kv_heads, c->head_dim, d->rot_dim, d->pos, d->inv_freq,
+                    d->attn_factor);
+        return;
+    }
+    op->rope(be, d->q, T, c->n_heads, c->head_dim, d->rot_dim, d->pos, d->inv_freq, d->attn_factor);
+    op->rope(be, d->k, T, c->n_kv_heads, c->head_dim, d->rot_dim, d->pos, d->inv_freq, d->attn_factor);
+}
+
 /* Leaves the attention output projection in h, to be added to x. */
 static void attention_block(em_model *m, dense_impl *d, dense_layer *L, int layer, const em_batch *b, int T,
                             bool pending) {
@@ -222,21 +236,21 @@ static void attention_block(em_model *m, dense_impl *d, dense_layer *L, int laye
         op->rmsnorm(be, d->q, d->q, L->q_norm, T * c->n_heads, c->head_dim, (float)c->rms_eps, 0.0f);
         op->rmsnorm(be, d->k, d->k, L->k_norm, T * c->n_kv_heads, c->head_dim, (float)c->rms_eps, 0.0f);
     }
-    if (op->rope_qk) {
-        op->rope_qk(be, d->q, d->k, T, c->n_heads, c->n_kv_heads, c->head_dim, d->rot_dim, d->pos, d->inv_freq,
-                    d->attn_factor);
-    } else {
-        op->rope(be, d->q, T, c->n_heads, c->head_dim, d->rot_dim, d->pos, d->inv_freq, d->attn_factor);
-        op->rope(be, d->k, T, c->n_kv_heads, c->head_dim, d->rot_dim, d->pos, d->inv_freq, d->attn_factor);
-    }
     float scale = 1.0f / sqrtf((float)c->head_dim);
     if (op->attention_spans && op->kv_write_spans) {
         for (int s = 0; s < b->n_spans; s++) d->views[s] = kv_seq_view(m->kv, b->spans[s].seq, layer);
         em_kv_spans spans = {d->views, d->span_rows, b->n_spans, row_runs_common_math(&d->runs), d->min_table};
-        op->kv_write_spans(be, &spans, d->k, d->v, d->pos, c->n_kv_heads, c->head_dim);
+        if (op->rope_kv_write_spans) {
+            op->rope_kv_write_spans(be, &spans, d->q, d->k, d->v, d->pos, c->n_heads, c->n_kv_heads, c->head_dim,
+                                    d->rot_dim, d->inv_freq, d->attn_factor);
+        } else {
+            rope_qk(m, d, T);
+            op->kv_write_spans(be, &spans, d->k, d->v, d->pos, c->n_kv_heads, c->head_dim);
+        }
         op->attention_spans(be, d->att, d->q, &spans, d->pos, c->n_heads, c->n_kv_heads, c->head_dim, scale,
                             L->window);
     } else {
+        rope_qk(m, d, T);
         int row = 0;
         for (int s = 0; s < b->n_spans; s++) {
             const em_span *sp = &b->spans[s];
@@ -260,8 +274,10 @@ static void mlp_block(em_model *m, dense_impl *d, dense_layer *L, int T) {
     float *gu[2] = {d->gate, d->up};
     const em_weight *wgu[2] = {&L->wg, &L->wu};
     const float *bgu[2] = {L->bg, L->bu};
-    row_runs_matmul_group(m->be, &d->runs, 2, gu, d->h, wgu, bgu);
-    op->swiglu(be, d->act, d->gate, d->up, T, c->intermediate, c->intermediate);
+    if (!row_runs_matmul_swiglu(m->be, &d->runs, d->act, d->h, wgu, bgu)) {
+        row_runs_matmul_group(m->be, &d->runs, 2, gu, d->h, wgu, bgu);
+        op->swiglu(be, d->act, d->gate, d->up, T, c->intermediate, c->intermediate);
+    }
     mm(m, d, d->h, d->act, &L->wd, L->bd);
 }
 

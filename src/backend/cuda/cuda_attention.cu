@@ -188,11 +188,16 @@ static void attention_rows(cuda_backend *cb, float *out, const float *q, float *
         return;
     float *part = splits > 1 ? cb->att_part : NULL;
     if (cuda_graph_skip(cb, out, q, base, part, m, n_heads, n_kv, head_dim, bs, scale, window)) return;
-    if (!cuda_attention_rows(cb->stream, (unsigned)m, splits, n_heads / n_kv, head_dim, out, part, q, base, toff, dpos,
-                             rmap, n, n_heads, n_kv, bs, scale, window))
+    /* the per-row kernel merges its own splits where the counters reach */
+    int *count = part && (size_t)m * (size_t)n_kv <= CUDA_ATT_COUNT_CAP ? cb->att_count : NULL;
+    bool merged = false;
+    if (cuda_attention_rows(cb->stream, (unsigned)m, splits, n_heads / n_kv, head_dim, out, part, count, q, base, toff,
+                            dpos, rmap, n, n_heads, n_kv, bs, scale, window))
+        merged = count != NULL;
+    else
         cuda_launch(attention_kernel, dim3((unsigned)rows_heads, splits), ATT_THREADS, smem, cb->stream, 
             out, part, q, base, toff, dpos, rmap, n, n_heads, n_heads / n_kv, n_kv, head_dim, bs, scale, window);
-    if (part) {
+    if (part && !merged) {
         CUDA_LAUNCHED(cb, "attention (splits)");
         cuda_launch(attention_combine, (unsigned)rows_heads, 64, 0, cb->stream, out, part, rmap, n_heads, head_dim);
     }

@@ -20,8 +20,11 @@
  * The sums run in a fixed order (a dot product over d ascending, the
  * butterflies, the values over a tile's keys ascending), so a row's result
  * depends on its keys and the split count only, never on the other rows of
- * the batch. Splits write attention_kernel's partials (max, sum, acc[hd])
- * for attention_combine. */
+ * the batch. Splits write attention_kernel's partials (max, sum, acc[hd]);
+ * with a counter per (row, kv head) the last of its splits to finish merges
+ * them (attention_combine's arithmetic, in split order) and resets the
+ * counter, which saves the merge's launch; without one attention_combine
+ * merges them. */
 #include "backend/cuda/cuda_internal.cuh"
 
 #define ROWS_THREADS 128
@@ -45,11 +48,41 @@ __device__ __forceinline__ void rows_fetch(float4 *kn, float4 *vn, float *const 
     }
 }
 
+/* The last split of block x's (row, kv head) merges the G heads' partials
+ * into out, as attention_combine would. */
+template <int HD, int G>
+__device__ __forceinline__ void rows_merge(float *out, const float *part, int row, int xr, int kvh, int n_heads) {
+    constexpr int S = CUDA_ATT_SPLITS;
+    constexpr int OUTS = (G * HD + ROWS_THREADS - 1) / ROWS_THREADS;
+#pragma unroll
+    for (int o = 0; o < OUTS; o++) {
+        int idx = (int)threadIdx.x + o * ROWS_THREADS;
+        if (idx >= G * HD) break;
+        int g = idx / HD, d = idx % HD;
+        size_t rh = (size_t)xr * n_heads + (size_t)kvh * G + g;
+        const float *pp = part + rh * S * (HD + 2);
+        float ms[S], f[S], mx = -INFINITY, l = 0.0f, a = 0.0f;
+#pragma unroll
+        for (int s = 0; s < S; s++) ms[s] = __ldcg(pp + (size_t)s * (HD + 2)); /* other blocks wrote them: via L2 */
+#pragma unroll
+        for (int s = 0; s < S; s++) mx = fmaxf(mx, ms[s]);
+#pragma unroll
+        for (int s = 0; s < S; s++) {
+            f[s] = ms[s] > -INFINITY ? expf(ms[s] - mx) : 0.0f;
+            if (ms[s] > -INFINITY) l += __ldcg(pp + (size_t)s * (HD + 2) + 1) * f[s];
+        }
+#pragma unroll
+        for (int s = 0; s < S; s++)
+            if (ms[s] > -INFINITY) a += __ldcg(pp + (size_t)s * (HD + 2) + 2 + d) * f[s];
+        out[((size_t)row * n_heads + (size_t)kvh * G + g) * HD + d] = a / l;
+    }
+}
+
 template <int HD, int G>
 __global__ void __launch_bounds__(ROWS_THREADS)
-    attention_rows_kernel(float *out, float *part, const float *q, float *const *base, const int32_t *toff,
-                          const int32_t *pos, const int32_t *rmap, int n, int n_heads, int n_kv, int bs_shift,
-                          float scale, int window) {
+    attention_rows_kernel(float *out, float *part, int *count, const float *q, float *const *base,
+                          const int32_t *toff, const int32_t *pos, const int32_t *rmap, int n, int n_heads, int n_kv,
+                          int bs_shift, float scale, int window) {
     cuda_pdl_enter();
     constexpr int KS = HD + 4;                                       /* padded key row: conflict-free float4 reads */
     constexpr int OUTS = (G * HD + ROWS_THREADS - 1) / ROWS_THREADS; /* outputs per thread */
@@ -145,16 +178,27 @@ __global__ void __launch_bounds__(ROWS_THREADS)
             out[((size_t)row * n_heads + (size_t)kvh * G + g) * HD + d] = acc[o] / l_s[g];
         }
     }
+    if (!part || !count) return;
+    /* publish this split's partials, then count it; the last one merges */
+    __threadfence();
+    __syncthreads();
+    __shared__ int last;
+    if (t == 0) last = atomicAdd(count + blockIdx.x, 1) == (int)gridDim.y - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    rows_merge<HD, G>(out, part, row, xr, kvh, n_heads);
+    if (t == 0) count[blockIdx.x] = 0; /* ready for the next launch */
 }
 
 template <int HD>
-static bool rows_launch_g(cudaStream_t st, dim3 grid, int group, float *out, float *part, const float *q,
+static bool rows_launch_g(cudaStream_t st, dim3 grid, int group, float *out, float *part, int *count, const float *q,
                           float *const *base, const int32_t *toff, const int32_t *dpos, const int32_t *rmap, int n,
                           int n_heads, int n_kv, int sh, float scale, int window) {
 #define ROWS_CASE(GG)                                                                                               \
     case GG:                                                                                                        \
-        cuda_launch(attention_rows_kernel<HD, GG>, grid, ROWS_THREADS, 0, st, out, part, q, base, toff, dpos, rmap, n, \
-                    n_heads, n_kv, sh, scale, window);                                                              \
+        cuda_launch(attention_rows_kernel<HD, GG>, grid, ROWS_THREADS, 0, st, out, part, count, q, base, toff, dpos, \
+                    rmap, n, n_heads, n_kv, sh, scale, window);                                                     \
         return true;
     switch (group) {
         ROWS_CASE(1) ROWS_CASE(2) ROWS_CASE(4) ROWS_CASE(8)
@@ -164,15 +208,16 @@ static bool rows_launch_g(cudaStream_t st, dim3 grid, int group, float *out, flo
 }
 
 bool cuda_attention_rows(cudaStream_t st, unsigned rows, unsigned splits, int group, int hd, float *out, float *part,
-                         const float *q, float *const *base, const int32_t *toff, const int32_t *dpos,
+                         int *count, const float *q, float *const *base, const int32_t *toff, const int32_t *dpos,
                          const int32_t *rmap, int n, int n_heads, int n_kv, int bs, float scale, int window) {
     if (((uintptr_t)q & 15) != 0 || bs <= 0 || (bs & (bs - 1))) return false;
+    if (part && count && splits != CUDA_ATT_SPLITS) return false;
     int sh = __builtin_ctz((unsigned)bs);
     dim3 grid(rows * (unsigned)n_kv, splits);
     switch (hd) {
-    case 32: return rows_launch_g<32>(st, grid, group, out, part, q, base, toff, dpos, rmap, n, n_heads, n_kv, sh, scale, window);
-    case 64: return rows_launch_g<64>(st, grid, group, out, part, q, base, toff, dpos, rmap, n, n_heads, n_kv, sh, scale, window);
-    case 128: return rows_launch_g<128>(st, grid, group, out, part, q, base, toff, dpos, rmap, n, n_heads, n_kv, sh, scale, window);
+    case 32: return rows_launch_g<32>(st, grid, group, out, part, count, q, base, toff, dpos, rmap, n, n_heads, n_kv, sh, scale, window);
+    case 64: return rows_launch_g<64>(st, grid, group, out, part, count, q, base, toff, dpos, rmap, n, n_heads, n_kv, sh, scale, window);
+    case 128: return rows_launch_g<128>(st, grid, group, out, part, count, q, base, toff, dpos, rmap, n, n_heads, n_kv, sh, scale, window);
     default: return false;
     }
 }

@@ -18,6 +18,7 @@ extern "C" {
 cuda_backend *cuda_enter(em_backend *be) {
     cuda_backend *cb = (cuda_backend *)be->impl;
     cuda_note(cb, cudaSetDevice(cb->device), "selecting the device");
+    cb->op_seq++; /* ends any earlier operation's bf16 twin (cuda_twin_ready) */
     return cb;
 }
 
@@ -88,7 +89,7 @@ static bool stage_alloc(cuda_backend *cb, size_t cap) {
 void cuda_stage_flush(cuda_backend *cb) {
     cuda_stage *s = &cb->stage;
     if (s->used <= s->flushed) return;
-    if (cb->graphs.mode == EM_GRAPH_REPLAY) { /* the recorded copy will move these bytes */
+    if (cb->graphs.mode != EM_GRAPH_NONE) { /* the step's one recorded copy moves these bytes (cuda_graph.cu) */
         s->flushed = s->used;
         return;
     }
@@ -362,6 +363,7 @@ static void cuda_destroy(em_backend *be) {
         if (cb->xconv) cudaFree(cb->xconv);
         if (cb->wide) cudaFree(cb->wide);
         if (cb->att_part) cudaFree(cb->att_part);
+        if (cb->att_count) cudaFree(cb->att_count);
         if (cb->amax_part) cudaFree(cb->amax_part);
         if (cb->att_tile_part) cudaFree(cb->att_tile_part);
         if (cb->wconv) cudaFree(cb->wconv);
@@ -394,6 +396,7 @@ static em_backend_ops make_ops(void) {
     o.bandwidth = cuda_bandwidth;
     o.matmul = cuda_matmul;
     o.matmul_group = cuda_matmul_group;
+    o.matmul_swiglu = cuda_matmul_swiglu;
     o.rmsnorm = cuda_rmsnorm;
     o.add_rmsnorm = cuda_add_rmsnorm;
     o.rope = cuda_rope;
@@ -404,6 +407,7 @@ static em_backend_ops make_ops(void) {
     o.kv_write = cuda_kv_write;
     o.attention = cuda_attention;
     o.kv_write_spans = cuda_kv_write_spans;
+    o.rope_kv_write_spans = cuda_rope_kv_write_spans;
     o.attention_spans = cuda_attention_spans;
     o.graph_begin = cuda_graph_begin;
     o.graph_end = cuda_graph_end;
@@ -501,7 +505,9 @@ extern "C" em_status cuda_backend_create(int device, em_backend **out) {
         (bs = cb->fn.set_stream(cb->blas, cb->stream)) != CUBLAS_STATUS_SUCCESS ||
         /* default math: f32 GEMMs stay f32 (no TF32 rounding) */
         (bs = cb->fn.set_math_mode(cb->blas, CUBLAS_DEFAULT_MATH)) != CUBLAS_STATUS_SUCCESS ||
-        (bs = set_workspace(cb)) != CUBLAS_STATUS_SUCCESS || !stage_alloc(cb, STAGE_MIN_BYTES)) {
+        (bs = set_workspace(cb)) != CUBLAS_STATUS_SUCCESS || !stage_alloc(cb, STAGE_MIN_BYTES) ||
+        (e = cudaMalloc((void **)&cb->att_count, CUDA_ATT_COUNT_CAP * sizeof(int))) != cudaSuccess ||
+        (e = cudaMemset(cb->att_count, 0, CUDA_ATT_COUNT_CAP * sizeof(int))) != cudaSuccess) {
         em_status st = em_fail(EM_ERR_IO, "%s: cannot set up the stream and cuBLAS: %s", be->desc,
                                e != cudaSuccess ? cudaGetErrorString(e)
                                : bs != CUBLAS_STATUS_SUCCESS ? "cuBLAS initialisation failed"

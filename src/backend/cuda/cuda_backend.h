@@ -70,6 +70,9 @@ static inline int cuda_skinny_split(int K) {
  * bounds it.) */
 #define CUDA_ATT_SPLITS 16
 #define CUDA_ATT_SPLIT_MAX_ROWS 64
+/* Counters of the splits' in-kernel merge: one per (row, kv head) of a
+ * split batch, for up to 64 kv heads (more merge in a second kernel). */
+#define CUDA_ATT_COUNT_CAP (CUDA_ATT_SPLIT_MAX_ROWS * 64)
 static inline int cuda_att_splits(int rows) { return rows <= CUDA_ATT_SPLIT_MAX_ROWS ? CUDA_ATT_SPLITS : 1; }
 /* A span of this many rows (a prefill chunk) goes to the tiled prefill
  * attention whatever the batch's size; dense.c records prefills only below it. */

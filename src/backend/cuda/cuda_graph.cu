@@ -12,7 +12,14 @@
  * counts and offsets) into a hash, and graph_end compares it with the
  * recording's. A mismatch, or anything that would break a recording (the
  * arena filling up), makes graph_end report that nothing ran, and the
- * caller runs the step again without a graph. */
+ * caller runs the step again without a graph.
+ *
+ * The arguments a recorded step stages all go up in one copy at its start:
+ * the recording begins with a copy of the staging arena, whose length is
+ * set to what the step staged once its capture ends, and operations queue
+ * no copies of their own meanwhile. (A copy per operation put three
+ * transfers in each layer's chain of kernels, each a break in the
+ * programmatic launches around it.) */
 #include "backend/cuda/cuda_internal.cuh"
 
 extern "C" {
@@ -47,13 +54,33 @@ em_graph_mode cuda_graph_begin(em_backend *be, uint64_t key) {
         g->mode = EM_GRAPH_REPLAY;
         return EM_GRAPH_REPLAY;
     }
-    if (cudaStreamBeginCapture(cb->stream, cudaStreamCaptureModeRelaxed) != cudaSuccess) {
+    cuda_stage_begin(cb, 1, 0); /* the arena exists before its copy is recorded */
+    if (!cb->stage.host || cudaStreamBeginCapture(cb->stream, cudaStreamCaptureModeRelaxed) != cudaSuccess) {
         cudaGetLastError();
         return EM_GRAPH_NONE;
     }
     g->mode = EM_GRAPH_RECORD;
+    /* the step's upload, sized in record_end */
+    if (cudaMemcpyAsync(cb->stage.dev, cb->stage.host, 16, cudaMemcpyHostToDevice, cb->stream) != cudaSuccess)
+        g->broken = true;
     cuda_pdl_now = cuda_pdl_allowed;
     return EM_GRAPH_RECORD;
+}
+
+/* Sets the length of the recording's first node, the upload of the
+ * staging arena, to the bytes the step staged. False if the graph does
+ * not start with that one copy. */
+static bool size_upload(cuda_backend *cb, cudaGraph_t graph) {
+    cudaGraphNode_t root;
+    size_t n = 0;
+    if (cudaGraphGetRootNodes(graph, NULL, &n) != cudaSuccess || n != 1) return false;
+    cudaGraphNodeType type;
+    if (cudaGraphGetRootNodes(graph, &root, &n) != cudaSuccess || cudaGraphNodeGetType(root, &type) != cudaSuccess ||
+        type != cudaGraphNodeTypeMemcpy)
+        return false;
+    size_t bytes = cb->stage.used > 16 ? cb->stage.used : 16;
+    return cudaGraphMemcpyNodeSetParams1D(root, cb->stage.dev, cb->stage.host, bytes, cudaMemcpyHostToDevice) ==
+           cudaSuccess;
 }
 
 /* Ends a recording; returns the instantiated graph or NULL. */
@@ -64,7 +91,7 @@ static cudaGraphExec_t record_end(cuda_backend *cb) {
     cuda_pdl_now = false;
     cudaGraphExec_t exec = NULL;
     bool ok = e == cudaSuccess && graph && !g->broken && cb->err == cudaSuccess &&
-              cb->blas_err == CUBLAS_STATUS_SUCCESS;
+              cb->blas_err == CUBLAS_STATUS_SUCCESS && size_upload(cb, graph);
     if (ok && cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) exec = NULL;
     if (graph) cudaGraphDestroy(graph);
     if (!exec) {

@@ -88,10 +88,19 @@ typedef struct cuda_backend {
     void *blas_ws; /* the cuBLAS workspace, CUDA_BLAS_WORKSPACE_BYTES */
     void *xconv;
     size_t xconv_bytes;
+    /* xconv may hold the bf16 copy of the previous operation's f32 output
+     * (twin_src, twin_elems; written by that operation's own kernel, when
+     * it ran at op_seq == twin_seq), which a FAST matmul of it issued next
+     * takes instead of rounding it again (cuda_twin_make, cuda_twin_ready).
+     * Any other operation in between ends that. */
+    const float *twin_src;
+    size_t twin_elems;
+    uint64_t twin_seq, op_seq;
     float *wide;
     size_t wide_bytes;
     float *att_part; /* attention splits' partial results */
     size_t att_part_bytes;
+    int *att_count; /* per (row, kv head): splits done (CUDA_ATT_COUNT_CAP, zero between launches) */
     float *att_tile_part; /* the tiled attention's, for tiles whose keys are split */
     size_t att_tile_part_bytes;
     void *amax_part; /* argmax_rows: each chunk's (value, index) pair */
@@ -362,6 +371,20 @@ void cuda_rmsnorm_gated(em_backend *be, float *y, const float *x, const float *z
                         float eps);
 void cuda_kv_write(em_backend *be, const em_kv_view *kv, const float *k, const float *v, const int32_t *pos, int n,
                    int n_kv, int head_dim);
+/* An operation about to write rows x n f32 values at y also writes their
+ * bf16 rounding (to_bf16's bits) to the pointer returned, for a FAST
+ * matmul issued next; NULL: too few rows for one, or no scratch. */
+__nv_bfloat16 *cuda_twin_make(cuda_backend *cb, const float *y, int rows, int n);
+/* Whether xconv holds x's elems values rounded, made by the operation
+ * just before this one. */
+static inline bool cuda_twin_ready(const cuda_backend *cb, const float *x, size_t elems) {
+    return cb->twin_src == x && cb->twin_elems == elems && cb->twin_seq + 1 == cb->op_seq;
+}
+bool cuda_matmul_swiglu(em_backend *be, float *out, const float *x, int M, const em_weight *wg, const em_weight *wu,
+                        const float *bg, const float *bu, em_math math);
+void cuda_rope_kv_write_spans(em_backend *be, const em_kv_spans *s, float *q, float *k, const float *v,
+                              const int32_t *pos, int n_heads, int n_kv, int head_dim, int rot_dim,
+                              const float *inv_freq, float attn_factor);
 void cuda_kv_write_spans(em_backend *be, const em_kv_spans *s, const float *k, const float *v, const int32_t *pos,
                          int n_kv, int head_dim);
 void cuda_attention_spans(em_backend *be, float *out, const float *q, const em_kv_spans *s, const int32_t *pos,
@@ -419,10 +442,12 @@ __device__ __forceinline__ void att_key_range(int p, int window, bool split, int
 /* cuda_attention_rows.cu: the per-row attention of `rows` rows (all n of
  * the batch, or those rmap lists) for head_dim 32/64/128 and 1/2/4/8 query
  * heads per kv head, over `splits` shares of each row's keys (part: the
- * splits' partials; else out). False when the shape is not covered
+ * splits' partials; else out). With count (rows * n_kv zeroed counters,
+ * CUDA_ATT_SPLITS splits) the kernel also merges the partials into out;
+ * without, attention_combine must. False when the shape is not covered
  * (nothing queued). */
 bool cuda_attention_rows(cudaStream_t st, unsigned rows, unsigned splits, int group, int hd, float *out, float *part,
-                         const float *q, float *const *base, const int32_t *toff, const int32_t *dpos,
+                         int *count, const float *q, float *const *base, const int32_t *toff, const int32_t *dpos,
                          const int32_t *rmap, int n, int n_heads, int n_kv, int bs, float scale, int window);
 em_graph_mode cuda_graph_begin(em_backend *be, uint64_t key);
 em_status cuda_graph_end(em_backend *be, bool *ran);

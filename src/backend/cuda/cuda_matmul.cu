@@ -162,6 +162,66 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32, gemv_shape<MR>::blocks) gemv_
     }
 }
 
+/* An MLP's gate and up projections and its SwiGLU in one launch: warp n
+ * computes row n of both (each the chain of gemv_kernel, so the same bits)
+ * and stores silu(gate) * up as swiglu_kernel computes it. The two
+ * products are never written, and no third kernel reads them back. */
+template <int DT, int MR>
+__global__ void __launch_bounds__(GEMV_WARPS * 32, gemv_shape<MR>::blocks)
+    gemv_swiglu_kernel(float *out, const void *wg, const void *wu, const float *bg, const float *bu, const float *x,
+                       int M, int N, int K) {
+    cuda_pdl_enter();
+    int lane = threadIdx.x % 32, n = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (n >= N) return;
+    const void *w[2] = {wg, wu};
+    size_t wrow = (size_t)n * K;
+    for (int m0 = 0; m0 < M; m0 += MR) {
+        int mr = M - m0 < MR ? M - m0 : MR;
+        const float *xm = x + (size_t)m0 * K;
+        float acc[2][MR];
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int m = 0; m < MR; m++) acc[r][m] = 0.0f;
+        constexpr int U = gemv_shape<MR>::loads;
+        int k = lane * 8;
+        for (; k + (U - 1) * 256 < K; k += U * 256) {
+            uint4 u[U][2];
+#pragma unroll
+            for (int i = 0; i < U; i++)
+#pragma unroll
+                for (int r = 0; r < 2; r++) u[i][r] = wfetch<DT>(w[r], wrow + k + i * 256);
+#pragma unroll
+            for (int i = 0; i < U; i++) {
+                float wv[2][8];
+#pragma unroll
+                for (int r = 0; r < 2; r++) wunpack<DT>(w[r], wrow + k + i * 256, u[i][r], wv[r]);
+                gemv_step<2, MR>(acc, wv, xm, K, mr, (size_t)k + i * 256);
+            }
+        }
+        for (; k < K; k += 256) {
+            float wv[2][8];
+#pragma unroll
+            for (int r = 0; r < 2; r++) wunpack<DT>(w[r], wrow + k, wfetch<DT>(w[r], wrow + k), wv[r]);
+            gemv_step<2, MR>(acc, wv, xm, K, mr, (size_t)k);
+        }
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int m = 0; m < MR; m++) {
+                float v = acc[r][m];
+                for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+                acc[r][m] = v;
+            }
+#pragma unroll
+        for (int m = 0; m < MR; m++)
+            if (lane == m && m < mr) {
+                float g = acc[0][m] + (bg ? bg[n] : 0.0f), up = acc[1][m] + (bu ? bu[n] : 0.0f);
+                out[(size_t)(m0 + m) * N + n] = g / (1.0f + expf(-g)) * up;
+            }
+    }
+}
+
 /* Batches of more than 8 rows: the same per-row arithmetic as gemv_kernel
  * (so a sequence's logits still do not depend on its batch), with the
  * activations staged in shared memory, where the block's warps share
@@ -339,10 +399,20 @@ static void gemm_exact(cuda_backend *cb, float *y, const float *x, int M, const 
  * cb->xconv; false when that scratch cannot be had, noted). */
 static bool round_activations(cuda_backend *cb, const float *x, int M, int K) {
     size_t elems = (size_t)M * K;
+    if (cuda_twin_ready(cb, x, elems)) return true; /* its producer rounded it already */
     if (!cuda_scratch(cb, &cb->xconv, &cb->xconv_bytes, elems * sizeof(__nv_bfloat16))) return false;
     cuda_launch(to_bf16_kernel, cuda_blocks(elems, 256), 256, 0, cb->stream, (__nv_bfloat16 *)cb->xconv, x, elems);
     CUDA_LAUNCHED(cb, "matmul (rounding activations)");
     return true;
+}
+
+__nv_bfloat16 *cuda_twin_make(cuda_backend *cb, const float *y, int rows, int n) {
+    cb->twin_src = NULL;
+    size_t elems = (size_t)rows * (size_t)n;
+    if (rows < FAST_MIN_M || !cuda_scratch(cb, &cb->xconv, &cb->xconv_bytes, elems * sizeof(__nv_bfloat16)))
+        return NULL;
+    cb->twin_src = y, cb->twin_elems = elems, cb->twin_seq = cb->op_seq;
+    return (__nv_bfloat16 *)cb->xconv;
 }
 
 /* y = (rounded activations in cb->xconv) · Wᵀ on tensor cores. */
@@ -400,6 +470,41 @@ void cuda_matmul(em_backend *be, float *y, const float *x, int M, const em_weigh
         gemm_exact(cb, y, x, M, w);
         add_bias(cb, y, bias, M, N);
     }
+}
+
+template <int DT>
+static void gemv_swiglu_launch(cuda_backend *cb, float *out, const float *x, int M, const em_weight *wg,
+                               const em_weight *wu, const float *bg, const float *bu) {
+    int N = (int)wg->rows, K = (int)wg->cols;
+    unsigned grid = (unsigned)((N + GEMV_WARPS - 1) / GEMV_WARPS);
+    const void *g = wg->data, *u = wu->data;
+    if (M == 1) cuda_launch(gemv_swiglu_kernel<DT, 1>, grid, GEMV_WARPS * 32, 0, cb->stream, out, g, u, bg, bu, x, M, N, K);
+    else if (M == 2) cuda_launch(gemv_swiglu_kernel<DT, 2>, grid, GEMV_WARPS * 32, 0, cb->stream, out, g, u, bg, bu, x, M, N, K);
+    else if (M <= 4) cuda_launch(gemv_swiglu_kernel<DT, 4>, grid, GEMV_WARPS * 32, 0, cb->stream, out, g, u, bg, bu, x, M, N, K);
+    else cuda_launch(gemv_swiglu_kernel<DT, GEMV_ROWS>, grid, GEMV_WARPS * 32, 0, cb->stream, out, g, u, bg, bu, x, M, N, K);
+}
+
+/* The products matmul_group would give to its GEMV (unquantized weights,
+ * at most GEMV_ROWS rows, not a FAST tensor-core batch), fused with the
+ * SwiGLU; anything else is declined. */
+bool cuda_matmul_swiglu(em_backend *be, float *out, const float *x, int M, const em_weight *wg, const em_weight *wu,
+                        const float *bg, const float *bu, em_math math) {
+    /* declined before entering, so that a declined call ends no bf16 twin */
+    if (M <= 0 || M > GEMV_ROWS || (math == EM_MATH_FAST && M >= FAST_MIN_M && wg->dtype == EM_BF16)) return false;
+    if (wg->bits || wu->bits || wg->dtype != wu->dtype || wg->rows != wu->rows || wg->cols != wu->cols ||
+        wg->rows <= 0 || wg->cols % 8 || ((uintptr_t)x & 15) || ((uintptr_t)wg->data & 15) ||
+        ((uintptr_t)wu->data & 15))
+        return false;
+    if (wg->dtype != EM_BF16 && wg->dtype != EM_F16 && wg->dtype != EM_F32) return false;
+    cuda_backend *cb = cuda_enter(be);
+    if (cuda_graph_skip(cb, out, x, M, wg->data, wu->data, bg, bu, wg->dtype, wg->rows, wg->cols)) return true;
+    switch (wg->dtype) {
+    case EM_BF16: gemv_swiglu_launch<EM_BF16>(cb, out, x, M, wg, wu, bg, bu); break;
+    case EM_F16: gemv_swiglu_launch<EM_F16>(cb, out, x, M, wg, wu, bg, bu); break;
+    default: gemv_swiglu_launch<EM_F32>(cb, out, x, M, wg, wu, bg, bu); break;
+    }
+    CUDA_LAUNCHED(cb, "matmul and swiglu (gemv)");
+    return true;
 }
 
 /* Whether the n products can share one GEMV launch: weights alike (dtype,

@@ -9,7 +9,15 @@
 
 #define ROW_THREADS 256
 
-__global__ void rmsnorm_kernel(float *y, const float *x, const float *gain, int n, float eps, float offset) {
+/* The norms and swiglu also write their output's bf16 rounding to yb
+ * when given one (cuda_twin_make): the FAST matmul that reads it next then
+ * needs no rounding launch of its own. */
+__device__ __forceinline__ void twin_put(__nv_bfloat16 *yb, size_t i, float v) {
+    if (yb) yb[i] = __float2bfloat16_rn(v);
+}
+
+__global__ void rmsnorm_kernel(float *y, __nv_bfloat16 *yb, const float *x, const float *gain, int n, float eps,
+                               float offset) {
     cuda_pdl_enter();
     __shared__ double red[32];
     const float *xr = x + (size_t)blockIdx.x * n;
@@ -19,25 +27,31 @@ __global__ void rmsnorm_kernel(float *y, const float *x, const float *gain, int 
     for (int i = threadIdx.x; i < n; i += blockDim.x) ss += (double)xr[i] * xr[i];
     ss = cuda_block_sum_d(ss, red); /* every read of x precedes this barrier, so y may alias x */
     float inv = (float)(1.0 / sqrt(ss / n + (double)eps));
+    __nv_bfloat16 *br = yb ? yb + (size_t)blockIdx.x * n : NULL;
 #pragma unroll 4
-    for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * inv * (gain[i] + offset);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = xr[i] * inv * (gain[i] + offset);
+        yr[i] = v;
+        twin_put(br, i, v);
+    }
 }
 
 void cuda_rmsnorm(em_backend *be, float *y, const float *x, const float *gain, int rows, int n, float eps,
                   float gain_offset) {
     cuda_backend *cb = cuda_enter(be);
     if (rows <= 0 || n <= 0) return;
-    if (cuda_graph_skip(cb, y, x, gain, rows, n, eps, gain_offset)) return;
+    __nv_bfloat16 *yb = cuda_twin_make(cb, y, rows, n);
+    if (cuda_graph_skip(cb, y, yb, x, gain, rows, n, eps, gain_offset)) return;
     /* few rows (decode): wide blocks, so each thread's loads are few */
     int threads = rows >= 64 || n <= ROW_THREADS ? ROW_THREADS : 1024;
-    cuda_launch(rmsnorm_kernel, rows, threads, 0, cb->stream, y, x, gain, n, eps, gain_offset);
+    cuda_launch(rmsnorm_kernel, rows, threads, 0, cb->stream, y, yb, x, gain, n, eps, gain_offset);
     CUDA_LAUNCHED(cb, "rmsnorm");
 }
 
 /* The residual add fused with the next norm: x += h, y = rmsnorm(x). Each
  * thread reads its own elements of h before the barrier, so y may be h. */
-__global__ void add_rmsnorm_kernel(float *x, const float *h, float *y, const float *gain, int n, float eps,
-                                   float offset) {
+__global__ void add_rmsnorm_kernel(float *x, const float *h, float *y, __nv_bfloat16 *yb, const float *gain, int n,
+                                   float eps, float offset) {
     cuda_pdl_enter();
     __shared__ double red[32];
     float *xr = x + (size_t)blockIdx.x * n;
@@ -52,18 +66,37 @@ __global__ void add_rmsnorm_kernel(float *x, const float *h, float *y, const flo
     }
     ss = cuda_block_sum_d(ss, red);
     float inv = (float)(1.0 / sqrt(ss / n + (double)eps));
+    __nv_bfloat16 *br = yb ? yb + (size_t)blockIdx.x * n : NULL;
 #pragma unroll 4
-    for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * inv * (gain[i] + offset);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = xr[i] * inv * (gain[i] + offset);
+        yr[i] = v;
+        twin_put(br, i, v);
+    }
 }
 
 void cuda_add_rmsnorm(em_backend *be, float *x, const float *h, float *y, const float *gain, int rows, int n, float eps,
                       float gain_offset) {
     cuda_backend *cb = cuda_enter(be);
     if (rows <= 0 || n <= 0) return;
-    if (cuda_graph_skip(cb, x, h, y, gain, rows, n, eps, gain_offset)) return;
+    __nv_bfloat16 *yb = cuda_twin_make(cb, y, rows, n);
+    if (cuda_graph_skip(cb, x, h, y, yb, gain, rows, n, eps, gain_offset)) return;
     int threads = rows >= 64 || n <= ROW_THREADS ? ROW_THREADS : 1024;
-    cuda_launch(add_rmsnorm_kernel, rows, threads, 0, cb->stream, x, h, y, gain, n, eps, gain_offset);
+    cuda_launch(add_rmsnorm_kernel, rows, threads, 0, cb->stream, x, h, y, yb, gain, n, eps, gain_offset);
     CUDA_LAUNCHED(cb, "add_rmsnorm");
+}
+
+/* Rotate-half on the pair (v[i], v[i + half]) at position p, in place;
+ * the rotated pair is also returned (rope_kernel and rope_kv_write_kernel
+ * share it, so their bits agree). */
+__device__ __forceinline__ float2 rope_pair(float *v, int i, int half, int p, const float *inv_freq, float attn_factor) {
+    float ang = (float)p * inv_freq[i]; /* in f32, as the reference computes position * inv_freq */
+    float c = cosf(ang) * attn_factor, s = sinf(ang) * attn_factor;
+    float a = v[i], b = v[i + half];
+    float2 r = make_float2(a * c - b * s, b * c + a * s);
+    v[i] = r.x;
+    v[i + half] = r.y;
+    return r;
 }
 
 /* One thread per (row, head, i < rot_dim/2): rotate-half on the pair (i,
@@ -77,12 +110,8 @@ __global__ void rope_kernel(float *x, float *k, int rows, int nq, int nk, int he
     int i = (int)(t % half);
     size_t rh = t / half;
     int r = (int)(rh / (nq + nk)), h = (int)(rh % (nq + nk));
-    float ang = (float)pos[r] * inv_freq[i]; /* in f32, as the reference computes position * inv_freq */
-    float c = cosf(ang) * attn_factor, s = sinf(ang) * attn_factor;
     float *v = h < nq ? x + ((size_t)r * nq + h) * head_dim : k + ((size_t)r * nk + h - nq) * head_dim;
-    float a = v[i], b = v[i + half];
-    v[i] = a * c - b * s;
-    v[i + half] = b * c + a * s;
+    rope_pair(v, i, half, pos[r], inv_freq, attn_factor);
 }
 
 void cuda_rope_qk(em_backend *be, float *q, float *k, int rows, int n_heads, int n_kv_heads, int head_dim,
@@ -109,21 +138,25 @@ void cuda_rope(em_backend *be, float *x, int rows, int n_heads, int head_dim, in
     cuda_rope_qk(be, x, NULL, rows, n_heads, 0, head_dim, rot_dim, pos, inv_freq, attn_factor);
 }
 
-__global__ void swiglu_kernel(float *out, const float *gate, const float *up, int rows, int n, int ld) {
+__global__ void swiglu_kernel(float *out, __nv_bfloat16 *ob, const float *gate, const float *up, int rows, int n,
+                              int ld) {
     cuda_pdl_enter();
     size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x, total = (size_t)rows * n;
     if (t >= total) return;
     size_t r = t / n, i = t % n;
     float g = gate[r * ld + i];
-    out[t] = g / (1.0f + expf(-g)) * up[r * ld + i];
+    float v = g / (1.0f + expf(-g)) * up[r * ld + i];
+    out[t] = v;
+    twin_put(ob, t, v);
 }
 
 void cuda_swiglu(em_backend *be, float *out, const float *gate, const float *up, int rows, int n, int ld_in) {
     cuda_backend *cb = cuda_enter(be);
     size_t total = (size_t)rows * n;
     if (rows <= 0 || n <= 0) return;
-    if (cuda_graph_skip(cb, out, gate, up, rows, n, ld_in)) return;
-    cuda_launch(swiglu_kernel, cuda_blocks(total, 256), 256, 0, cb->stream, out, gate, up, rows, n, ld_in);
+    __nv_bfloat16 *ob = cuda_twin_make(cb, out, rows, n);
+    if (cuda_graph_skip(cb, out, ob, gate, up, rows, n, ld_in)) return;
+    cuda_launch(swiglu_kernel, cuda_blocks(total, 256), 256, 0, cb->stream, out, ob, gate, up, rows, n, ld_in);
     CUDA_LAUNCHED(cb, "swiglu");
 }
 
@@ -305,6 +338,73 @@ void cuda_kv_write_spans(em_backend *be, const em_kv_spans *s, const float *k, c
     cuda_launch(kv_write_kernel, cuda_blocks(total, 256), 256, 0, cb->stream, base, toff, k, v, dpos, n,
                                                                       s->views[0].block_size, row);
     CUDA_LAUNCHED(cb, "kv_write");
+}
+
+/* rope_qk and kv_write_spans in one launch. Thread (row r, head h, i <
+ * head_dim / 2) over a row's nq query heads, then nk key heads, then nk
+ * value heads: a query or key head's thread i < half rotates the pair (i,
+ * i + half) in place (a key's also into the cache); a key head's thread
+ * i >= half copies the unrotated dims rot + 2(i - half) and the next one
+ * into the cache; a value head's thread copies dims 2i and 2i + 1. */
+__global__ void rope_kv_write_kernel(float *q, float *k, const float *v, float *const *base, const int32_t *toff,
+                                     const int32_t *pos, const float *inv_freq, float attn_factor, int n, int nq,
+                                     int nk, int head_dim, int half, int bs) {
+    cuda_pdl_enter();
+    int hp = head_dim / 2, heads = nq + 2 * nk;
+    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (size_t)n * heads * hp) return;
+    int i = (int)(t % hp);
+    size_t rh = t / hp;
+    int r = (int)(rh / heads), h = (int)(rh % heads), p = pos[r];
+    size_t cache_row = (size_t)(p % bs) * nk * head_dim;
+    if (h < nq) {
+        if (i < half) rope_pair(q + ((size_t)r * nq + h) * head_dim, i, half, p, inv_freq, attn_factor);
+        return;
+    }
+    if (h < nq + nk) {
+        int kh = h - nq;
+        float *x = k + ((size_t)r * nk + kh) * head_dim, *dst = base[toff[r] + p / bs] + cache_row + (size_t)kh * head_dim;
+        if (i < half) {
+            float2 rot = rope_pair(x, i, half, p, inv_freq, attn_factor);
+            dst[i] = rot.x, dst[i + half] = rot.y;
+        } else {
+            int d = 2 * half + 2 * (i - half);
+            dst[d] = x[d], dst[d + 1] = x[d + 1];
+        }
+        return;
+    }
+    int vh = h - nq - nk;
+    const float *x = v + ((size_t)r * nk + vh) * head_dim;
+    float *dst = base[toff[n + r] + p / bs] + cache_row + (size_t)vh * head_dim;
+    dst[2 * i] = x[2 * i], dst[2 * i + 1] = x[2 * i + 1];
+}
+
+void cuda_rope_kv_write_spans(em_backend *be, const em_kv_spans *s, float *q, float *k, const float *v,
+                              const int32_t *pos, int n_heads, int n_kv, int head_dim, int rot_dim,
+                              const float *inv_freq, float attn_factor) {
+    cuda_backend *cb = cuda_enter(be);
+    int half = rot_dim / 2;
+    if (half <= 0 || head_dim % 2 || rot_dim > head_dim || n_kv <= 0) { /* shapes the kernel does not take */
+        int rows = 0;
+        for (int i = 0; i < s->n_spans; i++) rows += s->rows[i];
+        cuda_rope_qk(be, q, k, rows, n_heads, n_kv, head_dim, rot_dim, pos, inv_freq, attn_factor);
+        cuda_kv_write_spans(be, s, k, v, pos, n_kv, head_dim);
+        return;
+    }
+    size_t fb = (size_t)half * sizeof *inv_freq;
+    float *const *base;
+    const int32_t *toff, *dpos;
+    int n;
+    if (!cuda_stage_spans(cb, s, pos, fb, &base, &toff, &dpos, &n)) return;
+    const float *dfreq = (const float *)cuda_stage_put(cb, inv_freq, fb);
+    if (!dfreq) return;
+    cuda_stage_flush(cb);
+    size_t total = (size_t)n * (n_heads + 2 * n_kv) * (head_dim / 2);
+    if (cuda_graph_skip(cb, base, q, k, v, n, n_heads, n_kv, head_dim, half, attn_factor, s->views[0].block_size))
+        return;
+    cuda_launch(rope_kv_write_kernel, cuda_blocks(total, 256), 256, 0, cb->stream, q, k, v, base, toff, dpos, dfreq,
+                attn_factor, n, n_heads, n_kv, head_dim, half, s->views[0].block_size);
+    CUDA_LAUNCHED(cb, "rope and kv_write");
 }
 
 void cuda_kv_write(em_backend *be, const em_kv_view *kv, const float *k, const float *v, const int32_t *pos, int n,

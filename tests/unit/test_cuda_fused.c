@@ -1,0 +1,264 @@
+/* test_cuda_fused.c — the CUDA backend's fused operations give the bits of
+ * the operations they fuse: rope_kv_write_spans (rotary embeddings and the
+ * KV cache write, over spans with scattered blocks and partial rotary) and
+ * matmul_swiglu (the gate and up GEMV and the SwiGLU), and decline exactly
+ * the shapes they leave to the separate operations; and the bf16 copies
+ * that norms and swiglu write for the FAST matmul issued next give that
+ * matmul the bits of its own rounding, and never a stale one. Skipped (77) when
+ * ember is built without CUDA or the machine has no GPU. */
+#include "test.h"
+
+#include "backend/backend.h"
+
+#ifndef EMBER_HAVE_CUDA
+/* A norm or swiglu that writes its output's bf16 rounding for the FAST
+ * matmul issued next: that matmul's bits are those of a matmul that rounds
+ * the activations itself (here: after an unrelated operation in between,
+ * which ends the twin), and an operation in between that changes the
+ * activations is seen (the matmul rounds them afresh). */
+static void test_twin_case(int M, int N, int K, int producer) {
+    void *wh = weight_data(EM_BF16, (size_t)N * K);
+    em_weight w = {.dtype = EM_BF16, .rows = N, .cols = K, .data = up(wh, (size_t)N * K * 2), .name = "w"};
+    float *x = rand_f32((size_t)M * K, 1.0f), *h = rand_f32((size_t)M * K, 1.0f), *g = rand_f32(K, 1.0f);
+    float *xd = up(x, (size_t)M * K * 4), *hd = up(h, (size_t)M * K * 4), *gd = up(g, (size_t)K * 4);
+    float *act = gpu->ops->alloc(gpu, (size_t)M * K * 4), *junk = gpu->ops->alloc(gpu, 64);
+    float *y1 = gpu->ops->alloc(gpu, (size_t)M * N * 4), *y2 = gpu->ops->alloc(gpu, (size_t)M * N * 4);
+    float *y3 = gpu->ops->alloc(gpu, (size_t)M * N * 4), *y4 = gpu->ops->alloc(gpu, (size_t)M * N * 4);
+    /* produce act (with its twin), multiply at once */
+    if (producer == 0) gpu->ops->rmsnorm(gpu, act, xd, gd, M, K, 1e-5f, 0.0f);
+    else if (producer == 1) gpu->ops->add_rmsnorm(gpu, xd, hd, act, gd, M, K, 1e-5f, 0.0f);
+    else gpu->ops->swiglu(gpu, act, xd, hd, M, K, K);
+    gpu->ops->matmul(gpu, y1, act, M, &w, NULL, EM_MATH_FAST);
+    /* the same activations rounded by the matmul itself */
+    gpu->ops->add(gpu, junk, junk, 16);
+    gpu->ops->matmul(gpu, y2, act, M, &w, NULL, EM_MATH_FAST);
+    float *a = down(y1, (size_t)M * N), *b = down(y2, (size_t)M * N);
+    CHECKF(!memcmp(a, b, (size_t)M * N * 4), "twin producer=%d M=%d: the matmul after it differs from one that rounds",
+           producer, M);
+    /* a change in between: act += h must be rounded afresh */
+    if (producer == 0) gpu->ops->rmsnorm(gpu, act, xd, gd, M, K, 1e-5f, 0.0f);
+    else if (producer == 1) gpu->ops->add_rmsnorm(gpu, xd, hd, act, gd, M, K, 1e-5f, 0.0f);
+    else gpu->ops->swiglu(gpu, act, xd, hd, M, K, K);
+    gpu->ops->add(gpu, act, hd, (size_t)M * K);
+    gpu->ops->matmul(gpu, y3, act, M, &w, NULL, EM_MATH_FAST);
+    gpu->ops->add(gpu, junk, junk, 16);
+    gpu->ops->matmul(gpu, y4, act, M, &w, NULL, EM_MATH_FAST);
+    float *c = down(y3, (size_t)M * N), *d = down(y4, (size_t)M * N);
+    CHECKF(!memcmp(c, d, (size_t)M * N * 4), "twin producer=%d M=%d: a matmul took a stale rounding", producer, M);
+    CHECKF(memcmp(a, c, (size_t)M * N * 4) != 0, "twin producer=%d M=%d: the change did not reach the product",
+           producer, M);
+    free(a), free(b), free(c), free(d), free(wh), free(x), free(h), free(g);
+    gpu->ops->free(gpu, (void *)w.data), gpu->ops->free(gpu, xd), gpu->ops->free(gpu, hd), gpu->ops->free(gpu, gd);
+    gpu->ops->free(gpu, act), gpu->ops->free(gpu, junk);
+    gpu->ops->free(gpu, y1), gpu->ops->free(gpu, y2), gpu->ops->free(gpu, y3), gpu->ops->free(gpu, y4);
+}
+
+static void test_twin(void) {
+    for (int p = 0; p < 3; p++) {
+        test_twin_case(7, 256, 512, p);   /* the skinny kernel */
+        test_twin_case(40, 512, 256, p);  /* cuBLAS */
+        test_twin_case(3, 4096, 2048, p); /* a large matrix: cuBLAS at few rows */
+    }
+}
+
+int main(void) {
+    fprintf(stderr, "built without CUDA: skipped\n");
+    return 77;
+}
+#else
+#include "backend/cuda/cuda_backend.h"
+
+#include "cuda_test_util.h"
+
+#include <stdint.h>
+
+/* n_spans sequences with prior[i] cached tokens and rows[i] new ones, in a
+ * pool of blocks of 16 scattered by a prime stride; the same rows written
+ * twice, once through rope_qk + kv_write_spans and once through
+ * rope_kv_write_spans into a second pool: q, k and both pools must agree
+ * bit for bit. */
+static void test_rope_kv_case(int n_heads, int n_kv, int hd, int rot, const int *prior, const int *rows, int n_spans) {
+    const int bs = 16;
+    size_t row = (size_t)n_kv * hd, block = (size_t)bs * row;
+    int blocks = 0, n = 0;
+    for (int i = 0; i < n_spans; i++) blocks += (prior[i] + rows[i] + bs - 1) / bs, n += rows[i];
+    size_t pool = (size_t)blocks * block;
+    float *pools[4]; /* k, v of the reference; k, v of the fused write */
+    for (int i = 0; i < 4; i++) REQUIRE((pools[i] = gpu->ops->alloc(gpu, pool * 4)));
+    float **tables = calloc((size_t)n_spans * 4, sizeof *tables);
+    em_kv_view *va = calloc((size_t)n_spans, sizeof *va), *vb = calloc((size_t)n_spans, sizeof *vb);
+    int32_t *pos = malloc((size_t)n * 4);
+    for (int i = 0, r = 0, slot = 0; i < n_spans; i++) {
+        int nb = (prior[i] + rows[i] + bs - 1) / bs;
+        float **t = (float **)tables + 4 * i;
+        for (int j = 0; j < 4; j++) t[j] = (float *)malloc((size_t)nb * sizeof(float *));
+        for (int b = 0; b < nb; b++, slot++) {
+            size_t at = (size_t)(((long long)slot * 7919) % blocks) * block;
+            for (int j = 0; j < 4; j++) ((float **)t[j])[b] = pools[j] + at;
+        }
+        va[i] = (em_kv_view){(float *const *)t[0], (float *const *)t[1], bs, nb};
+        vb[i] = (em_kv_view){(float *const *)t[2], (float *const *)t[3], bs, nb};
+        for (int j = 0; j < rows[i]; j++) pos[r++] = prior[i] + j;
+    }
+    size_t qn = (size_t)n * n_heads * hd, kn = (size_t)n * row;
+    float *q = rand_f32(qn, 2.0f), *k = rand_f32(kn, 2.0f), *v = rand_f32(kn, 1.0f);
+    float *inv = malloc((size_t)(rot / 2) * 4);
+    for (int i = 0; i < rot / 2; i++) inv[i] = powf(500000.0f, -2.0f * i / rot);
+    float *qa = up(q, qn * 4), *ka = up(k, kn * 4), *vd = up(v, kn * 4), *qb = up(q, qn * 4), *kb = up(k, kn * 4);
+    em_kv_spans sa = {va, rows, n_spans, EM_MATH_EXACT, 0}, sb = {vb, rows, n_spans, EM_MATH_EXACT, 0};
+    gpu->ops->rope_qk(gpu, qa, ka, n, n_heads, n_kv, hd, rot, pos, inv, 1.0f);
+    gpu->ops->kv_write_spans(gpu, &sa, ka, vd, pos, n_kv, hd);
+    gpu->ops->rope_kv_write_spans(gpu, &sb, qb, kb, vd, pos, n_heads, n_kv, hd, rot, inv, 1.0f);
+    float *h[4] = {down(qa, qn), down(qb, qn), down(ka, kn), down(kb, kn)};
+    CHECKF(!memcmp(h[0], h[1], qn * 4) && !memcmp(h[2], h[3], kn * 4),
+           "rope_kv_write_spans heads=%d kv=%d hd=%d rot=%d rows=%d: q or k differ from rope_qk", n_heads, n_kv, hd, rot,
+           n);
+    float *p[4];
+    for (int i = 0; i < 4; i++) p[i] = down(pools[i], pool);
+    CHECKF(!memcmp(p[0], p[2], pool * 4) && !memcmp(p[1], p[3], pool * 4),
+           "rope_kv_write_spans heads=%d kv=%d hd=%d rot=%d rows=%d: the cache differs from kv_write_spans", n_heads,
+           n_kv, hd, rot, n);
+    /* and every row landed: the fused pools hold exactly n rows of keys and of values */
+    size_t nz_k = 0, nz_v = 0;
+    for (size_t i = 0; i < pool; i++) nz_k += p[2][i] != 0.0f, nz_v += p[3][i] != 0.0f;
+    CHECKF(nz_k == kn && nz_v == kn, "rope_kv_write_spans: %zu keys and %zu values written, expected %zu", nz_k, nz_v, kn);
+    for (int i = 0; i < 4; i++) free(h[i]), free(p[i]), gpu->ops->free(gpu, pools[i]);
+    for (int i = 0; i < n_spans * 4; i++) free(tables[i]);
+    gpu->ops->free(gpu, qa), gpu->ops->free(gpu, ka), gpu->ops->free(gpu, vd), gpu->ops->free(gpu, qb);
+    gpu->ops->free(gpu, kb);
+    free(tables), free(va), free(vb), free(pos), free(q), free(k), free(v), free(inv);
+}
+
+static void test_rope_kv_write(void) {
+    REQUIRE(gpu->ops->rope_kv_write_spans);
+    int p1[] = {37}, r1[] = {1};
+    test_rope_kv_case(32, 8, 64, 64, p1, r1, 1); /* a 1B decode step */
+    int p7[] = {2047}, r7[] = {7};
+    test_rope_kv_case(32, 8, 64, 64, p7, r7, 1); /* a cached prompt's tail */
+    int pm[] = {0, 15, 100}, rm[] = {5, 1, 3};
+    test_rope_kv_case(8, 2, 128, 32, pm, rm, 3); /* partial rotary, three spans */
+    test_rope_kv_case(4, 4, 96, 96, pm, rm, 3);  /* head_dim not a power of two */
+    test_rope_kv_case(6, 3, 32, 16, p1, r1, 1);
+}
+
+/* matmul_swiglu against matmul_group + swiglu on the same device, bit for
+ * bit, where it fuses; where it declines it must say so. */
+static void test_swiglu_case(em_dtype dt, int M, int N, int K, bool with_bias, em_math math) {
+    void *gh = weight_data(dt, (size_t)N * K), *uh = weight_data(dt, (size_t)N * K);
+    size_t wb = (size_t)N * K * dtype_size(dt);
+    float *x = rand_f32((size_t)M * K, 1.0f), *bgh = with_bias ? rand_f32(N, 0.5f) : NULL;
+    float *buh = with_bias ? rand_f32(N, 0.5f) : NULL;
+    em_weight wg = {.dtype = dt, .rows = N, .cols = K, .data = up(gh, wb), .name = "gate"};
+    em_weight wu = {.dtype = dt, .rows = N, .cols = K, .data = up(uh, wb), .name = "up"};
+    float *xd = up(x, (size_t)M * K * 4), *bg = bgh ? up(bgh, (size_t)N * 4) : NULL, *bu = buh ? up(buh, (size_t)N * 4) : NULL;
+    size_t on = (size_t)M * N;
+    float *gate = gpu->ops->alloc(gpu, on * 4), *upd = gpu->ops->alloc(gpu, on * 4);
+    float *ref = gpu->ops->alloc(gpu, on * 4), *out = gpu->ops->alloc(gpu, on * 4);
+    float *ys[2] = {gate, upd};
+    const em_weight *ws[2] = {&wg, &wu};
+    const float *bs[2] = {bg, bu};
+    gpu->ops->matmul_group(gpu, 2, ys, xd, M, ws, bs, math);
+    gpu->ops->swiglu(gpu, ref, gate, upd, M, N, N);
+    bool fused = gpu->ops->matmul_swiglu(gpu, out, xd, M, &wg, &wu, bg, bu, math);
+    bool want = M <= 8 && !(math == EM_MATH_FAST && M >= 3 && dt == EM_BF16);
+    CHECKF(fused == want, "matmul_swiglu dt=%d M=%d math=%d: fused=%d, expected %d", (int)dt, M, (int)math, fused, want);
+    if (fused) {
+        float *a = down(ref, on), *b = down(out, on);
+        CHECKF(!memcmp(a, b, on * 4), "matmul_swiglu dt=%d M=%d N=%d K=%d bias=%d: differs from matmul_group + swiglu",
+               (int)dt, M, N, K, with_bias);
+        if (math == EM_MATH_EXACT) { /* and both are the CPU's within f32 summation order */
+            em_weight cg = wg, cu = wu;
+            cg.data = gh, cu.data = uh;
+            float *cgo = malloc(on * 4), *cuo = malloc(on * 4), *co = malloc(on * 4);
+            cpu->ops->matmul(cpu, cgo, x, M, &cg, bgh, EM_MATH_EXACT);
+            cpu->ops->matmul(cpu, cuo, x, M, &cu, buh, EM_MATH_EXACT);
+            cpu->ops->swiglu(cpu, co, cgo, cuo, M, N, N);
+            double e = rel_err(b, co, on);
+            CHECKF(e <= 1e-5, "matmul_swiglu dt=%d M=%d: rel err %.3g against the CPU", (int)dt, M, e);
+            free(cgo), free(cuo), free(co);
+        }
+        free(a), free(b);
+    }
+    gpu->ops->free(gpu, (void *)wg.data), gpu->ops->free(gpu, (void *)wu.data), gpu->ops->free(gpu, xd);
+    if (bg) gpu->ops->free(gpu, bg), gpu->ops->free(gpu, bu);
+    gpu->ops->free(gpu, gate), gpu->ops->free(gpu, upd), gpu->ops->free(gpu, ref), gpu->ops->free(gpu, out);
+    free(gh), free(uh), free(x), free(bgh), free(buh);
+}
+
+static void test_matmul_swiglu(void) {
+    REQUIRE(gpu->ops->matmul_swiglu);
+    em_dtype dts[] = {EM_BF16, EM_F16, EM_F32};
+    int ms[] = {1, 2, 3, 5, 8, 9};
+    for (int d = 0; d < 3; d++)
+        for (int i = 0; i < 6; i++) {
+            test_swiglu_case(dts[d], ms[i], 96, 520, i % 2 == 0, EM_MATH_EXACT);
+            test_swiglu_case(dts[d], ms[i], 64, 2048, i % 2 == 1, EM_MATH_FAST);
+        }
+    test_swiglu_case(EM_BF16, 1, 8192, 2048, false, EM_MATH_FAST); /* the 1B shape's MLP */
+}
+
+/* A norm or swiglu that writes its output's bf16 rounding for the FAST
+ * matmul issued next: that matmul's bits are those of a matmul that rounds
+ * the activations itself (here: after an unrelated operation in between,
+ * which ends the twin), and an operation in between that changes the
+ * activations is seen (the matmul rounds them afresh). */
+static void test_twin_case(int M, int N, int K, int producer) {
+    void *wh = weight_data(EM_BF16, (size_t)N * K);
+    em_weight w = {.dtype = EM_BF16, .rows = N, .cols = K, .data = up(wh, (size_t)N * K * 2), .name = "w"};
+    float *x = rand_f32((size_t)M * K, 1.0f), *h = rand_f32((size_t)M * K, 1.0f), *g = rand_f32(K, 1.0f);
+    float *xd = up(x, (size_t)M * K * 4), *hd = up(h, (size_t)M * K * 4), *gd = up(g, (size_t)K * 4);
+    float *act = gpu->ops->alloc(gpu, (size_t)M * K * 4), *junk = gpu->ops->alloc(gpu, 64);
+    float *y1 = gpu->ops->alloc(gpu, (size_t)M * N * 4), *y2 = gpu->ops->alloc(gpu, (size_t)M * N * 4);
+    float *y3 = gpu->ops->alloc(gpu, (size_t)M * N * 4), *y4 = gpu->ops->alloc(gpu, (size_t)M * N * 4);
+    /* produce act (with its twin), multiply at once */
+    if (producer == 0) gpu->ops->rmsnorm(gpu, act, xd, gd, M, K, 1e-5f, 0.0f);
+    else if (producer == 1) gpu->ops->add_rmsnorm(gpu, xd, hd, act, gd, M, K, 1e-5f, 0.0f);
+    else gpu->ops->swiglu(gpu, act, xd, hd, M, K, K);
+    gpu->ops->matmul(gpu, y1, act, M, &w, NULL, EM_MATH_FAST);
+    /* the same activations rounded by the matmul itself */
+    gpu->ops->add(gpu, junk, junk, 16);
+    gpu->ops->matmul(gpu, y2, act, M, &w, NULL, EM_MATH_FAST);
+    float *a = down(y1, (size_t)M * N), *b = down(y2, (size_t)M * N);
+    CHECKF(!memcmp(a, b, (size_t)M * N * 4), "twin producer=%d M=%d: the matmul after it differs from one that rounds",
+           producer, M);
+    /* a change in between: act += h must be rounded afresh */
+    if (producer == 0) gpu->ops->rmsnorm(gpu, act, xd, gd, M, K, 1e-5f, 0.0f);
+    else if (producer == 1) gpu->ops->add_rmsnorm(gpu, xd, hd, act, gd, M, K, 1e-5f, 0.0f);
+    else gpu->ops->swiglu(gpu, act, xd, hd, M, K, K);
+    gpu->ops->add(gpu, act, hd, (size_t)M * K);
+    gpu->ops->matmul(gpu, y3, act, M, &w, NULL, EM_MATH_FAST);
+    gpu->ops->add(gpu, junk, junk, 16);
+    gpu->ops->matmul(gpu, y4, act, M, &w, NULL, EM_MATH_FAST);
+    float *c = down(y3, (size_t)M * N), *d = down(y4, (size_t)M * N);
+    CHECKF(!memcmp(c, d, (size_t)M * N * 4), "twin producer=%d M=%d: a matmul took a stale rounding", producer, M);
+    CHECKF(memcmp(a, c, (size_t)M * N * 4) != 0, "twin producer=%d M=%d: the change did not reach the product",
+           producer, M);
+    free(a), free(b), free(c), free(d), free(wh), free(x), free(h), free(g);
+    gpu->ops->free(gpu, (void *)w.data), gpu->ops->free(gpu, xd), gpu->ops->free(gpu, hd), gpu->ops->free(gpu, gd);
+    gpu->ops->free(gpu, act), gpu->ops->free(gpu, junk);
+    gpu->ops->free(gpu, y1), gpu->ops->free(gpu, y2), gpu->ops->free(gpu, y3), gpu->ops->free(gpu, y4);
+}
+
+static void test_twin(void) {
+    for (int p = 0; p < 3; p++) {
+        test_twin_case(7, 256, 512, p);   /* the skinny kernel */
+        test_twin_case(40, 512, 256, p);  /* cuBLAS */
+        test_twin_case(3, 4096, 2048, p); /* a large matrix: cuBLAS at few rows */
+    }
+}
+
+int main(void) {
+    if (cuda_device_count() == 0) {
+        fprintf(stderr, "no CUDA device: skipped\n");
+        return 77;
+    }
+    REQUIRE(cpu_backend_create(2, &cpu) == EM_OK);
+    REQUIRE(cuda_backend_create(0, &gpu) == EM_OK);
+    RUN(test_rope_kv_write);
+    RUN(test_matmul_swiglu);
+    RUN(test_twin);
+    em_backend_free(gpu);
+    em_backend_free(cpu);
+    return test_summary();
+}
+#endif
