@@ -73,6 +73,7 @@ class Conn:
         arrives; returns (status line, headers dict, body bytes)."""
         self.s.sendall(raw)
         status = self.line()
+        self.t_status = time.perf_counter()
         headers = {}
         while True:
             ln = self.line()
@@ -147,6 +148,7 @@ def ttft(prompt):
         if us:
             prompt_tokens = us.get("prompt_tokens")
             cached = (us.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+    ttft.head_s = conn.t_status - t0  # the status line: the request was parsed and queued
     return first[0], prompt_tokens, cached
 
 
@@ -156,7 +158,8 @@ for rnd in range(a.rounds + 1):
     prefix = " ".join(rng.choice(WORDS) + str(rng.randrange(100)) for _ in range(a.prefix_words))
     c = ttft(prefix + " First question: what comes next?")
     h = ttft(prefix + " Second question: and after that?")
-    rows.append({"round": rnd, "cold_ms": c[0] * 1e3, "cached_ms": h[0] * 1e3, "prompt_tokens": h[1],
+    rows.append({"round": rnd, "cold_ms": c[0] * 1e3, "cached_ms": h[0] * 1e3, "cached_head_ms": ttft.head_s * 1e3,
+                 "prompt_tokens": h[1],
                  "cached_tokens": h[2], "cold_cached_tokens": c[2]})
     if rnd:
         cold.append(c[0])
@@ -170,7 +173,8 @@ if a.json:
 else:
     for r in rows:
         print(f"round {r['round']}: cold {r['cold_ms']:.1f} ms ({r['cold_cached_tokens']} cached), "
-              f"cached {r['cached_ms']:.1f} ms ({r['cached_tokens']} of {r['prompt_tokens']} tokens cached)"
+              f"cached {r['cached_ms']:.1f} ms ({r['cached_tokens']} of {r['prompt_tokens']} tokens cached; "
+              f"its response head after {r['cached_head_ms']:.2f} ms)"
               + ("  [warm-up, not counted]" if r["round"] == 0 else ""))
     print(f"median TTFT: cold {res['ttft_cold_ms']:.1f} ms, cached prefix {res['ttft_cached_ms']:.1f} ms "
           f"= {100 * res['ratio']:.1f}% ({res['cached_tokens']} of {res['prompt_tokens']} prompt tokens cached; "

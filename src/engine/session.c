@@ -10,6 +10,7 @@
 
 #include "base/alloc.h"
 #include "base/config.h"
+#include "base/log.h"
 #include "base/status.h"
 #include "base/timer.h"
 #include "engine/engine.h"
@@ -19,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-em_status em_prompt_build(em_model *m, const em_request *req, em_prompt *out) {
+static em_status prompt_build(em_model *m, const em_request *req, em_prompt *out) {
     memset(out, 0, sizeof *out);
     const tokenizer *tk = em_model_tokenizer(m);
     if (!tk) return em_fail(EM_ERR_INVALID, "model %s has no tokenizer.json", em_model_name(m));
@@ -83,6 +84,15 @@ em_status em_prompt_build(em_model *m, const em_request *req, em_prompt *out) {
     if (s == EM_OK) s = structured_compile(req, out, &out->grammar);
     if (s != EM_OK) em_prompt_free(out);
     return s;
+}
+
+em_status em_prompt_build(em_model *m, const em_request *req, em_prompt *out) {
+    double t0 = em_now();
+    em_status st = prompt_build(m, req, out);
+    if (st == EM_OK)
+        EM_LOGD("prompt: %zu tokens built in %.2f ms (%zu bytes of text)", out->n_ids, (em_now() - t0) * 1e3,
+                out->text ? strlen(out->text) : (size_t)0);
+    return st;
 }
 
 void em_prompt_free(em_prompt *p) {

@@ -124,8 +124,8 @@ bool oai_submit(srv_request *req, srv_response *resp, srv_job *j, bool stream) {
     }
     em_status st = sched_submit(req->srv->sched, j);
     if (st == EM_OK)
-        EM_LOGD("http: a request is queued %.2f ms after it arrived (its body parsed, its prompt built)",
-                (em_now() - req->t_arrival) * 1e3);
+        EM_LOGD("http: a request is queued %.2f ms after it arrived (its body parsed)",
+                (j->t_queued - req->t_arrival) * 1e3);
     if (st == EM_ERR_LIMIT) {
         resp->retry_after = 1;
         srv_reply_error(resp, 429, "server_error", NULL, "server_busy", "%s", em_last_error());
