@@ -145,7 +145,8 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_kernel(float *out, floa
  * attention_kernel. The split count is a constant so that every split's
  * loads are issued at once (a loop over a run-time count waited for each
  * in turn: 7 us a layer). */
-__global__ void attention_combine(float *out, const float *part, const int32_t *rmap, int n_heads, int hd) {
+__global__ void attention_combine(float *out, __nv_bfloat16 *ob, const float *part, const int32_t *rmap, int n_heads,
+                                  int hd) {
     cuda_pdl_enter();
     constexpr int S = CUDA_ATT_SPLITS;
     const float *pp = part + (size_t)blockIdx.x * S * (hd + 2);
@@ -168,6 +169,7 @@ __global__ void attention_combine(float *out, const float *part, const int32_t *
             if (ms[s] > -INFINITY) a += pp[(size_t)s * (hd + 2) + 2 + d] * f[s];
         size_t rh = rmap ? (size_t)rmap[blockIdx.x / n_heads] * n_heads + blockIdx.x % n_heads : blockIdx.x;
         out[rh * hd + d] = a / l;
+        if (ob) ob[rh * hd + d] = __float2bfloat16_rn(a / l);
     }
 }
 
@@ -187,19 +189,23 @@ static void attention_rows(cuda_backend *cb, float *out, const float *q, float *
                                     rows_heads * splits * ((size_t)head_dim + 2) * sizeof(float)))
         return;
     float *part = splits > 1 ? cb->att_part : NULL;
-    if (cuda_graph_skip(cb, out, q, base, part, m, n_heads, n_kv, head_dim, bs, scale, window)) return;
+    /* all rows written by the per-row kernel (and its merge): their bf16
+     * rounding too, for the output projection (cuda_twin_make) */
+    bool rows_kernel = cuda_attention_rows_fits(head_dim, n_heads / n_kv, q, bs);
+    __nv_bfloat16 *ob = rows_kernel && !rmap ? cuda_twin_make(cb, out, m, n_heads * head_dim) : NULL;
+    if (cuda_graph_skip(cb, out, ob, q, base, part, m, n_heads, n_kv, head_dim, bs, scale, window)) return;
     /* the per-row kernel merges its own splits where the counters reach */
     int *count = part && (size_t)m * (size_t)n_kv <= CUDA_ATT_COUNT_CAP ? cb->att_count : NULL;
     bool merged = false;
-    if (cuda_attention_rows(cb->stream, (unsigned)m, splits, n_heads / n_kv, head_dim, out, part, count, q, base, toff,
-                            dpos, rmap, n, n_heads, n_kv, bs, scale, window))
+    if (rows_kernel && cuda_attention_rows(cb->stream, (unsigned)m, splits, n_heads / n_kv, head_dim, out, ob, part,
+                                           count, q, base, toff, dpos, rmap, n, n_heads, n_kv, bs, scale, window))
         merged = count != NULL;
     else
         cuda_launch(attention_kernel, dim3((unsigned)rows_heads, splits), ATT_THREADS, smem, cb->stream, 
             out, part, q, base, toff, dpos, rmap, n, n_heads, n_heads / n_kv, n_kv, head_dim, bs, scale, window);
     if (part && !merged) {
         CUDA_LAUNCHED(cb, "attention (splits)");
-        cuda_launch(attention_combine, (unsigned)rows_heads, 64, 0, cb->stream, out, part, rmap, n_heads, head_dim);
+        cuda_launch(attention_combine, (unsigned)rows_heads, 64, 0, cb->stream, out, ob, part, rmap, n_heads, head_dim);
     }
     CUDA_LAUNCHED(cb, "attention");
 }

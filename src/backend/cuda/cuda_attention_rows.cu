@@ -17,8 +17,8 @@
  * redid the online softmax's scalar work: about 6,000 instructions a warp
  * for 128 keys, 16 us a layer of the 1B shape at 2,048 positions.
  *
- * The sums run in a fixed order (a dot product over d ascending, the
- * butterflies, the values over a tile's keys ascending), so a row's result
+ * The sums run in a fixed order (a dot product as four partial sums over
+ * d, the butterflies, the values as four partial sums over a tile's keys), so a row's result
  * depends on its keys and the split count only, never on the other rows of
  * the batch. Splits write attention_kernel's partials (max, sum, acc[hd]);
  * with a counter per (row, kv head) the last of its splits to finish merges
@@ -51,7 +51,8 @@ __device__ __forceinline__ void rows_fetch(float4 *kn, float4 *vn, float *const 
 /* The last split of block x's (row, kv head) merges the G heads' partials
  * into out, as attention_combine would. */
 template <int HD, int G>
-__device__ __forceinline__ void rows_merge(float *out, const float *part, int row, int xr, int kvh, int n_heads) {
+__device__ __forceinline__ void rows_merge(float *out, __nv_bfloat16 *ob, const float *part, int row, int xr, int kvh,
+                                           int n_heads) {
     constexpr int S = CUDA_ATT_SPLITS;
     constexpr int OUTS = (G * HD + ROWS_THREADS - 1) / ROWS_THREADS;
 #pragma unroll
@@ -74,13 +75,15 @@ __device__ __forceinline__ void rows_merge(float *out, const float *part, int ro
 #pragma unroll
         for (int s = 0; s < S; s++)
             if (ms[s] > -INFINITY) a += __ldcg(pp + (size_t)s * (HD + 2) + 2 + d) * f[s];
-        out[((size_t)row * n_heads + (size_t)kvh * G + g) * HD + d] = a / l;
+        size_t at = ((size_t)row * n_heads + (size_t)kvh * G + g) * HD + d;
+        out[at] = a / l;
+        if (ob) ob[at] = __float2bfloat16_rn(a / l);
     }
 }
 
 template <int HD, int G>
 __global__ void __launch_bounds__(ROWS_THREADS)
-    attention_rows_kernel(float *out, float *part, int *count, const float *q, float *const *base,
+    attention_rows_kernel(float *out, __nv_bfloat16 *ob, float *part, int *count, const float *q, float *const *base,
                           const int32_t *toff, const int32_t *pos, const int32_t *rmap, int n, int n_heads, int n_kv,
                           int bs_shift, float scale, int window) {
     cuda_pdl_enter();
@@ -91,7 +94,7 @@ __global__ void __launch_bounds__(ROWS_THREADS)
     __shared__ __align__(16) float qs[G * HD];
     __shared__ __align__(16) float ks[ROWS_TK * KS];
     __shared__ __align__(16) float vs[ROWS_TK * HD];
-    __shared__ float ps[G * ROWS_TK];
+    __shared__ __align__(16) float ps[G * ROWS_TK];
     __shared__ float corr_s[G], m_s[G], l_s[G];
     int xr = (int)blockIdx.x / n_kv, kvh = (int)blockIdx.x % n_kv;
     int row = rmap ? rmap[xr] : xr;
@@ -125,12 +128,16 @@ __global__ void __launch_bounds__(ROWS_THREADS)
             int g = warp + 4 * h;
             if (g >= G) break; /* whole warps */
             const float *qg = qs + g * HD, *kr = ks + lane * KS;
-            float dot = 0.0f;
+            float dp[4] = {0.0f, 0.0f, 0.0f, 0.0f}; /* four chains, not one of head_dim dependent steps */
 #pragma unroll
-            for (int d = 0; d < HD; d += 4) {
-                float4 a = *(const float4 *)(qg + d), b = *(const float4 *)(kr + d);
-                dot = fmaf(a.x, b.x, dot), dot = fmaf(a.y, b.y, dot), dot = fmaf(a.z, b.z, dot), dot = fmaf(a.w, b.w, dot);
-            }
+            for (int d = 0; d < HD; d += 16)
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    float4 a = *(const float4 *)(qg + d + 4 * u), b = *(const float4 *)(kr + d + 4 * u);
+                    dp[u] = fmaf(a.x, b.x, dp[u]), dp[u] = fmaf(a.y, b.y, dp[u]);
+                    dp[u] = fmaf(a.z, b.z, dp[u]), dp[u] = fmaf(a.w, b.w, dp[u]);
+                }
+            float dot = (dp[0] + dp[1]) + (dp[2] + dp[3]);
             float s = j0 + lane <= end ? dot * scale : -INFINITY;
             float mx = s;
 #pragma unroll
@@ -146,17 +153,29 @@ __global__ void __launch_bounds__(ROWS_THREADS)
             if (lane == 0) corr_s[g] = c;
         }
         __syncthreads();
+        /* each output as four chains over the tile's keys (k % 4), the
+         * outputs interleaved: independent steps for the scheduler, where
+         * one chain of 32 dependent steps per output left it idle */
+        float va[OUTS][4];
+        const float *pg[OUTS];
+        int dd[OUTS];
 #pragma unroll
         for (int o = 0; o < OUTS; o++) {
-            int idx = t + o * ROWS_THREADS;
-            if (idx >= G * HD) break;
-            int g = idx / HD, d = idx % HD;
-            const float *pg = ps + g * ROWS_TK;
-            float a = acc[o] * corr_s[g];
-#pragma unroll 8
-            for (int jj = 0; jj < ROWS_TK; jj++) a = fmaf(pg[jj], vs[jj * HD + d], a);
-            acc[o] = a;
+            int idx = t + o * ROWS_THREADS, g = idx < G * HD ? idx / HD : 0; /* threads past the outputs idle along */
+            pg[o] = ps + g * ROWS_TK, dd[o] = idx % HD;
+            va[o][0] = acc[o] * corr_s[g], va[o][1] = va[o][2] = va[o][3] = 0.0f;
         }
+#pragma unroll
+        for (int jj = 0; jj < ROWS_TK; jj += 4)
+#pragma unroll
+            for (int o = 0; o < OUTS; o++) {
+                float4 p4 = *(const float4 *)(pg[o] + jj);
+                const float *vk = vs + jj * HD + dd[o];
+                va[o][0] = fmaf(p4.x, vk[0], va[o][0]), va[o][1] = fmaf(p4.y, vk[HD], va[o][1]);
+                va[o][2] = fmaf(p4.z, vk[2 * HD], va[o][2]), va[o][3] = fmaf(p4.w, vk[3 * HD], va[o][3]);
+            }
+#pragma unroll
+        for (int o = 0; o < OUTS; o++) acc[o] = (va[o][0] + va[o][1]) + (va[o][2] + va[o][3]);
     }
 #pragma unroll
     for (int h = 0; h < HPW; h++) {
@@ -175,7 +194,9 @@ __global__ void __launch_bounds__(ROWS_THREADS)
             if (d == 0) pp[0] = m_s[g], pp[1] = l_s[g];
             pp[2 + d] = acc[o];
         } else {
-            out[((size_t)row * n_heads + (size_t)kvh * G + g) * HD + d] = acc[o] / l_s[g];
+            size_t at = ((size_t)row * n_heads + (size_t)kvh * G + g) * HD + d;
+            out[at] = acc[o] / l_s[g];
+            if (ob) ob[at] = __float2bfloat16_rn(acc[o] / l_s[g]);
         }
     }
     if (!part || !count) return;
@@ -187,17 +208,18 @@ __global__ void __launch_bounds__(ROWS_THREADS)
     __syncthreads();
     if (!last) return;
     __threadfence();
-    rows_merge<HD, G>(out, part, row, xr, kvh, n_heads);
+    rows_merge<HD, G>(out, ob, part, row, xr, kvh, n_heads);
     if (t == 0) count[blockIdx.x] = 0; /* ready for the next launch */
 }
 
 template <int HD>
-static bool rows_launch_g(cudaStream_t st, dim3 grid, int group, float *out, float *part, int *count, const float *q,
+static bool rows_launch_g(cudaStream_t st, dim3 grid, int group, float *out, __nv_bfloat16 *ob, float *part, int *count,
+                          const float *q,
                           float *const *base, const int32_t *toff, const int32_t *dpos, const int32_t *rmap, int n,
                           int n_heads, int n_kv, int sh, float scale, int window) {
 #define ROWS_CASE(GG)                                                                                               \
     case GG:                                                                                                        \
-        cuda_launch(attention_rows_kernel<HD, GG>, grid, ROWS_THREADS, 0, st, out, part, count, q, base, toff, dpos, \
+        cuda_launch(attention_rows_kernel<HD, GG>, grid, ROWS_THREADS, 0, st, out, ob, part, count, q, base, toff, dpos, \
                     rmap, n, n_heads, n_kv, sh, scale, window);                                                     \
         return true;
     switch (group) {
@@ -207,7 +229,13 @@ static bool rows_launch_g(cudaStream_t st, dim3 grid, int group, float *out, flo
 #undef ROWS_CASE
 }
 
-bool cuda_attention_rows(cudaStream_t st, unsigned rows, unsigned splits, int group, int hd, float *out, float *part,
+bool cuda_attention_rows_fits(int hd, int group, const float *q, int bs) {
+    return ((uintptr_t)q & 15) == 0 && bs > 0 && !(bs & (bs - 1)) && (hd == 32 || hd == 64 || hd == 128) &&
+           (group == 1 || group == 2 || group == 4 || group == 8);
+}
+
+bool cuda_attention_rows(cudaStream_t st, unsigned rows, unsigned splits, int group, int hd, float *out,
+                         __nv_bfloat16 *ob, float *part,
                          int *count, const float *q, float *const *base, const int32_t *toff, const int32_t *dpos,
                          const int32_t *rmap, int n, int n_heads, int n_kv, int bs, float scale, int window) {
     if (((uintptr_t)q & 15) != 0 || bs <= 0 || (bs & (bs - 1))) return false;
@@ -215,9 +243,9 @@ bool cuda_attention_rows(cudaStream_t st, unsigned rows, unsigned splits, int gr
     int sh = __builtin_ctz((unsigned)bs);
     dim3 grid(rows * (unsigned)n_kv, splits);
     switch (hd) {
-    case 32: return rows_launch_g<32>(st, grid, group, out, part, count, q, base, toff, dpos, rmap, n, n_heads, n_kv, sh, scale, window);
-    case 64: return rows_launch_g<64>(st, grid, group, out, part, count, q, base, toff, dpos, rmap, n, n_heads, n_kv, sh, scale, window);
-    case 128: return rows_launch_g<128>(st, grid, group, out, part, count, q, base, toff, dpos, rmap, n, n_heads, n_kv, sh, scale, window);
+    case 32: return rows_launch_g<32>(st, grid, group, out, ob, part, count, q, base, toff, dpos, rmap, n, n_heads, n_kv, sh, scale, window);
+    case 64: return rows_launch_g<64>(st, grid, group, out, ob, part, count, q, base, toff, dpos, rmap, n, n_heads, n_kv, sh, scale, window);
+    case 128: return rows_launch_g<128>(st, grid, group, out, ob, part, count, q, base, toff, dpos, rmap, n, n_heads, n_kv, sh, scale, window);
     default: return false;
     }
 }

@@ -442,12 +442,14 @@ __device__ __forceinline__ void att_key_range(int p, int window, bool split, int
 /* cuda_attention_rows.cu: the per-row attention of `rows` rows (all n of
  * the batch, or those rmap lists) for head_dim 32/64/128 and 1/2/4/8 query
  * heads per kv head, over `splits` shares of each row's keys (part: the
- * splits' partials; else out). With count (rows * n_kv zeroed counters,
+ * splits' partials; else out; ob, when given, gets out's bf16 rounding:
+ * cuda_twin_make). With count (rows * n_kv zeroed counters,
  * CUDA_ATT_SPLITS splits) the kernel also merges the partials into out;
  * without, attention_combine must. False when the shape is not covered
  * (nothing queued). */
-bool cuda_attention_rows(cudaStream_t st, unsigned rows, unsigned splits, int group, int hd, float *out, float *part,
-                         int *count, const float *q, float *const *base, const int32_t *toff, const int32_t *dpos,
+bool cuda_attention_rows_fits(int hd, int group, const float *q, int bs);
+bool cuda_attention_rows(cudaStream_t st, unsigned rows, unsigned splits, int group, int hd, float *out,
+                         __nv_bfloat16 *ob, float *part, int *count, const float *q, float *const *base, const int32_t *toff, const int32_t *dpos,
                          const int32_t *rmap, int n, int n_heads, int n_kv, int bs, float scale, int window);
 em_graph_mode cuda_graph_begin(em_backend *be, uint64_t key);
 em_status cuda_graph_end(em_backend *be, bool *ran);
