@@ -11,91 +11,6 @@
 #include "backend/backend.h"
 
 #ifndef EMBER_HAVE_CUDA
-/* A norm or swiglu that writes its output's bf16 rounding for the FAST
- * matmul issued next: that matmul's bits are those of a matmul that rounds
- * the activations itself (here: after an unrelated operation in between,
- * which ends the twin), and an operation in between that changes the
- * activations is seen (the matmul rounds them afresh). */
-static void test_twin_case(int M, int N, int K, int producer) {
-    void *wh = weight_data(EM_BF16, (size_t)N * K);
-    em_weight w = {.dtype = EM_BF16, .rows = N, .cols = K, .data = up(wh, (size_t)N * K * 2), .name = "w"};
-    float *x = rand_f32((size_t)M * K, 1.0f), *h = rand_f32((size_t)M * K, 1.0f), *g = rand_f32(K, 1.0f);
-    float *xd = up(x, (size_t)M * K * 4), *hd = up(h, (size_t)M * K * 4), *gd = up(g, (size_t)K * 4);
-    float *act = gpu->ops->alloc(gpu, (size_t)M * K * 4), *junk = gpu->ops->alloc(gpu, 64);
-    float *y1 = gpu->ops->alloc(gpu, (size_t)M * N * 4), *y2 = gpu->ops->alloc(gpu, (size_t)M * N * 4);
-    float *y3 = gpu->ops->alloc(gpu, (size_t)M * N * 4), *y4 = gpu->ops->alloc(gpu, (size_t)M * N * 4);
-    /* produce act (with its twin), multiply at once */
-    if (producer == 0) gpu->ops->rmsnorm(gpu, act, xd, gd, M, K, 1e-5f, 0.0f);
-    else if (producer == 1) gpu->ops->add_rmsnorm(gpu, xd, hd, act, gd, M, K, 1e-5f, 0.0f);
-    else gpu->ops->swiglu(gpu, act, xd, hd, M, K, K);
-    gpu->ops->matmul(gpu, y1, act, M, &w, NULL, EM_MATH_FAST);
-    /* the same activations rounded by the matmul itself */
-    gpu->ops->add(gpu, junk, junk, 16);
-    gpu->ops->matmul(gpu, y2, act, M, &w, NULL, EM_MATH_FAST);
-    float *a = down(y1, (size_t)M * N), *b = down(y2, (size_t)M * N);
-    CHECKF(!memcmp(a, b, (size_t)M * N * 4), "twin producer=%d M=%d: the matmul after it differs from one that rounds",
-           producer, M);
-    /* a change in between: act += h must be rounded afresh */
-    if (producer == 0) gpu->ops->rmsnorm(gpu, act, xd, gd, M, K, 1e-5f, 0.0f);
-    else if (producer == 1) gpu->ops->add_rmsnorm(gpu, xd, hd, act, gd, M, K, 1e-5f, 0.0f);
-    else gpu->ops->swiglu(gpu, act, xd, hd, M, K, K);
-    gpu->ops->add(gpu, act, hd, (size_t)M * K);
-    gpu->ops->matmul(gpu, y3, act, M, &w, NULL, EM_MATH_FAST);
-    gpu->ops->add(gpu, junk, junk, 16);
-    gpu->ops->matmul(gpu, y4, act, M, &w, NULL, EM_MATH_FAST);
-    float *c = down(y3, (size_t)M * N), *d = down(y4, (size_t)M * N);
-    CHECKF(!memcmp(c, d, (size_t)M * N * 4), "twin producer=%d M=%d: a matmul took a stale rounding", producer, M);
-    CHECKF(memcmp(a, c, (size_t)M * N * 4) != 0, "twin producer=%d M=%d: the change did not reach the product",
-           producer, M);
-    free(a), free(b), free(c), free(d), free(wh), free(x), free(h), free(g);
-    gpu->ops->free(gpu, (void *)w.data), gpu->ops->free(gpu, xd), gpu->ops->free(gpu, hd), gpu->ops->free(gpu, gd);
-    gpu->ops->free(gpu, act), gpu->ops->free(gpu, junk);
-    gpu->ops->free(gpu, y1), gpu->ops->free(gpu, y2), gpu->ops->free(gpu, y3), gpu->ops->free(gpu, y4);
-}
-
-/* The attention of a few rows writes the bf16 twin of its output for the
- * output projection: the product is the one a matmul that rounds itself
- * gives. 7 rows after 300 cached positions, 32 heads of 64 over 8 kv heads. */
-static void test_twin_attention(void) {
-    const int bs = 32, n_heads = 32, n_kv = 8, hd = 64, prior = 300, rows = 7, K = n_heads * hd, N = 256;
-    int len = prior + rows, nb = (len + bs - 1) / bs;
-    size_t block = (size_t)bs * n_kv * hd, kvn = (size_t)len * n_kv * hd;
-    float *kp = gpu->ops->alloc(gpu, (size_t)nb * block * 4), *vp = gpu->ops->alloc(gpu, (size_t)nb * block * 4);
-    float **kt = malloc((size_t)nb * sizeof *kt), **vt = malloc((size_t)nb * sizeof *vt);
-    for (int b = 0; b < nb; b++) kt[b] = kp + (size_t)b * block, vt[b] = vp + (size_t)b * block;
-    em_kv_view view = {kt, vt, bs, nb};
-    int32_t *pos = malloc((size_t)len * 4);
-    for (int i = 0; i < len; i++) pos[i] = i;
-    float *kh = rand_f32(kvn, 1.0f), *vh = rand_f32(kvn, 1.0f), *qh = rand_f32((size_t)rows * K, 1.0f);
-    float *kd = up(kh, kvn * 4), *vd = up(vh, kvn * 4), *qd = up(qh, (size_t)rows * K * 4);
-    gpu->ops->kv_write(gpu, &view, kd, vd, pos, len, n_kv, hd);
-    void *wh = weight_data(EM_BF16, (size_t)N * K);
-    em_weight w = {.dtype = EM_BF16, .rows = N, .cols = K, .data = up(wh, (size_t)N * K * 2), .name = "o"};
-    float *att = gpu->ops->alloc(gpu, (size_t)rows * K * 4), *junk = gpu->ops->alloc(gpu, 64);
-    float *y1 = gpu->ops->alloc(gpu, (size_t)rows * N * 4), *y2 = gpu->ops->alloc(gpu, (size_t)rows * N * 4);
-    int r = rows;
-    em_kv_spans sp = {&view, &r, 1, EM_MATH_FAST, 0};
-    gpu->ops->attention_spans(gpu, att, qd, &sp, pos + prior, n_heads, n_kv, hd, 0.125f, 0);
-    gpu->ops->matmul(gpu, y1, att, rows, &w, NULL, EM_MATH_FAST);
-    gpu->ops->add(gpu, junk, junk, 16);
-    gpu->ops->matmul(gpu, y2, att, rows, &w, NULL, EM_MATH_FAST);
-    float *a = down(y1, (size_t)rows * N), *b = down(y2, (size_t)rows * N);
-    CHECKF(!memcmp(a, b, (size_t)rows * N * 4), "twin of attention: the product differs from one that rounds itself");
-    free(a), free(b), free(kt), free(vt), free(pos), free(kh), free(vh), free(qh), free(wh);
-    gpu->ops->free(gpu, kp), gpu->ops->free(gpu, vp), gpu->ops->free(gpu, kd), gpu->ops->free(gpu, vd);
-    gpu->ops->free(gpu, qd), gpu->ops->free(gpu, (void *)w.data), gpu->ops->free(gpu, att), gpu->ops->free(gpu, junk);
-    gpu->ops->free(gpu, y1), gpu->ops->free(gpu, y2);
-}
-
-static void test_twin(void) {
-    for (int p = 0; p < 3; p++) {
-        test_twin_case(7, 256, 512, p);   /* the skinny kernel */
-        test_twin_case(40, 512, 256, p);  /* cuBLAS */
-        test_twin_case(3, 4096, 2048, p); /* a large matrix: cuBLAS at few rows */
-    }
-    test_twin_attention();
-}
-
 int main(void) {
     fprintf(stderr, "built without CUDA: skipped\n");
     return 77;
@@ -237,6 +152,13 @@ static void test_matmul_swiglu(void) {
  * the activations itself (here: after an unrelated operation in between,
  * which ends the twin), and an operation in between that changes the
  * activations is seen (the matmul rounds them afresh). */
+/* act from xd (and hd, gd) by producer 0 (rmsnorm), 1 (add_rmsnorm) or 2 (swiglu) */
+static void produce(int producer, float *act, float *xd, const float *hd, const float *gd, int M, int K) {
+    if (producer == 0) gpu->ops->rmsnorm(gpu, act, xd, gd, M, K, 1e-5f, 0.0f);
+    else if (producer == 1) gpu->ops->add_rmsnorm(gpu, xd, hd, act, gd, M, K, 1e-5f, 0.0f);
+    else gpu->ops->swiglu(gpu, act, xd, hd, M, K, K);
+}
+
 static void test_twin_case(int M, int N, int K, int producer) {
     void *wh = weight_data(EM_BF16, (size_t)N * K);
     em_weight w = {.dtype = EM_BF16, .rows = N, .cols = K, .data = up(wh, (size_t)N * K * 2), .name = "w"};
@@ -246,9 +168,7 @@ static void test_twin_case(int M, int N, int K, int producer) {
     float *y1 = gpu->ops->alloc(gpu, (size_t)M * N * 4), *y2 = gpu->ops->alloc(gpu, (size_t)M * N * 4);
     float *y3 = gpu->ops->alloc(gpu, (size_t)M * N * 4), *y4 = gpu->ops->alloc(gpu, (size_t)M * N * 4);
     /* produce act (with its twin), multiply at once */
-    if (producer == 0) gpu->ops->rmsnorm(gpu, act, xd, gd, M, K, 1e-5f, 0.0f);
-    else if (producer == 1) gpu->ops->add_rmsnorm(gpu, xd, hd, act, gd, M, K, 1e-5f, 0.0f);
-    else gpu->ops->swiglu(gpu, act, xd, hd, M, K, K);
+    produce(producer, act, xd, hd, gd, M, K);
     gpu->ops->matmul(gpu, y1, act, M, &w, NULL, EM_MATH_FAST);
     /* the same activations rounded by the matmul itself */
     gpu->ops->add(gpu, junk, junk, 16);
@@ -257,9 +177,7 @@ static void test_twin_case(int M, int N, int K, int producer) {
     CHECKF(!memcmp(a, b, (size_t)M * N * 4), "twin producer=%d M=%d: the matmul after it differs from one that rounds",
            producer, M);
     /* a change in between: act += h must be rounded afresh */
-    if (producer == 0) gpu->ops->rmsnorm(gpu, act, xd, gd, M, K, 1e-5f, 0.0f);
-    else if (producer == 1) gpu->ops->add_rmsnorm(gpu, xd, hd, act, gd, M, K, 1e-5f, 0.0f);
-    else gpu->ops->swiglu(gpu, act, xd, hd, M, K, K);
+    produce(producer, act, xd, hd, gd, M, K);
     gpu->ops->add(gpu, act, hd, (size_t)M * K);
     gpu->ops->matmul(gpu, y3, act, M, &w, NULL, EM_MATH_FAST);
     gpu->ops->add(gpu, junk, junk, 16);
