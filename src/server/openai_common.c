@@ -124,7 +124,7 @@ bool oai_submit(srv_request *req, srv_response *resp, srv_job *j, bool stream) {
     }
     em_status st = sched_submit(req->srv->sched, j);
     if (st == EM_OK)
-        EM_LOGD("http: a request is queued %.2f ms after it arrived (its body parsed)",
+        EM_LOGD("http: a request is queued %.2f ms after it arrived (its body parsed, its prompt built)",
                 (j->t_queued - req->t_arrival) * 1e3);
     if (st == EM_ERR_LIMIT) {
         resp->retry_after = 1;

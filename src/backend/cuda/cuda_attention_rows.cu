@@ -235,10 +235,10 @@ bool cuda_attention_rows_fits(int hd, int group, const float *q, int bs) {
 }
 
 bool cuda_attention_rows(cudaStream_t st, unsigned rows, unsigned splits, int group, int hd, float *out,
-                         __nv_bfloat16 *ob, float *part,
-                         int *count, const float *q, float *const *base, const int32_t *toff, const int32_t *dpos,
-                         const int32_t *rmap, int n, int n_heads, int n_kv, int bs, float scale, int window) {
-    if (((uintptr_t)q & 15) != 0 || bs <= 0 || (bs & (bs - 1))) return false;
+                         __nv_bfloat16 *ob, float *part, int *count, const float *q, float *const *base,
+                         const int32_t *toff, const int32_t *dpos, const int32_t *rmap, int n, int n_heads, int n_kv,
+                         int bs, float scale, int window) {
+    if (!cuda_attention_rows_fits(hd, group, q, bs)) return false;
     if (part && count && splits != CUDA_ATT_SPLITS) return false;
     int sh = __builtin_ctz((unsigned)bs);
     dim3 grid(rows * (unsigned)n_kv, splits);

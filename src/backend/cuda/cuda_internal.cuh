@@ -446,11 +446,12 @@ __device__ __forceinline__ void att_key_range(int p, int window, bool split, int
  * cuda_twin_make). With count (rows * n_kv zeroed counters,
  * CUDA_ATT_SPLITS splits) the kernel also merges the partials into out;
  * without, attention_combine must. False when the shape is not covered
- * (nothing queued). */
+ * (cuda_attention_rows_fits; nothing queued). */
 bool cuda_attention_rows_fits(int hd, int group, const float *q, int bs);
 bool cuda_attention_rows(cudaStream_t st, unsigned rows, unsigned splits, int group, int hd, float *out,
-                         __nv_bfloat16 *ob, float *part, int *count, const float *q, float *const *base, const int32_t *toff, const int32_t *dpos,
-                         const int32_t *rmap, int n, int n_heads, int n_kv, int bs, float scale, int window);
+                         __nv_bfloat16 *ob, float *part, int *count, const float *q, float *const *base,
+                         const int32_t *toff, const int32_t *dpos, const int32_t *rmap, int n, int n_heads, int n_kv,
+                         int bs, float scale, int window);
 em_graph_mode cuda_graph_begin(em_backend *be, uint64_t key);
 em_status cuda_graph_end(em_backend *be, bool *ran);
 void cuda_graph_reset(em_backend *be);
