@@ -194,8 +194,10 @@ static void test_twin_case(int M, int N, int K, int producer) {
 
 /* The attention of a few rows writes the bf16 twin of its output for the
  * output projection: the product is the one a matmul that rounds itself
- * gives. 7 rows after 300 cached positions, 32 heads of 64 over 8 kv heads. */
-static void test_twin_attention(void) {
+ * gives. 7 rows after 300 cached positions, 32 heads of 64 over 8 kv heads;
+ * EXACT attention takes the per-row kernel, FAST the tensor-core tail
+ * (whose merges write the twin). */
+static void test_twin_attention(em_math att_math) {
     const int bs = 32, n_heads = 32, n_kv = 8, hd = 64, prior = 300, rows = 7, K = n_heads * hd, N = 256;
     int len = prior + rows, nb = (len + bs - 1) / bs;
     size_t block = (size_t)bs * n_kv * hd, kvn = (size_t)len * n_kv * hd;
@@ -213,13 +215,14 @@ static void test_twin_attention(void) {
     float *att = gpu->ops->alloc(gpu, (size_t)rows * K * 4), *junk = gpu->ops->alloc(gpu, 64);
     float *y1 = gpu->ops->alloc(gpu, (size_t)rows * N * 4), *y2 = gpu->ops->alloc(gpu, (size_t)rows * N * 4);
     int r = rows;
-    em_kv_spans sp = {&view, &r, 1, EM_MATH_FAST, 0};
+    em_kv_spans sp = {&view, &r, 1, att_math, 0};
     gpu->ops->attention_spans(gpu, att, qd, &sp, pos + prior, n_heads, n_kv, hd, 0.125f, 0);
     gpu->ops->matmul(gpu, y1, att, rows, &w, NULL, EM_MATH_FAST);
     gpu->ops->add(gpu, junk, junk, 16);
     gpu->ops->matmul(gpu, y2, att, rows, &w, NULL, EM_MATH_FAST);
     float *a = down(y1, (size_t)rows * N), *b = down(y2, (size_t)rows * N);
-    CHECKF(!memcmp(a, b, (size_t)rows * N * 4), "twin of attention: the product differs from one that rounds itself");
+    CHECKF(!memcmp(a, b, (size_t)rows * N * 4), "twin of %s attention: the product differs from one that rounds itself",
+           att_math == EM_MATH_FAST ? "fast" : "exact");
     free(a), free(b), free(kt), free(vt), free(pos), free(kh), free(vh), free(qh), free(wh);
     gpu->ops->free(gpu, kp), gpu->ops->free(gpu, vp), gpu->ops->free(gpu, kd), gpu->ops->free(gpu, vd);
     gpu->ops->free(gpu, qd), gpu->ops->free(gpu, (void *)w.data), gpu->ops->free(gpu, att), gpu->ops->free(gpu, junk);
@@ -232,7 +235,8 @@ static void test_twin(void) {
         test_twin_case(40, 512, 256, p);  /* cuBLAS */
         test_twin_case(3, 4096, 2048, p); /* a large matrix: cuBLAS at few rows */
     }
-    test_twin_attention();
+    test_twin_attention(EM_MATH_EXACT);
+    test_twin_attention(EM_MATH_FAST);
 }
 
 int main(void) {

@@ -1052,6 +1052,14 @@ static void test_attention_prefill(void) {
     test_attention_spans_case(8, 2, 64, 0, SPANS({3000, 70}));
     test_attention_spans_case(4, 4, 128, 1500, SPANS({2500, 80}));
     test_attention_spans_case(8, 1, 256, 0, SPANS({1500, 40}, {10, 1}));
+    /* a cached prompt's tail: 2 to 15 rows of one sequence (FAST: on tensor
+     * cores, each tile's keys in 16 shares, some of them empty when the keys
+     * are fewer; EXACT: the per-row kernel) */
+    test_attention_spans_case(32, 8, 64, 0, SPANS({2040, 7}));   /* Llama-3.2-1B shape */
+    test_attention_spans_case(8, 2, 128, 0, SPANS({100, 2}));
+    test_attention_spans_case(4, 4, 64, 0, SPANS({0, 15}));      /* fewer keys than shares */
+    test_attention_spans_case(8, 2, 64, 40, SPANS({300, 9}));    /* a window */
+    test_attention_spans_case(64, 2, 128, 0, SPANS({50, 5}));    /* 32 heads a group: two tiles */
     /* many decode rows in one large batch: the per-row kernel over a row map,
      * with splits (few such rows) and without (more than 64) */
     span_case many[71];

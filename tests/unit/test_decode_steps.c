@@ -7,6 +7,7 @@
  * EMBER_DEVICE=cuda to run it on a GPU. */
 #include "test.h"
 
+#include "base/config.h"
 #include "model/model.h"
 #include "tensor/argmax.h"
 
@@ -75,9 +76,70 @@ static void check_model(const char *dir) {
     em_model_free(m);
 }
 
+/* Runs FAST tails after prefixes of several lengths (the arithmetic the
+ * server's cached prompts use) on a model opened with `cfg`; logits of
+ * tail c at out + c * vocab. */
+enum { FAST_TAILS = 7 };
+static const int fast_tails[FAST_TAILS][2] = {{0, 7}, {300, 7}, {1200, 7}, {33, 2}, {700, 2}, {90, 15}, {1500, 15}};
+static bool run_fast_tails(const char *dir, const em_config *cfg, float **out, int *vocab) {
+    em_model *m;
+    em_open_options o = {.n_threads = 2, .precision = EM_PRECISION_FAST, .max_sequences = 2, .config = cfg};
+    if (em_model_open(dir, &o, &m) != EM_OK) {
+        fprintf(stderr, "%s\n", em_last_error());
+        return false;
+    }
+    enum { PRE = 1600 };
+    int V = *vocab = m->cfg.vocab;
+    int32_t *ids = malloc(sizeof(int32_t) * (PRE + 16));
+    *out = calloc((size_t)FAST_TAILS * V, sizeof(float));
+    for (int i = 0; i < PRE + 16; i++) ids[i] = (int32_t)((i * 7919 + 13) % V);
+    bool ok = true;
+    for (int c = 0; c < FAST_TAILS && ok; c++) {
+        /* shorter prefixes where the context is short */
+        int ctx = em_model_context_size(m), pre = fast_tails[c][0] % (ctx > 16 ? ctx - 15 : 1), n = fast_tails[c][1], s;
+        ok = kv_seq_alloc(m->kv, &s) == EM_OK;
+        em_span head = {s, ids, pre, LOGITS_NONE, SPAN_MATH_MODEL}, tail = {s, ids + pre, n, LOGITS_LAST, SPAN_MATH_MODEL};
+        em_batch bh = {.spans = &head, .n_spans = 1}, bt = {.spans = &tail, .n_spans = 1};
+        if (ok && pre) ok = model_forward(m, &bh, *out + (size_t)c * V) == EM_OK;
+        if (ok) ok = model_forward(m, &bt, *out + (size_t)c * V) == EM_OK;
+        if (ok) kv_seq_release(m->kv, s);
+    }
+    if (!ok) fprintf(stderr, "%s\n", em_last_error());
+    free(ids);
+    em_model_free(m);
+    return ok;
+}
+
+/* FAST tails recorded once per row count and replayed at other context
+ * lengths give the bits of the same tails run eagerly
+ * (EMBER_CUDA_GRAPHS=0): a recording never depends on the context. */
+static void check_fast_tails(const char *dir) {
+    extern char **environ;
+    size_t n_env = 0;
+    while (environ[n_env]) n_env++;
+    char **env = calloc(n_env + 2, sizeof *env);
+    size_t k = 0;
+    for (size_t i = 0; i < n_env; i++)
+        if (strncmp(environ[i], "EMBER_CUDA_GRAPHS=", 18)) env[k++] = environ[i];
+    env[k++] = "EMBER_CUDA_GRAPHS=0";
+    em_config *eager = NULL;
+    REQUIRE(em_config_from_env(env, &eager) == EM_OK);
+    float *a = NULL, *b = NULL;
+    int va = 0, vb = 0;
+    bool ok = run_fast_tails(dir, NULL, &a, &va) && run_fast_tails(dir, eager, &b, &vb);
+    CHECKF(ok, "%s: FAST tails did not run", dir);
+    if (ok) {
+        int differ = 0;
+        for (int c = 0; c < FAST_TAILS; c++) differ += memcmp(a + (size_t)c * va, b + (size_t)c * va, sizeof(float) * va) != 0;
+        CHECKF(differ == 0, "%s: %d FAST tails differ recorded and eager", dir, differ);
+    }
+    free(a), free(b), free(env);
+    em_config_release(eager);
+}
+
 int main(int argc, char **argv) {
     if (argc >= 2) {
-        for (int i = 1; i < argc; i++) check_model(argv[i]);
+        for (int i = 1; i < argc; i++) check_model(argv[i]), check_fast_tails(argv[i]);
         return test_summary();
     }
     /* default: every dense golden checkpoint */
@@ -85,7 +147,7 @@ int main(int argc, char **argv) {
     snprintf(pattern, sizeof pattern, "%s/tests/golden/dense/*/", test_src_dir());
     glob_t g;
     REQUIRE(glob(pattern, 0, NULL, &g) == 0 && g.gl_pathc > 0);
-    for (size_t i = 0; i < g.gl_pathc; i++) check_model(g.gl_pathv[i]);
+    for (size_t i = 0; i < g.gl_pathc; i++) check_model(g.gl_pathv[i]), check_fast_tails(g.gl_pathv[i]);
     globfree(&g);
     return test_summary();
 }

@@ -230,10 +230,51 @@ static void attention_batch(cuda_backend *cb, float *out, const float *q, const 
     cuda_stage_flush(cb);
     int bs = s->views[0].block_size;
     if (p.n_items)
-        cuda_attention_tiled(cb, out, q, base, toff, dpos, dplan, &p, n, n_heads, n_kv, head_dim, bs, scale, window);
+        cuda_attention_tiled(cb, out, NULL, NULL, q, base, toff, dpos, dplan, &p, n, n_heads, n_kv, head_dim, bs, scale,
+                             window);
     if (p.n_rest)
         attention_rows(cb, out, q, base, toff, dpos, dplan + (size_t)p.n_items * CUDA_TILE_FIELDS, p.n_rest, n,
                        n_heads, n_kv, head_dim, bs, scale, window);
+}
+
+/* A short FAST chunk of one sequence (a cached prompt's tail, recorded
+ * once per row count and replayed at every context length): its rows share
+ * each tile of keys on tensor cores, the keys split into CUDA_ATT_TAIL_SHARES
+ * items whatever the positions, so the grid depends only on the row count.
+ * The per-row kernel reads every key once per row (35 us a layer for 7 rows
+ * after 2,047 keys on the H200). False when the shape is not one for it
+ * (nothing queued). */
+static bool attention_tail(cuda_backend *cb, float *out, const float *q, const em_kv_spans *s, const int32_t *pos,
+                           int n_heads, int n_kv, int head_dim, float scale, int window) {
+    int rows = s->n_spans == 1 ? s->rows[0] : 0;
+    if (s->math != EM_MATH_FAST || rows < 2 || rows >= CUDA_ATT_TILE_MIN_ROWS || n_heads / n_kv > CUDA_TC_PAIRS ||
+        !cuda_attention_tc_fits(cb, head_dim))
+        return false;
+    cuda_att_plan p;
+    if (!cuda_attention_plan_shares(&p, rows, pos, n_heads, n_kv, window, CUDA_TC_PAIRS, CUDA_ATT_TAIL_SHARES)) {
+        cuda_note(cb, cudaErrorMemoryAllocation, "attention: planning a short prefill");
+        return true;
+    }
+    size_t pb = cuda_att_plan_ints(&p) * sizeof *p.v;
+    size_t part_bytes = (size_t)p.n_slots * n_kv * CUDA_TC_PAIRS * ((size_t)head_dim + 2) * sizeof(float);
+    float *const *base;
+    const int32_t *toff, *dpos, *dplan = NULL;
+    int n;
+    if (cuda_stage_spans(cb, s, pos, pb, &base, &toff, &dpos, &n)) dplan = (const int32_t *)cuda_stage_put(cb, p.v, pb);
+    free(p.v);
+    if (!dplan || !cuda_scratch(cb, (void **)&cb->att_part, &cb->att_part_bytes, part_bytes)) return true; /* noted */
+    cuda_stage_flush(cb);
+    __nv_bfloat16 *ob = cuda_twin_make(cb, out, rows, n_heads * head_dim);
+    int bs = s->views[0].block_size;
+    /* The merge is a launch of its own, a warp a pair: merged in the kernel
+     * by the last share of a (tile, kv head) to finish, as the per-row
+     * kernel does, one block merges all its pairs, and the 7-row tail took
+     * longer on the H200 (1.66 against 1.49 ms). */
+    if (cuda_graph_skip(cb, out, ob, q, base, cb->att_part, rows, n_heads, n_kv, head_dim, bs, scale, window))
+        return true;
+    cuda_attention_tiled(cb, out, ob, cb->att_part, q, base, toff, dpos, dplan, &p, n, n_heads, n_kv, head_dim, bs,
+                         scale, window);
+    return true;
 }
 
 void cuda_attention_spans(em_backend *be, float *out, const float *q, const em_kv_spans *s, const int32_t *pos,
@@ -255,6 +296,7 @@ void cuda_attention_spans(em_backend *be, float *out, const float *q, const em_k
         attention_batch(cb, out, q, s, pos, n_heads, n_kv, head_dim, scale, window);
         return;
     }
+    if (attention_tail(cb, out, q, s, pos, n_heads, n_kv, head_dim, scale, window)) return;
     float *const *base;
     const int32_t *toff, *dpos;
     int n;

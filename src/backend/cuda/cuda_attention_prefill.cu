@@ -242,33 +242,24 @@ __global__ void __launch_bounds__(TILE_THREADS, HD <= 128 ? 2 : 1)
     }
 }
 
-/* Merges the partials of a tile whose keys were split (one block per merge
- * and kv head): rescaled to the common maximum, in split order. A share
- * may hold no key a pair sees (maximum -inf); the pair's own key is in
- * some share. */
-__global__ void __launch_bounds__(TILE_THREADS)
-    tile_merge(float *out, const float *part, const int32_t *merges, int n_heads, int group, int n_kv, int hd,
-               int tile_pairs) {
+/* Merges the partials of a tile whose keys were split: block (x, y) takes
+ * merge x / n_kv, kv head x % n_kv and pairs 8y..8y+7, a warp a pair
+ * (cuda_merge_pair). (One thread an output element, each re-reading every
+ * split's maximum, took 37-80 us a layer on the H200: latency-bound.) */
+#define MERGE_WARPS 8
+__global__ void __launch_bounds__(MERGE_WARPS * 32)
+    tile_merge(float *out, __nv_bfloat16 *ob, const float *part, const int32_t *merges, int n_heads, int group,
+               int n_kv, int hd, int tile_pairs) {
+    __shared__ float wsh[MERGE_WARPS][CUDA_MERGE_CHUNK];
     cuda_pdl_enter();
     const int32_t *mg = merges + (size_t)CUDA_MERGE_FIELDS * (blockIdx.x / n_kv);
     int kvh = (int)blockIdx.x % n_kv, row0 = mg[0], pairs = mg[1] * group, slot0 = mg[2], splits = mg[3];
+    int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32, pr = (int)blockIdx.y * MERGE_WARPS + warp;
+    if (pr >= pairs) return;
     size_t stride = (size_t)n_kv * tile_pairs * (hd + 2); /* from one slot to the next */
-    for (int i = (int)threadIdx.x; i < pairs * hd; i += TILE_THREADS) {
-        int pr = i / hd, d = i % hd;
-        const float *pp = part + (((size_t)slot0 * n_kv + kvh) * tile_pairs + pr) * (hd + 2);
-        float mx = -INFINITY;
-        for (int k = 0; k < splits; k++) mx = fmaxf(mx, pp[k * stride]);
-        float l = 0.0f, a = 0.0f;
-        for (int k = 0; k < splits; k++) {
-            float ms = pp[k * stride];
-            if (ms > -INFINITY) {
-                float w = expf(ms - mx);
-                l += pp[k * stride + 1] * w;
-                a += pp[k * stride + 2 + d] * w;
-            }
-        }
-        out[((size_t)(row0 + pr / group) * n_heads + (size_t)kvh * group + pr % group) * hd + d] = a / l;
-    }
+    const float *pp = part + (((size_t)slot0 * n_kv + kvh) * tile_pairs + pr) * (hd + 2);
+    size_t at = ((size_t)(row0 + pr / group) * n_heads + (size_t)kvh * group + pr % group) * hd;
+    cuda_merge_pair(out, ob, at, pp, stride, splits, hd, wsh[warp], lane);
 }
 
 /* Keys per shared-memory tile: fewer for wide heads, so two blocks (each
@@ -302,11 +293,11 @@ template <int HD> static void tile_launch(cuda_backend *cb, unsigned blocks, flo
         out, part, q, base, toff, pos, tiles, n, n_heads, n_heads / n_kv, n_kv, hd, bs, scale, window);
 }
 
-void cuda_attention_tiled(cuda_backend *cb, float *out, const float *q, float *const *base, const int32_t *toff,
-                          const int32_t *pos, const int32_t *dplan, const cuda_att_plan *p, int n, int n_heads,
-                          int n_kv, int head_dim, int bs, float scale, int window) {
-    float *part = NULL;
-    if (p->n_slots) {
+void cuda_attention_tiled(cuda_backend *cb, float *out, __nv_bfloat16 *ob, float *part, const float *q,
+                          float *const *base, const int32_t *toff, const int32_t *pos, const int32_t *dplan,
+                          const cuda_att_plan *p, int n, int n_heads, int n_kv, int head_dim, int bs, float scale,
+                          int window) {
+    if (p->n_slots && !part) {
         size_t bytes = (size_t)p->n_slots * n_kv * p->pairs * ((size_t)head_dim + 2) * sizeof(float);
         if (!cuda_scratch_eager(cb, (void **)&cb->att_tile_part, &cb->att_tile_part_bytes, bytes)) return;
         part = cb->att_tile_part;
@@ -325,8 +316,9 @@ void cuda_attention_tiled(cuda_backend *cb, float *out, const float *q, float *c
     CUDA_LAUNCHED(cb, "attention (tiled)");
     if (p->n_merge) {
         const int32_t *merges = dplan + (size_t)p->n_items * CUDA_TILE_FIELDS + p->n_rest;
-        cuda_launch(tile_merge, (unsigned)p->n_merge * (unsigned)n_kv, TILE_THREADS, 0, cb->stream, 
-            out, part, merges, n_heads, n_heads / n_kv, n_kv, head_dim, p->pairs);
+        dim3 grid((unsigned)p->n_merge * (unsigned)n_kv, (unsigned)((p->pairs + MERGE_WARPS - 1) / MERGE_WARPS));
+        cuda_launch(tile_merge, grid, MERGE_WARPS * 32, 0, cb->stream, 
+            out, ob, part, merges, n_heads, n_heads / n_kv, n_kv, head_dim, p->pairs);
         CUDA_LAUNCHED(cb, "attention (tiled, merge)");
     }
 }
@@ -354,6 +346,16 @@ static int tile_splits(int keys, int blocks, int n_sm, int *per) {
     return (keys + *per - 1) / *per; /* no empty share */
 }
 
+/* The keys rows r0..end-1 see, in any order of positions: lo..hi. */
+static void tile_keys_seen(const int32_t *pos, int r0, int end, int window, int32_t *lo, int32_t *hi) {
+    *lo = INT32_MAX, *hi = -1;
+    for (int r = r0; r < end; r++) {
+        int first = window > 0 && pos[r] - window + 1 > 0 ? pos[r] - window + 1 : 0;
+        if (first < *lo) *lo = first;
+        if (pos[r] > *hi) *hi = pos[r];
+    }
+}
+
 bool cuda_attention_plan(cuda_att_plan *p, const em_kv_spans *s, const int32_t *pos, int n_heads, int n_kv,
                          int window, int n_sm, int pairs) {
     int group = n_heads / n_kv, bq = pairs / group, nt = 0, nr = 0;
@@ -370,14 +372,10 @@ bool cuda_attention_plan(cuda_att_plan *p, const em_kv_spans *s, const int32_t *
     for (int i = 0, row = 0; i < s->n_spans; row += s->rows[i++]) {
         if (s->rows[i] * group < TILE_MIN_PAIRS) continue;
         for (int r0 = row; r0 < row + s->rows[i]; r0 += bq) {
-            int end = r0 + bq < row + s->rows[i] ? r0 + bq : row + s->rows[i], lo = INT32_MAX, hi = -1;
-            for (int r = r0; r < end; r++) { /* any order of positions: the keys any row sees */
-                int first = window > 0 && pos[r] - window + 1 > 0 ? pos[r] - window + 1 : 0;
-                if (first < lo) lo = first;
-                if (pos[r] > hi) hi = pos[r];
-            }
+            int end = r0 + bq < row + s->rows[i] ? r0 + bq : row + s->rows[i];
             int32_t *e = tiles + 4 * k++;
-            e[0] = r0, e[1] = end - r0, e[2] = lo, e[3] = hi;
+            e[0] = r0, e[1] = end - r0;
+            tile_keys_seen(pos, r0, end, window, &e[2], &e[3]);
         }
     }
     int blocks = nt * n_kv;
@@ -415,5 +413,31 @@ bool cuda_attention_plan(cuda_att_plan *p, const em_kv_spans *s, const int32_t *
             for (int r = row; r < row + s->rows[i]; r++) *rest++ = r;
     qsort(p->v, (size_t)it, CUDA_TILE_FIELDS * sizeof *p->v, tile_cost_desc);
     p->n_items = it, p->n_rest = nr, p->n_merge = m, p->n_slots = slots;
+    return true;
+}
+
+bool cuda_attention_plan_shares(cuda_att_plan *p, int rows, const int32_t *pos, int n_heads, int n_kv, int window,
+                                int pairs, int shares) {
+    int bq = pairs / (n_heads / n_kv), nt = (rows + bq - 1) / bq;
+    memset(p, 0, sizeof *p);
+    p->pairs = pairs;
+    p->v = (int32_t *)malloc(((size_t)nt * shares * CUDA_TILE_FIELDS + (size_t)nt * CUDA_MERGE_FIELDS) * sizeof *p->v);
+    if (!p->v) return false;
+    int32_t *mg = p->v + (size_t)nt * shares * CUDA_TILE_FIELDS;
+    for (int t = 0; t < nt; t++) {
+        int r0 = t * bq, end = r0 + bq < rows ? r0 + bq : rows;
+        int32_t lo, hi;
+        tile_keys_seen(pos, r0, end, window, &lo, &hi);
+        int per = (hi - lo + 1 + shares - 1) / shares; /* the last shares may be empty: lo > hi */
+        for (int j = 0; j < shares; j++) {
+            int32_t *w = p->v + (size_t)CUDA_TILE_FIELDS * (t * shares + j);
+            w[0] = r0, w[1] = end - r0, w[2] = lo + j * per;
+            w[3] = w[2] + per - 1 < hi ? w[2] + per - 1 : hi;
+            w[4] = t * shares + j;
+        }
+        int32_t *g = mg + (size_t)CUDA_MERGE_FIELDS * t;
+        g[0] = r0, g[1] = end - r0, g[2] = t * shares, g[3] = shares;
+    }
+    p->n_items = nt * shares, p->n_merge = nt, p->n_slots = nt * shares;
     return true;
 }

@@ -77,6 +77,9 @@ static inline int cuda_att_splits(int rows) { return rows <= CUDA_ATT_SPLIT_MAX_
 /* A span of this many rows (a prefill chunk) goes to the tiled prefill
  * attention whatever the batch's size; dense.c records prefills only below it. */
 #define CUDA_ATT_TILE_MIN_ROWS 16
+/* Shorter FAST spans of one sequence (2 to 15 rows) attend on tensor cores
+ * with each tile's keys split into this many items (cuda_attention.cu). */
+#define CUDA_ATT_TAIL_SHARES 16
 /* A scratch buffer grown for `bytes` gets a quarter more, so a slightly
  * larger batch next does not reallocate. */
 static inline size_t cuda_scratch_grow(size_t bytes) { return bytes + bytes / 4; }

@@ -406,6 +406,48 @@ typedef struct cuda_att_plan {
     int pairs; /* per tile: CUDA_TILE_PAIRS or CUDA_TC_PAIRS */
 } cuda_att_plan;
 bool cuda_attention_tiled_fits(cuda_backend *cb, int n_heads, int n_kv, int head_dim);
+/* Merges one (query row, head) pair's partials of `splits` shares of its
+ * keys (pp: the first share's (max, sum, head_dim values); the next share
+ * `stride` floats on), by one warp: the lanes find the common maximum and
+ * each share's weight (a share may hold no key the pair sees: maximum
+ * -inf, weight 0; its own key is in some share), then each lane sums its
+ * output dims over the shares in share order, so the bits depend only on
+ * the partials. Writes out[at..at+hd) and, when ob, their bf16 rounding.
+ * wsh: CUDA_MERGE_CHUNK floats of shared memory for the warp; hd <= 256. */
+#define CUDA_MERGE_CHUNK 64
+__device__ __forceinline__ void cuda_merge_pair(float *out, __nv_bfloat16 *ob, size_t at, const float *pp,
+                                                size_t stride, int splits, int hd, float *wsh, int lane) {
+    float mx = -INFINITY, l = 0.0f;
+    for (int k = lane; k < splits; k += 32) mx = fmaxf(mx, pp[k * stride]);
+    for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f}; /* dims lane + 32 j */
+    for (int c0 = 0; c0 < splits; c0 += CUDA_MERGE_CHUNK) {
+        int nc = splits - c0 < CUDA_MERGE_CHUNK ? splits - c0 : CUDA_MERGE_CHUNK;
+        __syncwarp();
+        for (int k = lane; k < nc; k += 32) {
+            float ms = pp[(size_t)(c0 + k) * stride];
+            wsh[k] = ms > -INFINITY ? expf(ms - mx) : 0.0f;
+        }
+        __syncwarp();
+        for (int k = 0; k < nc; k++) l += pp[(size_t)(c0 + k) * stride + 1] * wsh[k]; /* every lane, in order */
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            int d = lane + 32 * j;
+            if (d >= hd) break;
+            float a = acc[j];
+#pragma unroll 4
+            for (int k = 0; k < nc; k++) a += pp[(size_t)(c0 + k) * stride + 2 + d] * wsh[k];
+            acc[j] = a;
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        int d = lane + 32 * j;
+        if (d >= hd) break;
+        out[at + d] = acc[j] / l;
+        if (ob) ob[at + d] = __float2bfloat16_rn(acc[j] / l);
+    }
+}
 /* Tiles of `pairs` pairs (at least the group of query heads per kv head).
  * False when out of memory. */
 bool cuda_attention_plan(cuda_att_plan *p, const em_kv_spans *s, const int32_t *pos, int n_heads, int n_kv,
@@ -413,12 +455,23 @@ bool cuda_attention_plan(cuda_att_plan *p, const em_kv_spans *s, const int32_t *
 static inline size_t cuda_att_plan_ints(const cuda_att_plan *p) {
     return (size_t)p->n_items * CUDA_TILE_FIELDS + (size_t)p->n_rest + (size_t)p->n_merge * CUDA_MERGE_FIELDS;
 }
+/* The plan of a short chunk of one sequence (rows 0..rows-1 of the
+ * batch): each tile's keys split into exactly `shares` items (some may be
+ * empty) and merged, so the items and their grid depend only on the row
+ * count, never on the positions — a recorded step stays valid as the
+ * context grows. False when out of memory. */
+bool cuda_attention_plan_shares(cuda_att_plan *p, int rows, const int32_t *pos, int n_heads, int n_kv, int window,
+                                int pairs, int shares);
 /* Queues the tiled kernel, or the tensor-core one for a plan of
  * CUDA_TC_PAIRS, and the merges of a plan staged at dplan; the other
- * arguments as cuda_stage_spans staged them. */
-void cuda_attention_tiled(cuda_backend *cb, float *out, const float *q, float *const *base, const int32_t *toff,
-                          const int32_t *pos, const int32_t *dplan, const cuda_att_plan *p, int n, int n_heads,
-                          int n_kv, int head_dim, int bs, float scale, int window);
+ * arguments as cuda_stage_spans staged them. part: room for the plan's
+ * partials (n_slots * n_kv * pairs * (head_dim + 2) floats), or NULL for
+ * the eager scratch; ob (or NULL): out's bf16 rounding, which only the
+ * merges write (a plan whose every tile is split: cuda_twin_make). */
+void cuda_attention_tiled(cuda_backend *cb, float *out, __nv_bfloat16 *ob, float *part, const float *q,
+                          float *const *base, const int32_t *toff, const int32_t *pos, const int32_t *dplan,
+                          const cuda_att_plan *p, int n, int n_heads, int n_kv, int head_dim, int bs, float scale,
+                          int window);
 /* cuda_attention_tc.cu: work items of CUDA_TC_PAIRS on tensor cores, for
  * FAST batches (head_dim 64 or 128, where the shared memory it needs is
  * available). */
