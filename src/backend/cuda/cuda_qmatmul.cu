@@ -346,56 +346,90 @@ __global__ void __launch_bounds__(Q8_WARPS * 32, BITS == 8 && ROWS >= 4 ? 2 : 3)
 #define Q8_STREAM_BLOCKS_PER_SM 2
 #define Q8S_RW 4 /* weight rows per warp */
 
+/* Where a warp's unit of Q8S_RW rows lies: matrix g, its first row n0 of
+ * Ng, its words and the index of its first group. The warps walk units of
+ * Q8S_RW rows of one matrix: matrix g's rows padded to a whole number of
+ * units, so a unit never straddles two. */
+struct q8s_unit {
+    int g, n0, Ng;
+    const uint32_t *w0;
+    size_t gbase;
+};
+__device__ __forceinline__ q8s_unit q8s_locate(const gemv_set &set, int unit, size_t words_per_row,
+                                               size_t groups_per_row) {
+    q8s_unit u;
+    int us = 0;
+    u.g = 0;
+    for (;;) {
+        int n = (set.start[u.g + 1] - set.start[u.g] + Q8S_RW - 1) / Q8S_RW;
+        if (u.g + 1 >= set.count || unit < us + n) break;
+        us += n, u.g++;
+    }
+    u.n0 = (unit - us) * Q8S_RW, u.Ng = set.start[u.g + 1] - set.start[u.g];
+    u.w0 = (const uint32_t *)set.w[u.g] + (size_t)u.n0 * words_per_row;
+    u.gbase = (size_t)u.n0 * groups_per_row;
+    return u;
+}
+
+/* Issues the loads of Q8_U segments from s0 (every 32nd) of the unit's rows:
+ * their codes, scales and biases. */
+template <int BITS, int Q8_U>
+__device__ __forceinline__ void q8s_load(const gemv_set &set, const q8s_unit &u, int s0, int nseg, int sdt,
+                                         size_t words_per_row, size_t groups_per_row, int group,
+                                         uint32_t (*words)[Q8_U][BITS], float (*sc)[Q8_U], float (*bi)[Q8_U]) {
+#pragma unroll
+    for (int v = 0; v < Q8_U; v++) {
+        int seg = s0 + v * 32;
+        if (seg >= nseg) continue;
+#pragma unroll
+        for (int r = 0; r < Q8S_RW; r++) {
+            int rr = u.n0 + r < u.Ng ? r : 0; /* rows past the matrix reread its unit's first */
+            size_t gi = u.gbase + (size_t)rr * groups_per_row + (size_t)seg * QG_SEG / group;
+            load_segment<BITS>(u.w0 + (size_t)rr * words_per_row, (size_t)seg, words[r][v]);
+            sc[r][v] = q_scalar(set.scales[u.g], sdt, gi);
+            bi[r][v] = q_scalar(set.biases[u.g], sdt, gi);
+        }
+    }
+}
+
 template <int BITS, int ROWS>
 __global__ void __launch_bounds__(Q8_WARPS * 32, Q8_STREAM_BLOCKS_PER_SM)
     qgemv_i8_stream_kernel(gemv_set set, const float *x, int sdt, int M, int K, int group) {
-    cuda_pdl_enter();
     constexpr int Q8_U = BITS == 8 ? 1 : 2; /* segments in flight per row and lane */
     extern __shared__ __align__(16) int8_t q8_smem[];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nseg = K / QG_SEG;
+    size_t words_per_row = (size_t)K / 32 * BITS, groups_per_row = (size_t)(K / group);
+    int units = 0;
+    for (int g = 0; g < set.count; g++) units += (set.start[g + 1] - set.start[g] + Q8S_RW - 1) / Q8S_RW;
+    /* The weights never depend on the kernel before this one: the first
+     * unit's first loads go out before waiting for it (and before x is
+     * staged), so their latency hides behind its end. */
+    int first = blockIdx.x * Q8_WARPS + warp;
+    uint32_t words[Q8S_RW][Q8_U][BITS];
+    float sc[Q8S_RW][Q8_U], bi[Q8S_RW][Q8_U];
+    bool loaded = first < units;
+    if (loaded)
+        q8s_load<BITS, Q8_U>(set, q8s_locate(set, first, words_per_row, groups_per_row), lane, nseg, sdt,
+                             words_per_row, groups_per_row, group, words, sc, bi);
+    cuda_pdl_enter();
     int8_t *xq = q8_smem;
     float *xd = (float *)(q8_smem + (size_t)ROWS * K), *xs = xd + (size_t)ROWS * (K / QG_SEG);
     q8_stage<BITS, ROWS>(xq, xd, xs, K, x, K, 0, K, M);
     __syncthreads();
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nseg = K / QG_SEG;
-    size_t words_per_row = (size_t)K / 32 * BITS, groups_per_row = (size_t)(K / group);
-    /* the warps walk units of Q8S_RW rows of one matrix: matrix g's rows
-     * padded to a whole number of units, so a unit never straddles two */
-    int ustart[EM_MATMUL_GROUP_MAX + 1];
-    ustart[0] = 0;
-    for (int g = 0; g < set.count; g++)
-        ustart[g + 1] = ustart[g] + (set.start[g + 1] - set.start[g] + Q8S_RW - 1) / Q8S_RW;
-    for (int unit = blockIdx.x * Q8_WARPS + warp; unit < ustart[set.count]; unit += gridDim.x * Q8_WARPS) {
-        int g = 0;
-        while (g + 1 < set.count && unit >= ustart[g + 1]) g++;
-        int n0 = (unit - ustart[g]) * Q8S_RW, Ng = set.start[g + 1] - set.start[g];
-        const uint32_t *w0 = (const uint32_t *)set.w[g] + (size_t)n0 * words_per_row;
-        const void *rsc = set.scales[g], *rbi = set.biases[g];
-        size_t gbase = (size_t)n0 * groups_per_row;
+    for (int unit = first; unit < units; unit += gridDim.x * Q8_WARPS) {
+        q8s_unit u = q8s_locate(set, unit, words_per_row, groups_per_row);
         float acc[Q8S_RW][ROWS];
 #pragma unroll
         for (int r = 0; r < Q8S_RW; r++)
 #pragma unroll
             for (int m = 0; m < ROWS; m++) acc[r][m] = 0.0f;
         for (int s0 = lane; s0 < nseg; s0 += 32 * Q8_U) {
-            uint32_t words[Q8S_RW][Q8_U][BITS];
-            float sc[Q8S_RW][Q8_U], bi[Q8S_RW][Q8_U];
+            if (!loaded)
+                q8s_load<BITS, Q8_U>(set, u, s0, nseg, sdt, words_per_row, groups_per_row, group, words, sc, bi);
+            loaded = false;
 #pragma unroll
-            for (int u = 0; u < Q8_U; u++) {
-                int seg = s0 + u * 32;
-                if (seg < nseg) {
-#pragma unroll
-                    for (int r = 0; r < Q8S_RW; r++) {
-                        int rr = n0 + r < Ng ? r : 0; /* rows past the matrix reread its unit's first */
-                        size_t gi = gbase + (size_t)rr * groups_per_row + (size_t)seg * QG_SEG / group;
-                        load_segment<BITS>(w0 + (size_t)rr * words_per_row, (size_t)seg, words[r][u]);
-                        sc[r][u] = q_scalar(rsc, sdt, gi);
-                        bi[r][u] = q_scalar(rbi, sdt, gi);
-                    }
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < Q8_U; u++) {
-                int seg = s0 + u * 32;
+            for (int v = 0; v < Q8_U; v++) {
+                int seg = s0 + v * 32;
                 if (seg >= nseg) break;
 #pragma unroll
                 for (int m = 0; m < ROWS; m++) {
@@ -405,9 +439,9 @@ __global__ void __launch_bounds__(Q8_WARPS * 32, Q8_STREAM_BLOCKS_PER_SM)
                     uint4 xa = *(const uint4 *)xseg, xb = *(const uint4 *)(xseg + 16);
 #pragma unroll
                     for (int r = 0; r < Q8S_RW; r++) {
-                        int d = q8_dot_x<BITS>(words[r][u], xa, xb);
-                        float b = BITS == 8 ? fmaf(128.0f, sc[r][u], bi[r][u]) : bi[r][u];
-                        acc[r][m] = fmaf(sc[r][u] * dx, (float)d, fmaf(b, sx, acc[r][m]));
+                        int d = q8_dot_x<BITS>(words[r][v], xa, xb);
+                        float b = BITS == 8 ? fmaf(128.0f, sc[r][v], bi[r][v]) : bi[r][v];
+                        acc[r][m] = fmaf(sc[r][v] * dx, (float)d, fmaf(b, sx, acc[r][m]));
                     }
                 }
             }
@@ -420,14 +454,14 @@ __global__ void __launch_bounds__(Q8_WARPS * 32, Q8_STREAM_BLOCKS_PER_SM)
                 for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
                 acc[r][m] = v;
             }
-        const float *bias = set.bias[g];
+        const float *bias = set.bias[u.g];
 #pragma unroll
         for (int r = 0; r < Q8S_RW; r++) {
-            if (n0 + r >= Ng) break;
+            if (u.n0 + r >= u.Ng) break;
 #pragma unroll
             for (int m = 0; m < ROWS; m++)
                 if (lane == (r * ROWS + m) % 32 && m < M)
-                    set.y[g][(size_t)m * Ng + n0 + r] = acc[r][m] + (bias ? bias[n0 + r] : 0.0f);
+                    set.y[u.g][(size_t)m * u.Ng + u.n0 + r] = acc[r][m] + (bias ? bias[u.n0 + r] : 0.0f);
         }
     }
 }
