@@ -1,6 +1,6 @@
 /* cuda_attention.cu — causal GQA attention over the paged KV cache.
  *
- * Two paths:
+ * Three paths:
  * - Decode and small batches (up to ATT_SPLIT_MAX_ROWS rows, and any batch
  *   while a step is recorded): here. For head dims 32/64/128 and 1/2/4/8
  *   query heads per kv head, cuda_attention_rows.cu: one block per (row,
@@ -15,6 +15,9 @@
  *   (flash-decoding) and a second kernel merges the splits in order; the
  *   grid depends only on the row count, so a recorded step stays valid as
  *   the context grows.
+ * - A short FAST chunk of one sequence (2 to 15 rows: a cached prompt's
+ *   tail, recorded per row count): the tensor-core kernel with each tile's
+ *   keys in CUDA_ATT_TAIL_SHARES shares (attention_tail below).
  * - Prefill (more rows): cuda_attention_prefill.cu, a tiled flash-attention
  *   kernel — a block holds 64 (query row, head) pairs of one sequence and
  *   one kv head and streams that sequence's keys and values through shared
@@ -23,7 +26,8 @@
  *   to fill half a tile (decode rows in a large batch) still come here,
  *   listed in a row map; so do head dims above 256 and groups above 64
  *   heads.
- * Both keep f32 arithmetic and fixed summation orders (reproducible). */
+ * All keep fixed summation orders (reproducible); EXACT batches f32
+ * arithmetic, FAST ones may round to bf16 on tensor cores. */
 #include "backend/cuda/cuda_internal.cuh"
 
 #include <stdlib.h>
@@ -269,7 +273,7 @@ static bool attention_tail(cuda_backend *cb, float *out, const float *q, const e
     /* The merge is a launch of its own, a warp a pair: merged in the kernel
      * by the last share of a (tile, kv head) to finish, as the per-row
      * kernel does, one block merges all its pairs, and the 7-row tail took
-     * longer on the H200 (1.66 against 1.49 ms). */
+     * longer on the H200 (1.66 ms in that run, 1.49 without). */
     if (cuda_graph_skip(cb, out, ob, q, base, cb->att_part, rows, n_heads, n_kv, head_dim, bs, scale, window))
         return true;
     cuda_attention_tiled(cb, out, ob, cb->att_part, q, base, toff, dpos, dplan, &p, n, n_heads, n_kv, head_dim, bs,
