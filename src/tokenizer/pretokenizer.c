@@ -384,3 +384,24 @@ em_status tok_pretok_apply(const tok_pretok *p, tok_list *l, tok_list *tmp) {
     *tmp = t;
     return EM_OK;
 }
+
+const tok_bytelevel *tok_pretok_fused(const tok_pretok *p) {
+    if (!p || p->kind != PT_SEQ || p->n_kids != 2) return NULL;
+    const tok_pretok *sp = p->kids[0], *bl = p->kids[1];
+    if (sp->kind != PT_SPLIT || sp->invert || sp->behavior != BH_ISOLATED) return NULL;
+    if (bl->kind != PT_BYTELEVEL || bl->use_regex || bl->add_prefix_space) return NULL;
+    return &bl->bl;
+}
+
+em_status tok_pretok_each_raw(const tok_pretok *p, const char *t, size_t n, tok_piece_fn fn, void *ctx) {
+    if (!tok_pretok_fused(p)) return em_fail(EM_ERR_INTERNAL, "pre-tokenizer: not a split and a byte mapping");
+    if (n == 0) return EM_OK;
+    segs s = {0};
+    em_status st = tok_pattern_each(&p->kids[0]->pat, t, n, on_match, &s);
+    if (st == EM_OK && s.prev != n && !segs_push(&s, s.prev, n, false)) st = em_fail(EM_ERR_NOMEM, "tokenizer: out of memory");
+    /* isolated: every match and every gap between them is a piece */
+    for (size_t i = 0; st == EM_OK && i < s.n; i++)
+        if (s.v[i].b > s.v[i].a) st = fn(ctx, t + s.v[i].a, s.v[i].b - s.v[i].a);
+    free(s.v);
+    return st;
+}

@@ -27,8 +27,37 @@ static em_status push_id(enc_ctx *c, int32_t id) {
     return EM_OK;
 }
 
+/* One raw piece of a Split + ByteLevel pre-tokenizer (tok_pretok_fused):
+ * its ids from the raw-piece memo, else byte-mapped and encoded by the model
+ * (and remembered). The same ids as mapping every piece first: the memo
+ * only skips the copies and the mapping of pieces seen before. */
+#define RAW_CACHE_MAX_LEN 128 /* longer pieces are not remembered */
+static em_status encode_raw(void *ctx, const char *s, size_t n) {
+    enc_ctx *c = ctx;
+    const tokenizer *t = c->t;
+    bool oom = false, memo = t->raw_cache && n < RAW_CACHE_MAX_LEN;
+    if (memo && tok_cache_get(t->raw_cache, s, n, &c->ids, &c->n, &c->cap, &oom)) return EM_OK;
+    if (oom) return em_fail(EM_ERR_NOMEM, "tokenizer: out of memory");
+    char small[2 * RAW_CACHE_MAX_LEN] = {0}; /* (only misses get here) */
+    char *m = n <= RAW_CACHE_MAX_LEN ? small : malloc(2 * n); /* a byte's char takes at most 2 bytes */
+    if (!m) return em_fail(EM_ERR_NOMEM, "tokenizer: out of memory");
+    const tok_bytelevel *bl = t->fused_bl;
+    size_t len = 0;
+    for (size_t k = 0; k < n; k++) {
+        unsigned char b = (unsigned char)s[k];
+        memcpy(m + len, bl->enc[b], 2);
+        len += bl->enc_len[b];
+    }
+    size_t first = c->n;
+    em_status st = tok_bpe_encode(&t->bpe, m, len, &c->ids, &c->n, &c->cap);
+    if (st == EM_OK && memo) tok_cache_put(t->raw_cache, s, n, c->ids ? c->ids + first : NULL, c->n - first);
+    if (m != small) free(m);
+    return st;
+}
+
 /* Pre-tokenizes one stretch of normalized text and runs the model. */
 static em_status encode_text(enc_ctx *c, const char *s, size_t n, bool at_start) {
+    if (c->t->fused_bl) return tok_pretok_each_raw(c->t->pretok, s, n, encode_raw, c);
     tok_list_clear(&c->pieces);
     if (!tok_list_push(&c->pieces, s, n, at_start)) return em_fail(EM_ERR_NOMEM, "tokenizer: out of memory");
     EM_TRY(tok_pretok_apply(c->t->pretok, &c->pieces, &c->tmp));

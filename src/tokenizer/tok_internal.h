@@ -145,12 +145,23 @@ em_status tok_pretok_load(json_t *j, const char *path, tok_pretok **out);
 void tok_pretok_free(tok_pretok *p);
 /* Splits every span of *l into pieces; *l is replaced (tmp is scratch). */
 em_status tok_pretok_apply(const tok_pretok *p, tok_list *l, tok_list *tmp);
+typedef struct tok_bytelevel tok_bytelevel;
+/* The byte mapping of a pre-tokenizer that is a Split (isolated, not
+ * inverted) then a ByteLevel that only maps bytes (no regex, no prefix
+ * space) — the GPT-4-style tokenizers (Llama 3, Qwen): its pieces are the
+ * Split's, each byte-mapped. NULL for any other pre-tokenizer. */
+const tok_bytelevel *tok_pretok_fused(const tok_pretok *p);
+/* For such a pre-tokenizer: fn(ctx, piece, len) for every non-empty piece
+ * of t[0..n) in order, before byte mapping; stops at fn's first error and
+ * returns it. */
+typedef em_status (*tok_piece_fn)(void *ctx, const char *piece, size_t len);
+em_status tok_pretok_each_raw(const tok_pretok *p, const char *t, size_t n, tok_piece_fn fn, void *ctx);
 
 /* GPT-2 byte ↔ unicode mapping (bytelevel.c). */
-typedef struct tok_bytelevel {
+struct tok_bytelevel {
     char enc[256][4];      /* UTF-8 of the char standing for each byte */
     uint8_t enc_len[256];
-} tok_bytelevel;
+};
 /* Code point standing for byte b. */
 uint32_t tok_bytelevel_cp(uint8_t b);
 /* Byte that the code point stands for, or -1. */
@@ -262,6 +273,8 @@ struct tokenizer {
     tok_added added_tokens;
     tok_norm *normalizer;
     tok_pretok *pretok;
+    const tok_bytelevel *fused_bl; /* tok_pretok_fused(pretok): pieces encoded by encode_raw */
+    tok_cache *raw_cache;          /* with it: raw piece → ids */
     tok_post *post;
     tok_dec *decoder;
     /* tokenizer_config.json */

@@ -27,6 +27,7 @@ void tok_free(tokenizer *t) {
     free(t->bpe.cont_prefix);
     free(t->bpe.eow_suffix);
     tok_cache_free(t->bpe.cache);
+    tok_cache_free(t->raw_cache);
     tok_added_free(&t->added_tokens);
     tok_norm_free(t->normalizer);
     tok_pretok_free(t->pretok);
@@ -284,6 +285,8 @@ static em_status load_root(tokenizer *t, json_t *root, const char *name) {
     EM_TRY(tok_dec_load(json_object_get(root, "decoder"), path, &t->decoder));
     t->bpe.cache = tok_cache_new();
     if (!t->bpe.cache) return em_fail(EM_ERR_NOMEM, "%s: out of memory", name);
+    if ((t->fused_bl = tok_pretok_fused(t->pretok)) && !(t->raw_cache = tok_cache_new()))
+        return em_fail(EM_ERR_NOMEM, "%s: out of memory", name);
     return EM_OK;
 }
 

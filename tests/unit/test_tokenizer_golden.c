@@ -146,6 +146,62 @@ static void check_long_word(const tokenizer *t, const char *name) {
     free(s);
 }
 
+/* Llama 3's and Qwen3's pre-tokenizer (a Split, then a ByteLevel that only
+ * maps bytes) is run fused with the model, with a memo of raw pieces
+ * (tok_pretok_fused): the same tokenizer with its Split wrapped in a
+ * Sequence of one (which the fused path does not take) must give the same
+ * ids on random text — letters, digits, apostrophes, whitespace runs with
+ * and without newlines, non-ASCII letters, marks, numbers and spaces, pieces
+ * longer than the memo keeps. */
+static void check_fused_as_steps(const char *dir, const char *name) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s/tokenizer.json", dir, name);
+    json_error_t err;
+    json_t *root = json_load_file(path, 0, &err);
+    REQUIRE(root);
+    json_t *kids = json_object_get(json_object_get(root, "pre_tokenizer"), "pretokenizers");
+    REQUIRE(json_array_size(kids) == 2);
+    char *fused_json = json_dumps(root, JSON_COMPACT);
+    json_t *wrap = json_pack("{s:s, s:[O]}", "type", "Sequence", "pretokenizers", json_array_get(kids, 0));
+    REQUIRE(wrap && json_array_set_new(kids, 0, wrap) == 0);
+    char *steps_json = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    tokenizer *fused, *steps;
+    REQUIRE(tok_load_json(fused_json, strlen(fused_json), NULL, 0, name, &fused) == EM_OK);
+    REQUIRE(tok_load_json(steps_json, strlen(steps_json), NULL, 0, name, &steps) == EM_OK);
+    static const char *alphabet[] = {"a", "b", "X", "Z", " ", " ", "  ", "0", "1", "9", "'", "s", "S", "t", "re", "VE",
+                                     "m", "ll", "D", "\n", "\r", "\t", "\n\n", "   \n", ".", ",", "!", "?", "-",
+                                     "_", "/", "\"", "(", "[", "\xc3\xa9", "\xc3\x9f", "\xc5\xbf", "\xc7\x85",
+                                     "\xd9\xa3", "\xe2\x85\xab", "\xe4\xb8\xad", "\xf0\x9f\x98\x80",
+                                     "\xc2\xa0", "\xe2\x80\x83", "\xe2\x80\xa8", "\xc2\x85", "\xe2\x80\x8b",
+                                     "\xcc\x81", "\xef\xac\x81"};
+    const size_t n_alpha = sizeof alphabet / sizeof alphabet[0];
+    uint32_t x = 12345;
+    int differ = 0;
+    char text[2048];
+    for (int i = 0; i < 2000; i++) {
+        size_t len = 0, want = 1 + (size_t)(i * 7919 % 300);
+        if (i % 10 == 0) /* a long piece first */
+            for (size_t k = 0; k < 100 + (size_t)i % 300; k++) text[len++] = 'x';
+        while (len < want + 4 && len < sizeof text - 8) {
+            x = x * 1103515245u + 12345u;
+            const char *a = alphabet[(x >> 16) % n_alpha];
+            size_t al = strlen(a);
+            memcpy(text + len, a, al);
+            len += al;
+        }
+        int32_t *a, *b;
+        size_t na, nb;
+        REQUIRE(tok_encode(fused, text, len, false, &a, &na) == EM_OK);
+        REQUIRE(tok_encode(steps, text, len, false, &b, &nb) == EM_OK);
+        differ += !same_ids(a, na, b, nb);
+        free(a), free(b);
+    }
+    CHECKF(differ == 0, "%s: %d of 2000 random texts encode differently fused", name, differ);
+    tok_free(fused), tok_free(steps);
+    free(fused_json), free(steps_json);
+}
+
 static void run_one(const char *dir, const char *name, json_t **texts, size_t n_texts) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -219,6 +275,8 @@ int main(void) {
     fclose(f);
     REQUIRE(n > 100);
     for (size_t k = 0; k < sizeof NAMES / sizeof NAMES[0]; k++) run_one(dir, NAMES[k], texts, n);
+    check_fused_as_steps(dir, "llama3");
+    check_fused_as_steps(dir, "qwen3");
     for (size_t i = 0; i < n; i++) json_decref(texts[i]);
     return test_summary();
 }
