@@ -112,6 +112,7 @@ typedef struct tok_pattern {
     char *str; /* literal (owned), or the regex source */
     size_t len;
     pcre2_code *re;
+    bool jit; /* re is JIT-compiled: matched with pcre2_jit_match */
 } tok_pattern;
 
 /* Loads {"String": s} or {"Regex": r} at JSON path `path`. */

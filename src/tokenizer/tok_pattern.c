@@ -56,7 +56,7 @@ em_status tok_pattern_regex(const char *src, size_t len, const char *path, tok_p
         return em_fail(EM_ERR_FORMAT, "%s: invalid regex at offset %zu: %s", path, (size_t)eoff, msg);
     }
     /* JIT is an optimisation: when unavailable the interpreter still runs. */
-    (void)pcre2_jit_compile(p->re, PCRE2_JIT_COMPLETE);
+    p->jit = pcre2_jit_compile(p->re, PCRE2_JIT_COMPLETE) == 0;
     p->is_regex = true;
     p->str = em_strndup(src, len);
     p->len = len;
@@ -89,7 +89,10 @@ void tok_pattern_free(tok_pattern *p) {
 /* Runs one match; retries with a large JIT stack when the default one is
  * too small (long runs of whitespace under a lookahead can need it). */
 static int regex_match(const tok_pattern *p, const char *s, size_t n, size_t start, pcre2_match_data *md) {
-    int rc = pcre2_match(p->re, (PCRE2_SPTR)s, n, start, PCRE2_NO_UTF_CHECK, md, NULL);
+    /* the JIT's own entry skips pcre2_match's checks, which cost as much as
+     * matching a short piece (the text was checked once, whole) */
+    int rc = p->jit ? pcre2_jit_match(p->re, (PCRE2_SPTR)s, n, start, 0, md, NULL)
+                    : pcre2_match(p->re, (PCRE2_SPTR)s, n, start, PCRE2_NO_UTF_CHECK, md, NULL);
     if (rc != PCRE2_ERROR_JIT_STACKLIMIT) return rc;
     pcre2_match_context *mc = pcre2_match_context_create(NULL);
     pcre2_jit_stack *js = pcre2_jit_stack_create(32 * 1024, 64 * 1024 * 1024, NULL);
