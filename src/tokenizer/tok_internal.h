@@ -113,7 +113,15 @@ typedef struct tok_pattern {
     size_t len;
     pcre2_code *re;
     bool jit; /* re is JIT-compiled: matched with pcre2_jit_match */
+    int fast; /* tok_split_fast_kind of the source: 0, or matched by hand where ASCII */
 } tok_pattern;
+/* tok_split_fast.c: the GPT-4-style split pattern of Llama 3 (kind 3: up
+ * to three digits a piece) and Qwen (kind 1), by hand. kind: which of them
+ * the regex source is, else 0. tok_split_fast: the end of the match at i
+ * (i < n; every position starts one), or -1 when a byte that decides it is
+ * not ASCII (ask the regex). */
+int tok_split_fast_kind(const char *src, size_t len);
+long tok_split_fast(int kind, const char *s, size_t n, size_t i);
 
 /* Loads {"String": s} or {"Regex": r} at JSON path `path`. */
 em_status tok_pattern_load(json_t *j, const char *path, tok_pattern *p);

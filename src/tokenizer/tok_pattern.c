@@ -57,6 +57,7 @@ em_status tok_pattern_regex(const char *src, size_t len, const char *path, tok_p
     }
     /* JIT is an optimisation: when unavailable the interpreter still runs. */
     p->jit = pcre2_jit_compile(p->re, PCRE2_JIT_COMPLETE) == 0;
+    p->fast = tok_split_fast_kind(src, len);
     p->is_regex = true;
     p->str = em_strndup(src, len);
     p->len = len;
@@ -123,6 +124,15 @@ em_status tok_pattern_each(const tok_pattern *p, const char *s, size_t n, tok_ma
     em_status st = EM_OK;
     size_t start = 0;
     while (start <= n) {
+        long e = p->fast && start < n ? tok_split_fast(p->fast, s, n, start) : -1;
+        if (e > (long)start) { /* the regex's match, found by hand */
+            if (!fn(ctx, start, (size_t)e)) {
+                st = em_fail(EM_ERR_NOMEM, "tokenizer: out of memory");
+                break;
+            }
+            start = (size_t)e;
+            continue;
+        }
         int rc = regex_match(p, s, n, start, md);
         if (rc == PCRE2_ERROR_NOMATCH) break;
         if (rc < 0) {

@@ -352,7 +352,91 @@ static void test_threads(void) {
     tok_free(t);
 }
 
+/* The hand matcher of Llama 3's and Qwen's split pattern (tok_split_fast)
+ * must find exactly the regex's matches: every text below is split with it
+ * and with PCRE2 alone (the same pattern, fast off) and the pieces compared.
+ * The texts: hand-picked edges (contractions in both cases and cut short,
+ * digit runs, whitespace runs with and without newlines at the end and
+ * before text, a leading space before punctuation, control characters),
+ * then random strings over ASCII classes and non-ASCII letters, digits,
+ * spaces, marks and a folding letter (U+017F, which 's matches). */
+typedef struct pieces {
+    size_t v[4096];
+    size_t n;
+} pieces;
+
+static bool collect(void *ctx, size_t a, size_t b) {
+    pieces *p = ctx;
+    if (p->n + 2 > sizeof p->v / sizeof p->v[0]) return false;
+    p->v[p->n++] = a, p->v[p->n++] = b;
+    return true;
+}
+
+static bool split_same(const tok_pattern *fast, const tok_pattern *slow, const char *t, size_t n) {
+    static pieces a, b;
+    a.n = b.n = 0;
+    REQUIRE(tok_pattern_each(fast, t, n, collect, &a) == EM_OK);
+    REQUIRE(tok_pattern_each(slow, t, n, collect, &b) == EM_OK);
+    return a.n == b.n && !memcmp(a.v, b.v, a.n * sizeof a.v[0]);
+}
+
+static void test_split_fast_kind(const char *src, int kind) {
+    tok_pattern fast;
+    REQUIRE(tok_pattern_regex(src, strlen(src), "test", &fast) == EM_OK);
+    CHECKF(fast.fast == kind, "pattern recognised as kind %d, expected %d", fast.fast, kind);
+    tok_pattern slow = fast;
+    slow.fast = 0;
+    static const char *edges[] = {
+        "it's", "IT'S", "we'RE here", "they'Ve", "I'm", "we'LL", "he'd", "'", "'r", "'l", "'le", "'x", "x'", "''s",
+        "12345678", "1 22 333 4444", "a1b22c333", "  hello", "hello  world", "   ", " \n", "a \n\n b", "x\t\ty",
+        "\r\n\r\n", " ...", " ...\n\n", "... x", "a.b", ".hello", " .", "\x01\x1f\x7f", "\v\f x", "  \t\n  z",
+        "end ", "end  ", "\n", " ", "é", "aé", "'\xc5\xbf", "'\xc5\xbfun", "1\xd9\xa3", "12\xd9\xa3",
+        "123\xd9\xa3", " \xc2\xa0x", "x\xe2\x80\x83 y", ".\xe2\x80\x94.", "\xe4\xb8\xad\xe6\x96\x87 ok",
+        "a\xcc\201b", "\xf0\x9f\x98\x80!", "  \xe3\x80\x80\n"};
+    for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++)
+        CHECKF(split_same(&fast, &slow, edges[i], strlen(edges[i])), "kind %d: \"%s\" splits differently", kind,
+               edges[i]);
+    static const char *alphabet[] = {"a", "Z", "q", "s", "S", "t", "T", "r", "e", "E", "v", "l", "L", "d", "m", "0",
+                                     "7", "'", "'", " ", " ", " ", "\t", "\n", "\r", "\v", "\f", ".", ",", "-",
+                                     "!", "\"", "\x01", "\x7f", "\xc3\xa9", "\xc5\xbf", "\xd9\xa3",
+                                     "\xc2\xa0", "\xe2\x80\x83", "\xe2\x80\x94", "\xe4\xb8\xad",
+                                     "\xcc\x81", "\xf0\x9f\x98\x80", "\xc2\x85"};
+    const size_t n_alpha = sizeof alphabet / sizeof alphabet[0];
+    uint32_t x = 99;
+    int differ = 0;
+    char text[512];
+    for (int i = 0; i < 20000; i++) {
+        size_t len = 0, want = 1 + (size_t)(i % 97);
+        while (len < want && len < sizeof text - 8) {
+            x = x * 1103515245u + 12345u;
+            /* mostly ASCII: non-ASCII pieces one draw in four */
+            size_t k = (x >> 16) % ((x >> 8) % 4 ? 34 : n_alpha);
+            size_t al = strlen(alphabet[k]);
+            memcpy(text + len, alphabet[k], al);
+            len += al;
+        }
+        differ += !split_same(&fast, &slow, text, len);
+    }
+    CHECKF(differ == 0, "kind %d: %d of 20000 random texts split differently", kind, differ);
+    tok_pattern_free(&fast);
+}
+
+static void test_split_fast(void) {
+    test_split_fast_kind("(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+                         "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+                         3);
+    test_split_fast_kind("(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+                         "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+                         1);
+    /* any other pattern is left to the regex */
+    tok_pattern other;
+    REQUIRE(tok_pattern_regex("\\p{N}{1,3}", 11, "test", &other) == EM_OK);
+    CHECK(other.fast == 0);
+    tok_pattern_free(&other);
+}
+
 int main(void) {
+    test_split_fast();
     test_sentencepiece_style();
     test_invalid_utf8();
     test_normalizers();
