@@ -5,6 +5,8 @@
  * Pure functions: nothing global to initialise. */
 #include "tokenizer/tok_internal.h"
 
+#include <string.h>
+
 #include "base/utf8.h"
 
 uint32_t tok_bytelevel_cp(uint8_t b) {
@@ -24,4 +26,13 @@ int tok_bytelevel_byte(uint32_t cp) {
 
 void tok_bytelevel_fill(tok_bytelevel *t) {
     for (int b = 0; b < 256; b++) t->enc_len[b] = (uint8_t)utf8_encode(tok_bytelevel_cp((uint8_t)b), t->enc[b]);
+}
+
+size_t tok_bytelevel_map(const tok_bytelevel *t, const unsigned char *s, size_t n, char *dst) {
+    size_t len = 0;
+    for (size_t k = 0; k < n; k++) {
+        memcpy(dst + len, t->enc[s[k]], 2); /* the stand-ins are 1 or 2 bytes */
+        len += t->enc_len[s[k]];
+    }
+    return len;
 }

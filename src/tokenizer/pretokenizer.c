@@ -286,14 +286,8 @@ static bool bytelevel_emit(const tok_bytelevel *bl, tok_list *out, bool space, c
     size_t off = out->arena.n;
     if (!tok_buf_reserve(&out->arena, 2 * (n + 1))) return false; /* a byte's char takes at most 2 bytes */
     char *d = out->arena.p + off;
-    if (space) {
-        memcpy(d, bl->enc[' '], 2);
-        d += bl->enc_len[' '];
-    }
-    for (size_t k = 0; k < n; k++) {
-        memcpy(d, bl->enc[s[k]], 2);
-        d += bl->enc_len[s[k]];
-    }
+    if (space) d += tok_bytelevel_map(bl, (const unsigned char *)" ", 1, d);
+    d += tok_bytelevel_map(bl, s, n, d);
     out->arena.n = (size_t)(d - out->arena.p);
     out->arena.p[out->arena.n] = 0;
     return tok_list_push_span(out, off, out->arena.n - off, at_start);

@@ -41,14 +41,7 @@ static em_status encode_raw(void *ctx, const char *s, size_t n) {
     char small[2 * RAW_CACHE_MAX_LEN] = {0}; /* (only misses get here) */
     char *m = n <= RAW_CACHE_MAX_LEN ? small : malloc(2 * n); /* a byte's char takes at most 2 bytes */
     if (!m) return em_fail(EM_ERR_NOMEM, "tokenizer: out of memory");
-    const tok_bytelevel *bl = t->fused_bl;
-    size_t len = 0;
-    for (size_t k = 0; k < n; k++) {
-        unsigned char b = (unsigned char)s[k];
-        memcpy(m + len, bl->enc[b], 2);
-        len += bl->enc_len[b];
-    }
-    size_t first = c->n;
+    size_t len = tok_bytelevel_map(t->fused_bl, (const unsigned char *)s, n, m), first = c->n;
     em_status st = tok_bpe_encode(&t->bpe, m, len, &c->ids, &c->n, &c->cap);
     if (st == EM_OK && memo) tok_cache_put(t->raw_cache, s, n, c->ids ? c->ids + first : NULL, c->n - first);
     if (m != small) free(m);

@@ -177,6 +177,9 @@ uint32_t tok_bytelevel_cp(uint8_t b);
 int tok_bytelevel_byte(uint32_t cp);
 /* Fills the byte → UTF-8 table. */
 void tok_bytelevel_fill(tok_bytelevel *t);
+/* Writes the stand-in chars of s[0..n) to dst (room for 2n bytes); returns
+ * the bytes written. */
+size_t tok_bytelevel_map(const tok_bytelevel *t, const unsigned char *s, size_t n, char *dst);
 
 /* ---- the BPE model (bpe.c) ---- */
 

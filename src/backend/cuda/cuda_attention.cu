@@ -214,6 +214,19 @@ static void attention_rows(cuda_backend *cb, float *out, const float *q, float *
     CUDA_LAUNCHED(cb, "attention");
 }
 
+/* Stages the spans and the plan (whose list it frees) and queues their
+ * transfer; the plan's device address, or NULL (noted). */
+static const int32_t *stage_plan(cuda_backend *cb, const em_kv_spans *s, const int32_t *pos, cuda_att_plan *p,
+                                 float *const **base, const int32_t **toff, const int32_t **dpos, int *n) {
+    size_t pb = cuda_att_plan_ints(p) * sizeof *p->v;
+    const int32_t *dplan = NULL;
+    if (cuda_stage_spans(cb, s, pos, pb, base, toff, dpos, n)) dplan = (const int32_t *)cuda_stage_put(cb, p->v, pb);
+    free(p->v);
+    p->v = NULL;
+    if (dplan) cuda_stage_flush(cb);
+    return dplan;
+}
+
 /* A batch of many rows: the spans' tiles go to the tiled kernel, the rows
  * of spans too short to fill a good part of a tile to the per-row kernel. */
 static void attention_batch(cuda_backend *cb, float *out, const float *q, const em_kv_spans *s, const int32_t *pos,
@@ -224,14 +237,11 @@ static void attention_batch(cuda_backend *cb, float *out, const float *q, const 
         cuda_note(cb, cudaErrorMemoryAllocation, "attention: planning the batch");
         return;
     }
-    size_t pb = cuda_att_plan_ints(&p) * sizeof *p.v;
     float *const *base;
-    const int32_t *toff, *dpos, *dplan = NULL;
+    const int32_t *toff, *dpos;
     int n;
-    if (cuda_stage_spans(cb, s, pos, pb, &base, &toff, &dpos, &n)) dplan = (const int32_t *)cuda_stage_put(cb, p.v, pb);
-    free(p.v);
+    const int32_t *dplan = stage_plan(cb, s, pos, &p, &base, &toff, &dpos, &n);
     if (!dplan) return; /* noted */
-    cuda_stage_flush(cb);
     int bs = s->views[0].block_size;
     if (p.n_items)
         cuda_attention_tiled(cb, out, NULL, NULL, q, base, toff, dpos, dplan, &p, n, n_heads, n_kv, head_dim, bs, scale,
@@ -259,15 +269,12 @@ static bool attention_tail(cuda_backend *cb, float *out, const float *q, const e
         cuda_note(cb, cudaErrorMemoryAllocation, "attention: planning a short prefill");
         return true;
     }
-    size_t pb = cuda_att_plan_ints(&p) * sizeof *p.v;
     size_t part_bytes = (size_t)p.n_slots * n_kv * CUDA_TC_PAIRS * ((size_t)head_dim + 2) * sizeof(float);
     float *const *base;
-    const int32_t *toff, *dpos, *dplan = NULL;
+    const int32_t *toff, *dpos;
     int n;
-    if (cuda_stage_spans(cb, s, pos, pb, &base, &toff, &dpos, &n)) dplan = (const int32_t *)cuda_stage_put(cb, p.v, pb);
-    free(p.v);
+    const int32_t *dplan = stage_plan(cb, s, pos, &p, &base, &toff, &dpos, &n);
     if (!dplan || !cuda_scratch(cb, (void **)&cb->att_part, &cb->att_part_bytes, part_bytes)) return true; /* noted */
-    cuda_stage_flush(cb);
     __nv_bfloat16 *ob = cuda_twin_make(cb, out, rows, n_heads * head_dim);
     int bs = s->views[0].block_size;
     /* The merge is a launch of its own, a warp a pair: merged in the kernel
