@@ -5,6 +5,7 @@
 #include "model/batch_rows.h"
 #include "base/alloc.h"
 #include "base/log.h"
+#include "base/spin.h"
 #include "base/threadpool.h"
 #include "base/timer.h"
 
@@ -28,6 +29,7 @@ struct em_scheduler {
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t work_cv, done_cv;
+    atomic_uint arrivals; /* bumped by every request and the stop: polled while idle */
     sched_req *wait_head, *wait_tail; /* FIFO, guarded by mu */
     sched_req **active;               /* owned by the loop thread */
     int n_active, max_batch, prefill_chunk;
@@ -355,14 +357,25 @@ static void step(em_scheduler *s) {
     pthread_mutex_unlock(&s->mu);
 }
 
+/* Sleeps until there is work; first polls for it a while when idle, since
+ * requests often follow each other closely (spin.h). */
+static bool wait_for_work(em_scheduler *s) {
+    pthread_mutex_lock(&s->mu);
+    if (!s->stop && !s->wait_head && s->n_active == 0) {
+        unsigned seen = atomic_load_explicit(&s->arrivals, memory_order_acquire);
+        pthread_mutex_unlock(&s->mu);
+        em_spin_until_changed(&s->arrivals, seen, em_spin_window());
+        pthread_mutex_lock(&s->mu);
+    }
+    while (!s->stop && !s->wait_head && s->n_active == 0) pthread_cond_wait(&s->work_cv, &s->mu);
+    bool stop = s->stop;
+    pthread_mutex_unlock(&s->mu);
+    return !stop;
+}
+
 static void *loop(void *arg) {
     em_scheduler *s = arg;
-    for (;;) {
-        pthread_mutex_lock(&s->mu);
-        while (!s->stop && !s->wait_head && s->n_active == 0) pthread_cond_wait(&s->work_cv, &s->mu);
-        bool stop = s->stop;
-        pthread_mutex_unlock(&s->mu);
-        if (stop) break;
+    while (wait_for_work(s)) {
         admit(s);
         step(s);
         retire(s);
@@ -391,6 +404,7 @@ em_status sched_run(em_scheduler *s, gen_seq *g) {
     else s->wait_head = &r;
     s->wait_tail = &r;
     s->stats.waiting++;
+    atomic_fetch_add_explicit(&s->arrivals, 1, memory_order_release);
     pthread_cond_signal(&s->work_cv);
     while (!r.done) pthread_cond_wait(&s->done_cv, &s->mu);
     s->stats.waiting--;
@@ -430,6 +444,9 @@ em_status sched_start(em_model *m, const sched_options *o) {
     em_scheduler *s = em_calloc(1, sizeof *s);
     if (!s) return em_fail(EM_ERR_NOMEM, "out of memory");
     s->m = m;
+    /* Where the model computes decides whether waiting threads may poll:
+     * a model on the device leaves the host's cores idle (spin.h). */
+    em_spin_configure(!m->be->ops->host_memory);
     s->max_batch = o && o->max_batch > 0 && o->max_batch < m->kv->max_seqs ? o->max_batch : m->kv->max_seqs;
     s->prefill_chunk = o && o->prefill_chunk > 0 ? o->prefill_chunk : 512;
     /* A family with per-sequence recurrent state (Qwen3.5) resumes from
@@ -478,6 +495,7 @@ void sched_stop(em_model *m) {
     if (!s) return;
     pthread_mutex_lock(&s->mu);
     s->stop = true;
+    atomic_fetch_add_explicit(&s->arrivals, 1, memory_order_release);
     pthread_cond_broadcast(&s->work_cv);
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->thread, NULL);

@@ -12,6 +12,7 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
+#include "base/spin.h"
 #include "base/timer.h"
 #include "server/anthropic.h"
 #include "server/metrics.h"
@@ -119,6 +120,7 @@ typedef struct stream_ctx {
     double t_out;       /* when bytes last went out */
     double keepalive_s; /* the job's interval, shortened to beat the idle timeout */
     bool started;       /* the first event has gone out */
+    int spin_reads;     /* reads left that poll before sleeping */
 } stream_ctx;
 
 /* The job's keepalive bytes when it has been silent long enough. sse_read
@@ -139,8 +141,11 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     stream_ctx *sc = cls;
     (void)pos;
     for (;;) {
-        ssize_t n = sse_read(sc->job, buf, max, 100);
+        /* A stream's first events (a role chunk, then the first token) are
+         * what its time to first token waits on: those reads poll. */
+        ssize_t n = sse_read(sc->job, buf, max, 100, sc->spin_reads > 0 ? 4 * em_spin_window() : 0);
         if (n > 0) {
+            sc->spin_reads--;
             sc->t_out = em_now();
             if (!sc->started && sc->job->t_queued > 0)
                 EM_LOGD("http: a stream's first %zd bytes go out %.2f ms after its job was queued", n,
@@ -197,6 +202,7 @@ static enum MHD_Result send_reply(srv_server *s, struct MHD_Connection *c, srv_r
         sc->conn = c;
         sc->t_out = em_now();
         sc->started = false;
+        sc->spin_reads = 2;
         /* A connection silent for idle_timeout_s is closed by the HTTP
          * library even while its reply streams: ping well within it. */
         sc->keepalive_s = sc->job->keepalive_s;

@@ -16,6 +16,7 @@ void srv_job_init(srv_job *j, void (*run)(srv_job *), void (*destroy)(srv_job *)
     pthread_cond_init(&j->cv, NULL);
     j->refs = 1;
     j->done = false;
+    atomic_init(&j->changes, 0);
     j->pipe = NULL;
     j->pipe_len = j->pipe_off = j->pipe_cap = 0;
     j->next = NULL;
@@ -65,6 +66,7 @@ bool srv_job_wait(srv_job *j, int timeout_ms) {
 void srv_job_finish(srv_job *j) {
     pthread_mutex_lock(&j->mu);
     j->done = true;
+    atomic_fetch_add_explicit(&j->changes, 1, memory_order_release);
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
 }

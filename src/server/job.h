@@ -11,6 +11,7 @@
 #define EMBER_SERVER_JOB_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -31,6 +32,7 @@ struct srv_job {
     pthread_cond_t cv;
     int refs;
     bool done;            /* run returned (and the pipe is closed) */
+    atomic_uint changes;  /* bumped by every write and by the finish: polled by a reader (spin.h) */
     char *pipe;           /* streamed bytes not yet read */
     size_t pipe_len, pipe_off, pipe_cap;
     srv_job *next;        /* scheduler queue link */

@@ -2,6 +2,7 @@
 #include "server/scheduler.h"
 
 #include "base/alloc.h"
+#include "base/spin.h"
 #include "base/timer.h"
 
 #include <stdlib.h>
@@ -12,6 +13,7 @@ struct srv_sched {
     pthread_cond_t work;  /* a job was queued, or stopping */
     pthread_cond_t idle;  /* a job finished */
     srv_job *head, *tail;
+    atomic_uint submitted; /* bumped by every submission and the stop: polled by idle workers */
     int queued, running, queue_cap;
     srv_job **active;     /* running jobs, one slot per worker */
     pthread_t *threads;
@@ -31,6 +33,13 @@ static void *worker_main(void *arg) {
     free(wa);
     pthread_mutex_lock(&s->mu);
     for (;;) {
+        if (!s->head && !s->stopping && em_spin_claim()) { /* the next request is often close behind */
+            unsigned seen = atomic_load_explicit(&s->submitted, memory_order_acquire);
+            pthread_mutex_unlock(&s->mu);
+            em_spin_until_changed(&s->submitted, seen, em_spin_window());
+            em_spin_release();
+            pthread_mutex_lock(&s->mu);
+        }
         while (!s->head && !s->stopping) pthread_cond_wait(&s->work, &s->mu);
         if (!s->head) break;
         srv_job *j = s->head;
@@ -103,6 +112,7 @@ em_status sched_submit(srv_sched *s, srv_job *j) {
         else s->head = j;
         s->tail = j;
         s->queued++;
+        atomic_fetch_add_explicit(&s->submitted, 1, memory_order_release);
         pthread_cond_signal(&s->work);
     }
     pthread_mutex_unlock(&s->mu);
@@ -162,6 +172,7 @@ void sched_free(srv_sched *s) {
     sched_cancel_all(s);
     pthread_mutex_lock(&s->mu);
     s->stopping = true;
+    atomic_fetch_add_explicit(&s->submitted, 1, memory_order_release);
     pthread_cond_broadcast(&s->work);
     pthread_mutex_unlock(&s->mu);
     /* Workers drain the (cancelled) queue before they exit. */

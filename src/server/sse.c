@@ -2,6 +2,7 @@
 #include "server/sse.h"
 
 #include "base/alloc.h"
+#include "base/spin.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -24,6 +25,7 @@ bool sse_write(srv_job *j, const char *data, size_t len) {
     if (ok) {
         memcpy(j->pipe + j->pipe_len, data, len);
         j->pipe_len += len;
+        atomic_fetch_add_explicit(&j->changes, 1, memory_order_release);
         pthread_cond_broadcast(&j->cv);
     } else {
         j->cancel = 1; /* a reader that cannot keep up is dropped */
@@ -68,13 +70,20 @@ bool sse_send_done(srv_job *j) {
     return sse_write(j, done, sizeof done - 1);
 }
 
-ssize_t sse_read(srv_job *j, char *buf, size_t max, int timeout_ms) {
+ssize_t sse_read(srv_job *j, char *buf, size_t max, int timeout_ms, double spin_s) {
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_nsec += (long)timeout_ms * 1000000L;
     until.tv_sec += until.tv_nsec / 1000000000L;
     until.tv_nsec %= 1000000000L;
     pthread_mutex_lock(&j->mu);
+    if (spin_s > 0 && j->pipe_off == j->pipe_len && !j->done && em_spin_claim()) {
+        unsigned seen = atomic_load_explicit(&j->changes, memory_order_acquire);
+        pthread_mutex_unlock(&j->mu);
+        em_spin_until_changed(&j->changes, seen, spin_s);
+        em_spin_release();
+        pthread_mutex_lock(&j->mu);
+    }
     while (j->pipe_off == j->pipe_len && !j->done)
         if (pthread_cond_timedwait(&j->cv, &j->mu, &until) == ETIMEDOUT) break;
     ssize_t n;

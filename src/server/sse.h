@@ -25,7 +25,9 @@ bool sse_send_json(srv_job *j, const json_t *obj);
 bool sse_send_named(srv_job *j, const char *event, const json_t *obj);
 bool sse_send_done(srv_job *j); /* "data: [DONE]\n\n" */
 /* Reads up to max bytes, waiting up to timeout_ms for some: >0 bytes read,
- * 0 nothing yet, -1 the job finished and everything was read. */
-ssize_t sse_read(srv_job *j, char *buf, size_t max, int timeout_ms);
+ * 0 nothing yet, -1 the job finished and everything was read. With spin_s
+ * > 0 the wait polls for up to that long before sleeping (spin.h), where a
+ * polling slot is free. */
+ssize_t sse_read(srv_job *j, char *buf, size_t max, int timeout_ms, double spin_s);
 
 #endif
