@@ -3,6 +3,7 @@
  * context, and a collected reply built from events whose text comes from
  * the input. Any input must be accepted or rejected cleanly, with no leak
  * or UB. */
+#include "base/json_read.h"
 #include "engine/request.h"
 #include "server/anthropic.h"
 
@@ -29,7 +30,7 @@ static void reply_from_bytes(const uint8_t *data, size_t size) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     reply_from_bytes(data, size);
-    json_t *body = json_loadb((const char *)data, size, JSON_REJECT_DUPLICATES, NULL);
+    json_t *body = em_json_loadb((const char *)data, size, JSON_REJECT_DUPLICATES, NULL);
     if (!body) return 0;
     if (json_is_object(body)) {
         for (int mode = ANT_MESSAGES; mode <= ANT_COUNT_TOKENS; mode++) {

@@ -1,6 +1,7 @@
 /* fuzz_openai_request.c — request parsing on arbitrary bytes: JSON →
  * internal request (Chat Completions and Completions) → template context.
  * Any input must be accepted or rejected cleanly, with no leak or UB. */
+#include "base/json_read.h"
 #include "engine/request.h"
 #include "server/openai_chat.h"
 #include "server/openai_completions.h"
@@ -9,7 +10,7 @@
 #include <stdlib.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    json_t *body = json_loadb((const char *)data, size, JSON_REJECT_DUPLICATES, NULL);
+    json_t *body = em_json_loadb((const char *)data, size, JSON_REJECT_DUPLICATES, NULL);
     if (!body) return 0;
     if (json_is_object(body)) {
         em_request req;

@@ -3,6 +3,7 @@
  * replayed after themselves as a stored conversation would be) → template
  * context. Any input must be accepted or rejected cleanly, with no leak or
  * UB. */
+#include "base/json_read.h"
 #include "engine/request.h"
 #include "server/openai_responses.h"
 
@@ -24,7 +25,7 @@ static void build(json_t *body, bool replay) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    json_t *body = json_loadb((const char *)data, size, JSON_REJECT_DUPLICATES, NULL);
+    json_t *body = em_json_loadb((const char *)data, size, JSON_REJECT_DUPLICATES, NULL);
     if (!body) return 0;
     if (json_is_object(body)) {
         build(body, false);

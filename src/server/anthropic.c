@@ -10,6 +10,7 @@
 #include "server/anthropic.h"
 
 #include "base/alloc.h"
+#include "base/json_read.h"
 #include "engine/engine.h"
 #include "engine/session.h"
 #include "server/metrics.h"
@@ -79,7 +80,7 @@ static json_t *admit(srv_request *req, srv_response *resp) {
         return NULL;
     }
     json_error_t err;
-    json_t *body = json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &err);
+    json_t *body = em_json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &err);
     if (!json_is_object(body)) {
         if (body) ant_reply_error(resp, 400, "the request body must be a JSON object");
         else ant_reply_error(resp, 400, "the request body is not valid JSON: %s (line %d, column %d)", err.text,

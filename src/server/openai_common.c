@@ -2,6 +2,7 @@
 #include "server/openai_common.h"
 
 #include "base/alloc.h"
+#include "base/json_read.h"
 #include "base/log.h"
 #include "base/timer.h"
 #include "base/utf8.h"
@@ -101,7 +102,7 @@ void oai_reply_error(srv_response *resp, const oai_error *e) {
 
 json_t *oai_parse_body(const srv_request *req, srv_response *resp) {
     json_error_t err;
-    json_t *body = json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &err);
+    json_t *body = em_json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &err);
     if (!body) {
         srv_reply_error(resp, 400, "invalid_request_error", NULL, "invalid_json",
                         "the request body is not valid JSON: %s (line %d, column %d)", err.text, err.line, err.column);
