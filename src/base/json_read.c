@@ -54,6 +54,13 @@ static void skip_ws(jr *r) {
     while (r->p < r->end && (*r->p == ' ' || *r->p == '\n' || *r->p == '\r' || *r->p == '\t')) r->p++;
 }
 
+/* Consumes c when it is the next byte. */
+static bool take(jr *r, char c) {
+    if (r->p >= r->end || *r->p != c) return false;
+    r->p++;
+    return true;
+}
+
 static bool tmp_put(jr *r, const char *s, size_t n) {
     if (r->tmp_len + n + 1 > r->tmp_cap) {
         size_t cap = r->tmp_cap ? r->tmp_cap : 256;
@@ -268,10 +275,7 @@ static json_t *object(jr *r) {
     if (!o) return drop(r, NULL);
     r->p++;
     skip_ws(r);
-    if (r->p < r->end && *r->p == '}') {
-        r->p++;
-        return o;
-    }
+    if (take(r, '}')) return o;
     for (;;) {
         if (r->p >= r->end || *r->p != '"') {
             jr_fail(r, r->p, "string or '}' expected");
@@ -289,25 +293,18 @@ static json_t *object(jr *r) {
         if (dup) jr_fail(r, k, "duplicate object key");
         else {
             skip_ws(r);
-            if (r->p >= r->end || *r->p != ':') jr_fail(r, r->p, "':' expected");
-            else {
-                r->p++;
-                v = value(r);
-            }
+            if (!take(r, ':')) jr_fail(r, r->p, "':' expected");
+            else v = value(r);
         }
         bool ok = v && json_object_setn_new_nocheck(o, key, kn, v) == 0;
         if (key != kbuf) free(key);
         if (!ok) return drop(r, o);
         skip_ws(r);
-        if (r->p < r->end && *r->p == ',') {
-            r->p++;
+        if (take(r, ',')) {
             skip_ws(r);
             continue;
         }
-        if (r->p < r->end && *r->p == '}') {
-            r->p++;
-            return o;
-        }
+        if (take(r, '}')) return o;
         jr_fail(r, r->p, "',' or '}' expected");
         return drop(r, o);
     }
@@ -318,22 +315,13 @@ static json_t *array(jr *r) {
     if (!a) return drop(r, NULL);
     r->p++;
     skip_ws(r);
-    if (r->p < r->end && *r->p == ']') {
-        r->p++;
-        return a;
-    }
+    if (take(r, ']')) return a;
     for (;;) {
         json_t *v = value(r);
         if (!v || json_array_append_new(a, v)) return drop(r, a);
         skip_ws(r);
-        if (r->p < r->end && *r->p == ',') {
-            r->p++;
-            continue;
-        }
-        if (r->p < r->end && *r->p == ']') {
-            r->p++;
-            return a;
-        }
+        if (take(r, ',')) continue;
+        if (take(r, ']')) return a;
         jr_fail(r, r->p, "',' or ']' expected");
         return drop(r, a);
     }
