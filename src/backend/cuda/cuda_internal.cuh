@@ -415,8 +415,51 @@ bool cuda_attention_tiled_fits(cuda_backend *cb, int n_heads, int n_kv, int head
  * the partials. Writes out[at..at+hd) and, when ob, their bf16 rounding.
  * wsh: CUDA_MERGE_CHUNK floats of shared memory for the warp; hd <= 256. */
 #define CUDA_MERGE_CHUNK 64
+/* cuda_merge_pair for splits <= S and hd <= 32 * NJ: every
+ * load of the pair's partials is issued at once into registers (the loop
+ * over shares in shared memory waited on one load after another: 11 us a
+ * layer for a cached prompt's tail); then the same sums, in the same order,
+ * as the general path, so the bits are those it gives. */
+template <int S, int NJ>
+__device__ __forceinline__ void cuda_merge_regs(float *out, __nv_bfloat16 *ob, size_t at, const float *pp,
+                                                size_t stride, int splits, int hd, int lane) {
+    float ms[S], ls[S], v[S][NJ];
+#pragma unroll
+    for (int k = 0; k < S; k++) {
+        if (k >= splits) break;
+        const float *p = pp + (size_t)k * stride;
+        ms[k] = p[0], ls[k] = p[1];
+#pragma unroll
+        for (int j = 0; j < NJ; j++) v[k][j] = lane + 32 * j < hd ? p[2 + lane + 32 * j] : 0.0f;
+    }
+    float mx = -INFINITY, l = 0.0f, acc[NJ];
+#pragma unroll
+    for (int k = 0; k < S; k++)
+        if (k < splits) mx = fmaxf(mx, ms[k]);
+#pragma unroll
+    for (int j = 0; j < NJ; j++) acc[j] = 0.0f;
+#pragma unroll
+    for (int k = 0; k < S; k++) {
+        if (k >= splits) break;
+        float w = ms[k] > -INFINITY ? expf(ms[k] - mx) : 0.0f;
+        l += ls[k] * w;
+#pragma unroll
+        for (int j = 0; j < NJ; j++) acc[j] += v[k][j] * w;
+    }
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        int d = lane + 32 * j;
+        if (d >= hd) break;
+        out[at + d] = acc[j] / l;
+        if (ob) ob[at + d] = __float2bfloat16_rn(acc[j] / l);
+    }
+}
+
 __device__ __forceinline__ void cuda_merge_pair(float *out, __nv_bfloat16 *ob, size_t at, const float *pp,
                                                 size_t stride, int splits, int hd, float *wsh, int lane) {
+    if (splits <= 16 && hd <= 64) return cuda_merge_regs<16, 2>(out, ob, at, pp, stride, splits, hd, lane);
+    if (splits <= 16 && hd <= 128) return cuda_merge_regs<16, 4>(out, ob, at, pp, stride, splits, hd, lane);
+    if (splits <= 32 && hd <= 64) return cuda_merge_regs<32, 2>(out, ob, at, pp, stride, splits, hd, lane);
     float mx = -INFINITY, l = 0.0f;
     for (int k = lane; k < splits; k += 32) mx = fmaxf(mx, pp[k * stride]);
     for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));

@@ -16,23 +16,65 @@ __device__ __forceinline__ void twin_put(__nv_bfloat16 *yb, size_t i, float v) {
     if (yb) yb[i] = __float2bfloat16_rn(v);
 }
 
+/* Elements per thread the norms keep in registers when a row fits
+ * (n <= NORM_REGS * threads): x (and h) are read once, and the gain —
+ * weights, which no kernel writes — is read before waiting on the kernel
+ * before, so no load waits after the block's sum. The sums and products
+ * are those of the loop over memory (same order), so the bits agree. */
+#define NORM_REGS 4
+
+/* gain[i] + offset for this thread's elements (0 past n). */
+__device__ __forceinline__ void norm_gains(float *g, const float *gain, float offset, int n) {
+#pragma unroll
+    for (int r = 0; r < NORM_REGS; r++) {
+        int i = (int)threadIdx.x + r * (int)blockDim.x;
+        g[r] = i < n ? gain[i] + offset : 0.0f;
+    }
+}
+
+/* y = v * inv * g for this thread's elements, and their bf16 twin. */
+__device__ __forceinline__ void norm_store(float *yr, __nv_bfloat16 *br, const float *v, const float *g, float inv,
+                                           int n) {
+#pragma unroll
+    for (int r = 0; r < NORM_REGS; r++) {
+        int i = (int)threadIdx.x + r * (int)blockDim.x;
+        if (i >= n) break;
+        float o = v[r] * inv * g[r];
+        yr[i] = o;
+        twin_put(br, i, o);
+    }
+}
+
 __global__ void rmsnorm_kernel(float *y, __nv_bfloat16 *yb, const float *x, const float *gain, int n, float eps,
                                float offset) {
-    cuda_pdl_enter();
     __shared__ double red[32];
+    bool regs = n <= NORM_REGS * (int)blockDim.x;
+    float g[NORM_REGS], v[NORM_REGS];
+    if (regs) norm_gains(g, gain, offset, n);
+    cuda_pdl_enter();
     const float *xr = x + (size_t)blockIdx.x * n;
     float *yr = y + (size_t)blockIdx.x * n;
+    __nv_bfloat16 *br = yb ? yb + (size_t)blockIdx.x * n : NULL;
     double ss = 0;
+    if (regs) {
+#pragma unroll
+        for (int r = 0; r < NORM_REGS; r++) {
+            int i = (int)threadIdx.x + r * (int)blockDim.x;
+            v[r] = i < n ? xr[i] : 0.0f;
+            if (i < n) ss += (double)v[r] * v[r];
+        }
+    } else {
 #pragma unroll 4
-    for (int i = threadIdx.x; i < n; i += blockDim.x) ss += (double)xr[i] * xr[i];
+        for (int i = threadIdx.x; i < n; i += blockDim.x) ss += (double)xr[i] * xr[i];
+    }
     ss = cuda_block_sum_d(ss, red); /* every read of x precedes this barrier, so y may alias x */
     float inv = (float)(1.0 / sqrt(ss / n + (double)eps));
-    __nv_bfloat16 *br = yb ? yb + (size_t)blockIdx.x * n : NULL;
+    if (regs) return norm_store(yr, br, v, g, inv, n);
 #pragma unroll 4
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        float v = xr[i] * inv * (gain[i] + offset);
-        yr[i] = v;
-        twin_put(br, i, v);
+        float o = xr[i] * inv * (gain[i] + offset);
+        yr[i] = o;
+        twin_put(br, i, o);
     }
 }
 
@@ -52,26 +94,39 @@ void cuda_rmsnorm(em_backend *be, float *y, const float *x, const float *gain, i
  * thread reads its own elements of h before the barrier, so y may be h. */
 __global__ void add_rmsnorm_kernel(float *x, const float *h, float *y, __nv_bfloat16 *yb, const float *gain, int n,
                                    float eps, float offset) {
-    cuda_pdl_enter();
     __shared__ double red[32];
+    bool regs = n <= NORM_REGS * (int)blockDim.x;
+    float g[NORM_REGS], v[NORM_REGS];
+    if (regs) norm_gains(g, gain, offset, n);
+    cuda_pdl_enter();
     float *xr = x + (size_t)blockIdx.x * n;
     const float *hr = h + (size_t)blockIdx.x * n;
     float *yr = y + (size_t)blockIdx.x * n;
+    __nv_bfloat16 *br = yb ? yb + (size_t)blockIdx.x * n : NULL;
     double ss = 0;
+    if (regs) {
+#pragma unroll
+        for (int r = 0; r < NORM_REGS; r++) {
+            int i = (int)threadIdx.x + r * (int)blockDim.x;
+            v[r] = i < n ? xr[i] + hr[i] : 0.0f;
+            if (i < n) xr[i] = v[r], ss += (double)v[r] * v[r];
+        }
+    } else {
 #pragma unroll 4
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        float v = xr[i] + hr[i];
-        xr[i] = v;
-        ss += (double)v * v;
+        for (int i = threadIdx.x; i < n; i += blockDim.x) {
+            float o = xr[i] + hr[i];
+            xr[i] = o;
+            ss += (double)o * o;
+        }
     }
     ss = cuda_block_sum_d(ss, red);
     float inv = (float)(1.0 / sqrt(ss / n + (double)eps));
-    __nv_bfloat16 *br = yb ? yb + (size_t)blockIdx.x * n : NULL;
+    if (regs) return norm_store(yr, br, v, g, inv, n);
 #pragma unroll 4
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        float v = xr[i] * inv * (gain[i] + offset);
-        yr[i] = v;
-        twin_put(br, i, v);
+        float o = xr[i] * inv * (gain[i] + offset);
+        yr[i] = o;
+        twin_put(br, i, o);
     }
 }
 

@@ -339,33 +339,39 @@ __global__ void __launch_bounds__(Q8_WARPS * 32, BITS == 8 && ROWS >= 4 ? 2 : 3)
 }
 
 /* One or two activation rows: the whole of x is staged once per block, and
- * the block's warps then stream weight rows (Q8S_RW at a time, a grid-stride
- * over the matrix) with 32 bytes of codes in flight per row and lane and no
- * further barrier. The grid is a few blocks per multiprocessor, so the
- * staging is paid a few hundred times, not once per 16 rows. */
+ * the block's warps then stream weight rows (RW at a time, a grid-stride
+ * over the matrix) with 128 bytes of codes in flight per lane (RW rows of
+ * 8 / RW segments for 4-bit codes; half as many segments for 8-bit ones)
+ * and no further barrier. The grid is a few blocks per multiprocessor, so
+ * the staging is paid a few hundred times, not once per 16 rows. RW is 4
+ * where the matrices have rows enough to give every warp of the grid a
+ * unit, else 2 or 1: four rows a warp left half the multiprocessors idle
+ * for the 1B's o and down projections (64 blocks). A lane takes the same
+ * segments in the same order whatever RW is, so the bits do not depend
+ * on it. */
 #define Q8_STREAM_BLOCKS_PER_SM 2
-#define Q8S_RW 4 /* weight rows per warp */
 
-/* Where a warp's unit of Q8S_RW rows lies: matrix g, its first row n0 of
- * Ng, its words and the index of its first group. The warps walk units of
- * Q8S_RW rows of one matrix: matrix g's rows padded to a whole number of
- * units, so a unit never straddles two. */
+/* Where a warp's unit of RW rows lies: matrix g, its first row n0 of Ng,
+ * its words and the index of its first group. The warps walk units of RW
+ * rows of one matrix: matrix g's rows padded to a whole number of units,
+ * so a unit never straddles two. */
 struct q8s_unit {
     int g, n0, Ng;
     const uint32_t *w0;
     size_t gbase;
 };
+template <int RW>
 __device__ __forceinline__ q8s_unit q8s_locate(const gemv_set &set, int unit, size_t words_per_row,
                                                size_t groups_per_row) {
     q8s_unit u;
     int us = 0;
     u.g = 0;
     for (;;) {
-        int n = (set.start[u.g + 1] - set.start[u.g] + Q8S_RW - 1) / Q8S_RW;
+        int n = (set.start[u.g + 1] - set.start[u.g] + RW - 1) / RW;
         if (u.g + 1 >= set.count || unit < us + n) break;
         us += n, u.g++;
     }
-    u.n0 = (unit - us) * Q8S_RW, u.Ng = set.start[u.g + 1] - set.start[u.g];
+    u.n0 = (unit - us) * RW, u.Ng = set.start[u.g + 1] - set.start[u.g];
     u.w0 = (const uint32_t *)set.w[u.g] + (size_t)u.n0 * words_per_row;
     u.gbase = (size_t)u.n0 * groups_per_row;
     return u;
@@ -373,7 +379,7 @@ __device__ __forceinline__ q8s_unit q8s_locate(const gemv_set &set, int unit, si
 
 /* Issues the loads of Q8_U segments from s0 (every 32nd) of the unit's rows:
  * their codes, scales and biases. */
-template <int BITS, int Q8_U>
+template <int BITS, int Q8_U, int RW>
 __device__ __forceinline__ void q8s_load(const gemv_set &set, const q8s_unit &u, int s0, int nseg, int sdt,
                                          size_t words_per_row, size_t groups_per_row, int group,
                                          uint32_t (*words)[Q8_U][BITS], float (*sc)[Q8_U], float (*bi)[Q8_U]) {
@@ -382,7 +388,7 @@ __device__ __forceinline__ void q8s_load(const gemv_set &set, const q8s_unit &u,
         int seg = s0 + v * 32;
         if (seg >= nseg) continue;
 #pragma unroll
-        for (int r = 0; r < Q8S_RW; r++) {
+        for (int r = 0; r < RW; r++) {
             int rr = u.n0 + r < u.Ng ? r : 0; /* rows past the matrix reread its unit's first */
             size_t gi = u.gbase + (size_t)rr * groups_per_row + (size_t)seg * QG_SEG / group;
             load_segment<BITS>(u.w0 + (size_t)rr * words_per_row, (size_t)seg, words[r][v]);
@@ -392,40 +398,46 @@ __device__ __forceinline__ void q8s_load(const gemv_set &set, const q8s_unit &u,
     }
 }
 
-template <int BITS, int ROWS>
+/* Units of RW rows in the set. */
+__host__ __device__ __forceinline__ int q8s_units(const gemv_set &set, int rw) {
+    int units = 0;
+    for (int g = 0; g < set.count; g++) units += (set.start[g + 1] - set.start[g] + rw - 1) / rw;
+    return units;
+}
+
+template <int BITS, int ROWS, int RW>
 __global__ void __launch_bounds__(Q8_WARPS * 32, Q8_STREAM_BLOCKS_PER_SM)
     qgemv_i8_stream_kernel(gemv_set set, const float *x, int sdt, int M, int K, int group) {
-    constexpr int Q8_U = BITS == 8 ? 1 : 2; /* segments in flight per row and lane */
+    constexpr int Q8_U = (BITS == 8 ? 4 : 8) / RW; /* segments in flight per row and lane */
     extern __shared__ __align__(16) int8_t q8_smem[];
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nseg = K / QG_SEG;
     size_t words_per_row = (size_t)K / 32 * BITS, groups_per_row = (size_t)(K / group);
-    int units = 0;
-    for (int g = 0; g < set.count; g++) units += (set.start[g + 1] - set.start[g] + Q8S_RW - 1) / Q8S_RW;
+    int units = q8s_units(set, RW);
     /* The weights never depend on the kernel before this one: the first
      * unit's first loads go out before waiting for it (and before x is
      * staged), so their latency hides behind its end. */
     int first = blockIdx.x * Q8_WARPS + warp;
-    uint32_t words[Q8S_RW][Q8_U][BITS];
-    float sc[Q8S_RW][Q8_U], bi[Q8S_RW][Q8_U];
+    uint32_t words[RW][Q8_U][BITS];
+    float sc[RW][Q8_U], bi[RW][Q8_U];
     bool loaded = first < units;
     if (loaded)
-        q8s_load<BITS, Q8_U>(set, q8s_locate(set, first, words_per_row, groups_per_row), lane, nseg, sdt,
-                             words_per_row, groups_per_row, group, words, sc, bi);
+        q8s_load<BITS, Q8_U, RW>(set, q8s_locate<RW>(set, first, words_per_row, groups_per_row), lane, nseg, sdt,
+                                 words_per_row, groups_per_row, group, words, sc, bi);
     cuda_pdl_enter();
     int8_t *xq = q8_smem;
     float *xd = (float *)(q8_smem + (size_t)ROWS * K), *xs = xd + (size_t)ROWS * (K / QG_SEG);
     q8_stage<BITS, ROWS>(xq, xd, xs, K, x, K, 0, K, M);
     __syncthreads();
     for (int unit = first; unit < units; unit += gridDim.x * Q8_WARPS) {
-        q8s_unit u = q8s_locate(set, unit, words_per_row, groups_per_row);
-        float acc[Q8S_RW][ROWS];
+        q8s_unit u = q8s_locate<RW>(set, unit, words_per_row, groups_per_row);
+        float acc[RW][ROWS];
 #pragma unroll
-        for (int r = 0; r < Q8S_RW; r++)
+        for (int r = 0; r < RW; r++)
 #pragma unroll
             for (int m = 0; m < ROWS; m++) acc[r][m] = 0.0f;
         for (int s0 = lane; s0 < nseg; s0 += 32 * Q8_U) {
             if (!loaded)
-                q8s_load<BITS, Q8_U>(set, u, s0, nseg, sdt, words_per_row, groups_per_row, group, words, sc, bi);
+                q8s_load<BITS, Q8_U, RW>(set, u, s0, nseg, sdt, words_per_row, groups_per_row, group, words, sc, bi);
             loaded = false;
 #pragma unroll
             for (int v = 0; v < Q8_U; v++) {
@@ -438,7 +450,7 @@ __global__ void __launch_bounds__(Q8_WARPS * 32, Q8_STREAM_BLOCKS_PER_SM)
                     const int8_t *xseg = xq + (size_t)m * K + (size_t)seg * QG_SEG;
                     uint4 xa = *(const uint4 *)xseg, xb = *(const uint4 *)(xseg + 16);
 #pragma unroll
-                    for (int r = 0; r < Q8S_RW; r++) {
+                    for (int r = 0; r < RW; r++) {
                         int d = q8_dot_x<BITS>(words[r][v], xa, xb);
                         float b = BITS == 8 ? fmaf(128.0f, sc[r][v], bi[r][v]) : bi[r][v];
                         acc[r][m] = fmaf(sc[r][v] * dx, (float)d, fmaf(b, sx, acc[r][m]));
@@ -447,7 +459,7 @@ __global__ void __launch_bounds__(Q8_WARPS * 32, Q8_STREAM_BLOCKS_PER_SM)
             }
         }
 #pragma unroll
-        for (int r = 0; r < Q8S_RW; r++)
+        for (int r = 0; r < RW; r++)
 #pragma unroll
             for (int m = 0; m < ROWS; m++) {
                 float v = acc[r][m];
@@ -456,7 +468,7 @@ __global__ void __launch_bounds__(Q8_WARPS * 32, Q8_STREAM_BLOCKS_PER_SM)
             }
         const float *bias = set.bias[u.g];
 #pragma unroll
-        for (int r = 0; r < Q8S_RW; r++) {
+        for (int r = 0; r < RW; r++) {
             if (u.n0 + r >= u.Ng) break;
 #pragma unroll
             for (int m = 0; m < ROWS; m++)
@@ -469,14 +481,36 @@ __global__ void __launch_bounds__(Q8_WARPS * 32, Q8_STREAM_BLOCKS_PER_SM)
 /* Shared memory of the streaming kernel for ROWS rows of K activations. */
 static size_t q8_stream_smem(int rows, int K) { return (size_t)rows * ((size_t)K + (size_t)K / QG_SEG * 8); }
 
-/* w0: the set's first weight (they share bits, cols, group and scale dtype). */
+template <int BITS, int ROWS, int RW>
+static void q8s_launch(cuda_backend *cb, const gemv_set &set, const em_weight *w0, const float *x, int M) {
+    int K = (int)w0->cols, blocks = (q8s_units(set, RW) + Q8_WARPS - 1) / Q8_WARPS;
+    int most = cb->n_sm * Q8_STREAM_BLOCKS_PER_SM;
+    cuda_launch(qgemv_i8_stream_kernel<BITS, ROWS, RW>, (unsigned)(blocks < most ? blocks : most), Q8_WARPS * 32,
+                q8_stream_smem(ROWS, K), cb->stream, set, x, (int)w0->scale_dtype, M, K, w0->group_size);
+}
+
+/* Rounds of loads a warp waits on for RW rows a warp: the units each warp
+ * of the grid takes, times the passes over a row (32 lanes take Q8_U
+ * segments each per pass). */
+static int q8s_rounds(const gemv_set &set, int rw, int bits, int K, int n_sm) {
+    int units = q8s_units(set, rw), most = n_sm * Q8_STREAM_BLOCKS_PER_SM;
+    int blocks = (units + Q8_WARPS - 1) / Q8_WARPS, warps = (blocks < most ? blocks : most) * Q8_WARPS;
+    int per_pass = 32 * ((bits == 8 ? 4 : 8) / rw), nseg = K / QG_SEG;
+    return ((units + warps - 1) / warps) * ((nseg + per_pass - 1) / per_pass);
+}
+
+/* w0: the set's first weight (they share bits, cols, group and scale
+ * dtype). Rows per warp: those that make the fewest rounds of loads, the
+ * most rows at a tie (fewer blocks stage x). Measured on the 1B's down
+ * projection (2,048 rows of 8,192): four rows a warp gave 64 blocks of
+ * four rounds each. */
 template <int BITS, int ROWS>
 static void qgemv_i8_stream_set(cuda_backend *cb, const gemv_set &set, const em_weight *w0, const float *x, int M) {
-    int units = 0, K = (int)w0->cols;
-    for (int g = 0; g < set.count; g++) units += (set.start[g + 1] - set.start[g] + Q8S_RW - 1) / Q8S_RW;
-    int blocks = (units + Q8_WARPS - 1) / Q8_WARPS, most = cb->n_sm * Q8_STREAM_BLOCKS_PER_SM;
-    cuda_launch(qgemv_i8_stream_kernel<BITS, ROWS>, (unsigned)(blocks < most ? blocks : most), Q8_WARPS * 32, q8_stream_smem(ROWS, K), cb->stream, set, x, (int)w0->scale_dtype, M, K,
-                                                                                w0->group_size);
+    int K = (int)w0->cols, r4 = q8s_rounds(set, 4, BITS, K, cb->n_sm), r2 = q8s_rounds(set, 2, BITS, K, cb->n_sm),
+        r1 = q8s_rounds(set, 1, BITS, K, cb->n_sm);
+    if (r4 <= r2 && r4 <= r1) q8s_launch<BITS, ROWS, 4>(cb, set, w0, x, M);
+    else if (r2 <= r1) q8s_launch<BITS, ROWS, 2>(cb, set, w0, x, M);
+    else q8s_launch<BITS, ROWS, 1>(cb, set, w0, x, M);
     CUDA_LAUNCHED(cb, "quantized matmul (int8 gemv)");
 }
 
