@@ -78,8 +78,7 @@ static bool tmp_put(jr *r, const char *s, size_t n) {
 static int hex4(const char *s) {
     int v = 0;
     for (int i = 0; i < 4; i++) {
-        char c = s[i];
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        int d = em_hex_digit(s[i]);
         if (d < 0) return -1;
         v = v * 16 + d;
     }

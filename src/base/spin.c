@@ -5,7 +5,6 @@
 #include "base/threadpool.h"
 #include "base/timer.h"
 
-
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define SPIN_PAUSE() _mm_pause()
@@ -52,3 +51,12 @@ bool em_spin_claim(void) {
 }
 
 void em_spin_release(void) { atomic_fetch_sub(&spinners, 1); }
+
+void em_spin_unlocked(pthread_mutex_t *mu, const atomic_uint *word, double seconds, bool claim) {
+    if (seconds <= 0 || (claim && !em_spin_claim())) return;
+    unsigned seen = atomic_load_explicit(word, memory_order_acquire);
+    pthread_mutex_unlock(mu);
+    em_spin_until_changed(word, seen, seconds);
+    if (claim) em_spin_release();
+    pthread_mutex_lock(mu);
+}

@@ -15,6 +15,7 @@
 #ifndef EMBER_BASE_SPIN_H
 #define EMBER_BASE_SPIN_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 
@@ -29,6 +30,11 @@ double em_spin_window(void);
  * changed. Never sleeps; the caller sleeps on its condition variable
  * afterwards when this returns false. */
 bool em_spin_until_changed(const atomic_uint *word, unsigned seen, double seconds);
+
+/* With *mu held: notes *word, unlocks mu, polls for up to `seconds`
+ * (claiming a polling slot first when `claim`; none free: no poll), then
+ * locks mu again. The caller rechecks its condition and sleeps as usual. */
+void em_spin_unlocked(pthread_mutex_t *mu, const atomic_uint *word, double seconds, bool claim);
 
 /* Claims one of the few polling slots the process allows at once (a
  * quarter of the cores), so that many waiting threads never crowd out the

@@ -16,5 +16,7 @@ size_t utf8_complete_prefix(const char *s, size_t n);
 int utf8_decode(const char *s, size_t n, uint32_t *cp);
 /* Encodes cp into out (4 bytes room); returns length, 0 if invalid. */
 int utf8_encode(uint32_t cp, char *out);
+/* The value of hexadecimal digit c (either case), or -1. */
+int em_hex_digit(char c);
 
 #endif

@@ -361,12 +361,7 @@ static void step(em_scheduler *s) {
  * requests often follow each other closely (spin.h). */
 static bool wait_for_work(em_scheduler *s) {
     pthread_mutex_lock(&s->mu);
-    if (!s->stop && !s->wait_head && s->n_active == 0) {
-        unsigned seen = atomic_load_explicit(&s->arrivals, memory_order_acquire);
-        pthread_mutex_unlock(&s->mu);
-        em_spin_until_changed(&s->arrivals, seen, em_spin_window());
-        pthread_mutex_lock(&s->mu);
-    }
+    if (!s->stop && !s->wait_head && s->n_active == 0) em_spin_unlocked(&s->mu, &s->arrivals, em_spin_window(), false);
     while (!s->stop && !s->wait_head && s->n_active == 0) pthread_cond_wait(&s->work_cv, &s->mu);
     bool stop = s->stop;
     pthread_mutex_unlock(&s->mu);

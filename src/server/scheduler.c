@@ -33,13 +33,8 @@ static void *worker_main(void *arg) {
     free(wa);
     pthread_mutex_lock(&s->mu);
     for (;;) {
-        if (!s->head && !s->stopping && em_spin_claim()) { /* the next request is often close behind */
-            unsigned seen = atomic_load_explicit(&s->submitted, memory_order_acquire);
-            pthread_mutex_unlock(&s->mu);
-            em_spin_until_changed(&s->submitted, seen, em_spin_window());
-            em_spin_release();
-            pthread_mutex_lock(&s->mu);
-        }
+        if (!s->head && !s->stopping) /* the next request is often close behind */
+            em_spin_unlocked(&s->mu, &s->submitted, em_spin_window(), true);
         while (!s->head && !s->stopping) pthread_cond_wait(&s->work, &s->mu);
         if (!s->head) break;
         srv_job *j = s->head;

@@ -77,13 +77,7 @@ ssize_t sse_read(srv_job *j, char *buf, size_t max, int timeout_ms, double spin_
     until.tv_sec += until.tv_nsec / 1000000000L;
     until.tv_nsec %= 1000000000L;
     pthread_mutex_lock(&j->mu);
-    if (spin_s > 0 && j->pipe_off == j->pipe_len && !j->done && em_spin_claim()) {
-        unsigned seen = atomic_load_explicit(&j->changes, memory_order_acquire);
-        pthread_mutex_unlock(&j->mu);
-        em_spin_until_changed(&j->changes, seen, spin_s);
-        em_spin_release();
-        pthread_mutex_lock(&j->mu);
-    }
+    if (j->pipe_off == j->pipe_len && !j->done) em_spin_unlocked(&j->mu, &j->changes, spin_s, true);
     while (j->pipe_off == j->pipe_len && !j->done)
         if (pthread_cond_timedwait(&j->cv, &j->mu, &until) == ETIMEDOUT) break;
     ssize_t n;

@@ -60,13 +60,6 @@ static bool at_rule_start(const gp *p) {
     return q.n - q.i >= 3 && memcmp(q.s + q.i, "::=", 3) == 0;
 }
 
-static int hexval(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
 /* One character of a literal or class at p->i (escapes decoded). */
 static em_status read_char(gp *p, uint32_t *cp) {
     if (p->i >= p->n) return gp_fail(p, "unexpected end of grammar");
@@ -97,7 +90,7 @@ static em_status read_char(gp *p, uint32_t *cp) {
     }
     uint32_t v = 0;
     for (int d = 0; d < digits; d++) {
-        int h = p->i < p->n ? hexval(p->s[p->i]) : -1;
+        int h = p->i < p->n ? em_hex_digit(p->s[p->i]) : -1;
         if (h < 0) return gp_fail(p, "bad hex digit in escape");
         v = v * 16 + (uint32_t)h;
         p->i++;

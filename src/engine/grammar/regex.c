@@ -48,10 +48,6 @@ static bool add_named(cp_set *s, char k) {
     return ok;
 }
 
-static int hexv(char c) {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
 /* An escape after '\': a single code point (*cp) or a named class (*cls). */
 static em_status rx_escape(rx *r, uint32_t *cp, char *cls) {
     *cls = 0;
@@ -73,16 +69,16 @@ static em_status rx_escape(rx *r, uint32_t *cp, char *cls) {
             r->i++;
             int k = 0;
             for (; r->i < r->n && r->s[r->i] != '}' && k < 7; k++, r->i++) {
-                if (hexv(r->s[r->i]) < 0) return rx_fail(r, EM_ERR_FORMAT, "bad hex digit");
-                v = v * 16 + (uint32_t)hexv(r->s[r->i]);
+                if (em_hex_digit(r->s[r->i]) < 0) return rx_fail(r, EM_ERR_FORMAT, "bad hex digit");
+                v = v * 16 + (uint32_t)em_hex_digit(r->s[r->i]);
             }
             if (!k || r->i >= r->n || r->s[r->i] != '}') return rx_fail(r, EM_ERR_FORMAT, "bad \\u{...} escape");
             r->i++;
         } else {
             int digits = e == 'x' ? 2 : 4;
             for (int k = 0; k < digits; k++, r->i++) {
-                if (r->i >= r->n || hexv(r->s[r->i]) < 0) return rx_fail(r, EM_ERR_FORMAT, "bad hex digit");
-                v = v * 16 + (uint32_t)hexv(r->s[r->i]);
+                if (r->i >= r->n || em_hex_digit(r->s[r->i]) < 0) return rx_fail(r, EM_ERR_FORMAT, "bad hex digit");
+                v = v * 16 + (uint32_t)em_hex_digit(r->s[r->i]);
             }
         }
         if (v > GR_MAX_CP || (v >= 0xD800 && v <= 0xDFFF))

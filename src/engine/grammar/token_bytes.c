@@ -45,10 +45,6 @@ static bool piece_bytelevel(const char *piece, uint8_t *out, size_t *len) {
     return true;
 }
 
-static int hexd(char c) {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
 static bool has_replacement(const char *s, size_t n) {
     for (size_t i = 0; i + 2 < n; i++)
         if ((uint8_t)s[i] == 0xEF && (uint8_t)s[i + 1] == 0xBF && (uint8_t)s[i + 2] == 0xBD) return true;
@@ -75,9 +71,9 @@ em_status vocab_token_text(const tokenizer *t, int32_t id, const tb_ref *ref, ui
     if (has_replacement(text, tl)) {
         const char *piece = tok_id_to_piece(t, id);
         size_t pn = piece ? strlen(piece) : 0;
-        if (pn == 6 && piece[0] == '<' && piece[1] == '0' && piece[2] == 'x' && piece[5] == '>' && hexd(piece[3]) >= 0 &&
-            hexd(piece[4]) >= 0) {
-            text[0] = (char)(hexd(piece[3]) * 16 + hexd(piece[4]));
+        if (pn == 6 && piece[0] == '<' && piece[1] == '0' && piece[2] == 'x' && piece[5] == '>' && em_hex_digit(piece[3]) >= 0 &&
+            em_hex_digit(piece[4]) >= 0) {
+            text[0] = (char)(em_hex_digit(piece[3]) * 16 + em_hex_digit(piece[4]));
             tl = 1;
         } else if (pn) {
             uint8_t *buf = em_malloc(pn);
