@@ -37,6 +37,7 @@ static void bench_help(void) {
            "                        server would find cached), then time the rest of --prompt-tokens\n"
            "                        as one forward: the time to first token of a request whose\n"
            "                        prefix is cached (default 0)\n"
+           "  --prefill-chunk N     prompt tokens per prefill forward (default 512)\n"
            "  --batch B             decode B sequences together, one token each per step; decode\n"
            "                        tokens/s is then the aggregate of all B (default 1)\n"
            "  --warmup N            unmeasured runs first, the same prompt and at most 8 generated\n"
@@ -111,13 +112,14 @@ static em_status decode_sampled(em_model *m, em_span *spans, int batch, float *l
     return s;
 }
 
-/* Feeds ids [from, to) of sequence seq in chunks of 512 with the last
+/* Feeds ids [from, to) of sequence seq in chunks of `chunk` with the last
  * position's logits; `whole` feeds them as one span whatever their count
  * (a cached prompt's tail, as the server feeds it). */
-static em_status prefill(em_model *m, int seq, const int32_t *ids, int from, int to, bool whole, float *logits) {
+static em_status prefill(em_model *m, int seq, const int32_t *ids, int from, int to, bool whole, int chunk,
+                         float *logits) {
     em_status s = EM_OK;
     for (int done = from; s == EM_OK && done < to;) {
-        int n = whole || to - done < 512 ? to - done : 512;
+        int n = whole || to - done < chunk ? to - done : chunk;
         em_span sp = {seq, ids + done, n, done + n == to ? LOGITS_LAST : LOGITS_NONE, SPAN_MATH_MODEL};
         em_batch b = {.spans = &sp, .n_spans = 1};
         s = model_forward(m, &b, logits);
@@ -127,7 +129,7 @@ static em_status prefill(em_model *m, int seq, const int32_t *ids, int from, int
 }
 
 static em_status run_once(em_model *m, const int32_t *prompt, int n_prompt, int n_cached, int n_gen, int spec_k,
-                          int batch, const em_sampling *sampling, bench_result *r) {
+                          int batch, int chunk, const em_sampling *sampling, bench_result *r) {
     int32_t *ids = em_mallocn((size_t)n_prompt + (size_t)n_gen, sizeof *ids);
     float *logits = em_mallocn((size_t)m->cfg.vocab * (size_t)batch, sizeof *logits);
     int *seqs = em_mallocn((size_t)batch, sizeof *seqs);
@@ -156,10 +158,10 @@ static em_status run_once(em_model *m, const int32_t *prompt, int n_prompt, int 
     if (s != EM_OK) n_seqs--;
     /* the cached prefix, prefilled before the clock starts (its last
      * chunk's logits come back to the host, so it has finished) */
-    for (int q = 0; q < batch; q++) s = s == EM_OK ? prefill(m, seqs[q], ids, 0, n_cached, false, logits) : s;
+    for (int q = 0; q < batch; q++) s = s == EM_OK ? prefill(m, seqs[q], ids, 0, n_cached, false, chunk, logits) : s;
     double t0 = em_now();
     for (int q = 0; s == EM_OK && q < batch; q++) {
-        s = prefill(m, seqs[q], ids, n_cached, n_prompt, n_cached > 0, logits);
+        s = prefill(m, seqs[q], ids, n_cached, n_prompt, n_cached > 0, chunk, logits);
         if (q == 0) r->ttft = em_now() - t0;
     }
     double t1 = em_now();
@@ -228,7 +230,7 @@ static int cmd_bench(int argc, char **argv) {
     cli_model_opts mo;
     cli_model_opts_init(&mo, EM_PRECISION_FAST);
     const char *model = NULL, *prompt_file = NULL;
-    long n_prompt = 512, n_gen = 128, repeat = 1, draft_tokens = 2, batch = 1, warmup = -1, n_cached = 0;
+    long n_prompt = 512, n_gen = 128, repeat = 1, draft_tokens = 2, batch = 1, warmup = -1, n_cached = 0, chunk = 0;
     bool json = false, spec = false;
     for (int i = 1; i < argc; i++) {
         int r = cli_model_opt(&mo, argc, argv, &i, "bench");
@@ -238,6 +240,7 @@ static int cmd_bench(int argc, char **argv) {
                      : cli_arg_is(argv[i], "--gen-tokens")    ? &n_gen
                      : cli_arg_is(argv[i], "--repeat")        ? &repeat
                      : cli_arg_is(argv[i], "--batch")         ? &batch
+                     : cli_arg_is(argv[i], "--prefill-chunk") ? &chunk
                                                               : NULL;
         if (cli_arg_is(argv[i], "--cached")) {
             const char *v = cli_take_value(argc, argv, &i, "bench");
@@ -288,6 +291,7 @@ static int cmd_bench(int argc, char **argv) {
         em_model_free(m);
         return CLI_USAGE;
     }
+    if (!chunk) chunk = 512;
     int32_t *prompt = NULL;
     if (prompt_file && !load_prompt(m, prompt_file, &prompt, &n_prompt)) {
         em_model_free(m);
@@ -308,10 +312,10 @@ static int cmd_bench(int argc, char **argv) {
     if (warmup < 0) warmup = m->be->ops->host_memory ? 0 : 1;
     for (long k = 0; k < warmup && s == EM_OK; k++)
         s = run_once(m, prompt, (int)n_prompt, (int)n_cached, n_gen < 8 ? (int)n_gen : 8, spec ? (int)draft_tokens : 0, (int)batch,
-                     sampled ? &sampling : NULL, &r);
+                     (int)chunk, sampled ? &sampling : NULL, &r);
     for (long k = 0; k < repeat && s == EM_OK; k++) {
         s = run_once(m, prompt, (int)n_prompt, (int)n_cached, (int)n_gen, spec ? (int)draft_tokens : 0, (int)batch,
-                     sampled ? &sampling : NULL, &r);
+                     (int)chunk, sampled ? &sampling : NULL, &r);
         if (r.decode_tps > best.decode_tps) {
             best.decode_tps = r.decode_tps;
             best.allreduce_ms = r.allreduce_ms, best.allreduce_calls = r.allreduce_calls;

@@ -79,7 +79,9 @@ PY
 # the matmul scratch follows the precision: bf16 activations (FAST) or widened weights (EXACT)
 sc() { "$EMBER_BIN" fit "$tmp/b" --ctx 300 --device cuda --precision "$1" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["scratch_bytes"])'; }
 # plus the decode row's attention splits: 1.25 x 8 heads x 16 splits x (64 + 2) f32, 512-byte aligned = 42496
-[ "$(sc fast)" = $((1056256 + 42496)) ] || { echo "fast scratch $(sc fast)"; exit 1; }   # 1.25 x 300 rows x 1408 x bf16
+# FAST also: the bf16 copy of a layer's keys and values that prefill attention reads, for the
+# context's 320 positions (blocks of 32) x 2 kv heads x 64 dims x (K, V) x bf16 = 163840
+[ "$(sc fast)" = $((1056256 + 42496 + 163840)) ] || { echo "fast scratch $(sc fast)"; exit 1; }   # 1.25 x 300 rows x 1408 x bf16
 [ "$(sc exact)" = $((4194304 + 42496)) ] || { echo "exact scratch $(sc exact)"; exit 1; } # 1.25 x 1408 x 512 f32, in 2 MiB pages
 # a budget decides without a GPU
 "$EMBER_BIN" fit "$tmp/b" --ctx 300 --device cuda --memory-budget 100000000000 >/dev/null

@@ -30,8 +30,6 @@
  * arithmetic, FAST ones may round to bf16 on tensor cores. */
 #include "backend/cuda/cuda_internal.cuh"
 
-#include <stdlib.h>
-
 #define ATT_THREADS 128
 #define ATT_DIMS_PER_THREAD 4 /* head_dim <= 512 */
 #define ATT_SPLIT_MAX_ROWS CUDA_ATT_SPLIT_MAX_ROWS
@@ -232,11 +230,18 @@ static const int32_t *stage_plan(cuda_backend *cb, const em_kv_spans *s, const i
 static void attention_batch(cuda_backend *cb, float *out, const float *q, const em_kv_spans *s, const int32_t *pos,
                             int n_heads, int n_kv, int head_dim, float scale, int window) {
     cuda_att_plan p;
-    int pairs = s->math == EM_MATH_FAST && cuda_attention_tc_fits(cb, head_dim) ? CUDA_TC_PAIRS : CUDA_TILE_PAIRS;
+    bool fast = s->math == EM_MATH_FAST, fa = fast && cuda_attention_fa_fits(cb, head_dim);
+    int pairs = fa || (fast && cuda_attention_tc_fits(cb, head_dim)) ? CUDA_TC_PAIRS : CUDA_TILE_PAIRS;
     if (!cuda_attention_plan(&p, s, pos, n_heads, n_kv, window, cb->n_sm, pairs)) {
         cuda_note(cb, cudaErrorMemoryAllocation, "attention: planning the batch");
         return;
     }
+    if (!fa) p.n_conv = 0; /* the tensor-core kernel reads the f32 cache itself */
+    /* every output row from the bf16-copy kernel: its bf16 rounding, which
+     * the output projection takes instead of rounding again */
+    int rows = 0;
+    for (int i = 0; i < s->n_spans; i++) rows += s->rows[i];
+    __nv_bfloat16 *ob = fa && p.n_items && !p.n_rest ? cuda_twin_make(cb, out, rows, n_heads * head_dim) : NULL;
     float *const *base;
     const int32_t *toff, *dpos;
     int n;
@@ -244,7 +249,7 @@ static void attention_batch(cuda_backend *cb, float *out, const float *q, const 
     if (!dplan) return; /* noted */
     int bs = s->views[0].block_size;
     if (p.n_items)
-        cuda_attention_tiled(cb, out, NULL, NULL, q, base, toff, dpos, dplan, &p, n, n_heads, n_kv, head_dim, bs, scale,
+        cuda_attention_tiled(cb, out, ob, NULL, q, base, toff, dpos, dplan, &p, n, n_heads, n_kv, head_dim, bs, scale,
                              window);
     if (p.n_rest)
         attention_rows(cb, out, q, base, toff, dpos, dplan + (size_t)p.n_items * CUDA_TILE_FIELDS, p.n_rest, n,

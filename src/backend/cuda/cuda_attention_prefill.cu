@@ -304,7 +304,12 @@ void cuda_attention_tiled(cuda_backend *cb, float *out, __nv_bfloat16 *ob, float
     }
     unsigned blocks = (unsigned)p->n_items * (unsigned)n_kv;
     int hdc = tile_dims(head_dim);
-    if (p->pairs == CUDA_TC_PAIRS)
+    if (p->pairs == CUDA_TC_PAIRS && p->n_conv) {
+        const int32_t *conv = dplan + (size_t)p->n_items * CUDA_TILE_FIELDS + p->n_rest +
+                              (size_t)p->n_merge * CUDA_MERGE_FIELDS;
+        cuda_attention_fa(cb, blocks, out, ob, part, q, base, toff, pos, dplan, conv, p, n, n_heads, n_kv, head_dim,
+                          bs, scale, window);
+    } else if (p->pairs == CUDA_TC_PAIRS)
         cuda_attention_tc(cb, blocks, out, part, q, base, toff, pos, dplan, n, n_heads, n_kv, head_dim, bs, scale,
                           window);
     else if (hdc == 64)
@@ -358,33 +363,46 @@ static void tile_keys_seen(const int32_t *pos, int r0, int end, int window, int3
 
 bool cuda_attention_plan(cuda_att_plan *p, const em_kv_spans *s, const int32_t *pos, int n_heads, int n_kv,
                          int window, int n_sm, int pairs) {
-    int group = n_heads / n_kv, bq = pairs / group, nt = 0, nr = 0;
+    int group = n_heads / n_kv, bq = pairs / group, nt = 0, nr = 0, nc = 0;
     memset(p, 0, sizeof *p);
     p->pairs = pairs;
     for (int i = 0; i < s->n_spans; i++) {
-        if (s->rows[i] * group >= TILE_MIN_PAIRS) nt += (s->rows[i] + bq - 1) / bq;
+        if (s->rows[i] * group >= TILE_MIN_PAIRS) nt += (s->rows[i] + bq - 1) / bq, nc++;
         else nr += s->rows[i];
     }
-    /* the tiles with their key ranges first, in a scratch list */
-    int32_t *tiles = (int32_t *)malloc(((size_t)nt + 1) * 4 * sizeof *tiles);
+    /* the tiles with their key ranges and their span's keys in a bf16 copy
+     * (cuda_attention_fa.cu) first, in a scratch list; then the copies */
+    int32_t *tiles = (int32_t *)malloc(((size_t)nt * 5 + (size_t)nc * CUDA_CONV_FIELDS + 1) * sizeof *tiles);
     if (!tiles) return false;
-    int k = 0, items = 0, merges = 0;
+    int32_t *conv = tiles + (size_t)nt * 5;
+    int k = 0, c = 0, items = 0, merges = 0;
+    int64_t keys = 0;
     for (int i = 0, row = 0; i < s->n_spans; row += s->rows[i++]) {
         if (s->rows[i] * group < TILE_MIN_PAIRS) continue;
+        int32_t seen = -1;
         for (int r0 = row; r0 < row + s->rows[i]; r0 += bq) {
             int end = r0 + bq < row + s->rows[i] ? r0 + bq : row + s->rows[i];
-            int32_t *e = tiles + 4 * k++;
-            e[0] = r0, e[1] = end - r0;
+            int32_t *e = tiles + 5 * k++;
+            e[0] = r0, e[1] = end - r0, e[4] = (int32_t)keys;
             tile_keys_seen(pos, r0, end, window, &e[2], &e[3]);
+            if (e[3] > seen) seen = e[3];
+        }
+        int32_t *v = conv + (size_t)CUDA_CONV_FIELDS * c++;
+        v[0] = row, v[1] = seen + 1, v[2] = (int32_t)keys;
+        keys += seen + 1;
+        if (keys > INT32_MAX / 2) { /* offsets stay int32 */
+            free(tiles);
+            return false;
         }
     }
     int blocks = nt * n_kv;
     for (int t = 0; t < nt; t++) {
-        int per, sp = tile_splits(tiles[4 * t + 3] - tiles[4 * t + 2] + 1, blocks, n_sm, &per);
+        int per, sp = tile_splits(tiles[5 * t + 3] - tiles[5 * t + 2] + 1, blocks, n_sm, &per);
         items += sp;
         merges += sp > 1;
     }
-    p->v = (int32_t *)malloc(((size_t)items * CUDA_TILE_FIELDS + (size_t)nr + (size_t)merges * CUDA_MERGE_FIELDS + 1) *
+    p->v = (int32_t *)malloc(((size_t)items * CUDA_TILE_FIELDS + (size_t)nr + (size_t)merges * CUDA_MERGE_FIELDS +
+                              (size_t)nc * CUDA_CONV_FIELDS + 1) *
                              sizeof *p->v);
     if (!p->v) {
         free(tiles);
@@ -393,7 +411,7 @@ bool cuda_attention_plan(cuda_att_plan *p, const em_kv_spans *s, const int32_t *
     int32_t *rest = p->v + (size_t)items * CUDA_TILE_FIELDS, *mg = rest + nr;
     int it = 0, m = 0, slots = 0;
     for (int t = 0; t < nt; t++) {
-        const int32_t *e = tiles + 4 * t;
+        const int32_t *e = tiles + 5 * t;
         int per, sp = tile_splits(e[3] - e[2] + 1, blocks, n_sm, &per);
         if (sp > 1) {
             int32_t *g = mg + (size_t)CUDA_MERGE_FIELDS * m++;
@@ -404,15 +422,17 @@ bool cuda_attention_plan(cuda_att_plan *p, const em_kv_spans *s, const int32_t *
             w[0] = e[0], w[1] = e[1], w[2] = e[2] + j * per;
             w[3] = w[2] + per - 1 < e[3] ? w[2] + per - 1 : e[3];
             w[4] = sp > 1 ? slots + j : -1;
+            w[5] = e[4];
         }
         if (sp > 1) slots += sp;
     }
+    memcpy(mg + (size_t)CUDA_MERGE_FIELDS * m, conv, (size_t)nc * CUDA_CONV_FIELDS * sizeof *conv);
     free(tiles);
     for (int i = 0, row = 0; i < s->n_spans; row += s->rows[i++])
         if (s->rows[i] * group < TILE_MIN_PAIRS)
             for (int r = row; r < row + s->rows[i]; r++) *rest++ = r;
     qsort(p->v, (size_t)it, CUDA_TILE_FIELDS * sizeof *p->v, tile_cost_desc);
-    p->n_items = it, p->n_rest = nr, p->n_merge = m, p->n_slots = slots;
+    p->n_items = it, p->n_rest = nr, p->n_merge = m, p->n_slots = slots, p->n_conv = nc, p->conv_keys = (int)keys;
     return true;
 }
 
@@ -434,6 +454,7 @@ bool cuda_attention_plan_shares(cuda_att_plan *p, int rows, const int32_t *pos, 
             w[0] = r0, w[1] = end - r0, w[2] = lo + j * per;
             w[3] = w[2] + per - 1 < hi ? w[2] + per - 1 : hi;
             w[4] = t * shares + j;
+            w[5] = 0;
         }
         int32_t *g = mg + (size_t)CUDA_MERGE_FIELDS * t;
         g[0] = r0, g[1] = end - r0, g[2] = t * shares, g[3] = shares;

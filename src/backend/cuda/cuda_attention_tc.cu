@@ -1,5 +1,8 @@
 /* cuda_attention_tc.cu — the tiled prefill attention on tensor cores, for
- * FAST batches (em_kv_spans.math) with head_dim 64 or 128.
+ * FAST batches (em_kv_spans.math) with head_dim 64 or 128, reading the f32
+ * cache: a cached prompt's short tail (its keys in shares whatever their
+ * count, a grid that a recorded step can replay); larger FAST batches read
+ * a bf16 copy through cuda_attention_fa.cu, the same arithmetic.
  *
  * Work items of the same plan as attention_tiled_kernel
  * (cuda_attention_prefill.cu), built for tiles of CUDA_TC_PAIRS (128) (query
@@ -42,15 +45,6 @@ template <int HD> struct tc_layout {
     static constexpr size_t stage = 0, kb = stage + 2 * stage_floats * 4, vb = kb + (size_t)TC_KEYS * LB * 2,
                             bytes = vb + (size_t)TC_KEYS * LB * 2;
 };
-
-/* Four 8x8 bf16 matrices from shared memory, transposed (lane L gives the
- * address of row L % 8 of matrix L / 8). */
-__device__ __forceinline__ void tc_ldsm_x4_t(uint32_t *r, const void *p) {
-    unsigned a = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
-}
 
 /* Starts copying keys and values k0 .. k0+63 of the kv head into an f32
  * staging (nothing when k0 is past hi), as one group of copies; keys past

@@ -366,6 +366,7 @@ static void cuda_destroy(em_backend *be) {
         if (cb->att_count) cudaFree(cb->att_count);
         if (cb->amax_part) cudaFree(cb->amax_part);
         if (cb->att_tile_part) cudaFree(cb->att_tile_part);
+        if (cb->att_kv16) cudaFree(cb->att_kv16);
         if (cb->wconv) cudaFree(cb->wconv);
         if (cb->blas) cb->fn.destroy(cb->blas);
         if (cb->blas_ws) cudaFree(cb->blas_ws);

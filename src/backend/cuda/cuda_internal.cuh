@@ -103,6 +103,8 @@ typedef struct cuda_backend {
     int *att_count; /* per (row, kv head): splits done (CUDA_ATT_COUNT_CAP, zero between launches) */
     float *att_tile_part; /* the tiled attention's, for tiles whose keys are split */
     size_t att_tile_part_bytes;
+    void *att_kv16; /* the FAST tiles' bf16 copy of a layer's keys and values (cuda_attention_fa.cu) */
+    size_t att_kv16_bytes;
     void *amax_part; /* argmax_rows: each chunk's (value, index) pair */
     size_t amax_part_bytes;
     /* quantized matmul scratch: weight slices dequantized to bf16 (FAST) */
@@ -166,6 +168,10 @@ __device__ __forceinline__ void cp_async16(void *dst, const void *src, bool vali
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 /* Waits for all but the most recent group of this thread's copies. */
 __device__ __forceinline__ void cp_async_wait_prior() { asm volatile("cp.async.wait_group 1;\n" ::); }
+/* Waits for all but the N most recent groups of this thread's copies. */
+template <int N> __device__ __forceinline__ void cp_async_wait_groups() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
 /* Waits for all of this thread's copies. */
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
 
@@ -250,6 +256,21 @@ __device__ __forceinline__ float cuda_f16(uint16_t h) {
 __device__ __forceinline__ uint32_t tc_pack(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *(uint32_t *)&v;
+}
+
+/* Four 8x8 bf16 matrices from shared memory (lane L gives the address of
+ * row L % 8 of matrix L / 8); _t: each transposed. */
+__device__ __forceinline__ void tc_ldsm_x4(uint32_t *r, const void *p) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+__device__ __forceinline__ void tc_ldsm_x4_t(uint32_t *r, const void *p) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
 }
 
 /* d += a b for one m16n8k16 tile (bf16 in, f32 accumulate). */
@@ -391,18 +412,23 @@ void cuda_attention_spans(em_backend *be, float *out, const float *q, const em_k
                           int n_heads, int n_kv, int head_dim, float scale, int window);
 /* Tiled attention for batches of many rows (cuda_attention_prefill.cu).
  * A plan (v, malloc'd) lists n_items work items of CUDA_TILE_FIELDS ints
- * (first row, rows, first key, last key, partial slot or -1), heaviest
- * first; then the n_rest rows of spans too short for a tile (for the
- * per-row kernel); then n_merge merges of CUDA_MERGE_FIELDS ints (first
- * row, rows, first slot, slots) for tiles whose keys were split over
- * several items, which write n_slots partial results. */
-#define CUDA_TILE_FIELDS 5
+ * (first row, rows, first key, last key, partial slot or -1, the offset of
+ * its sequence's keys in the bf16 copy), heaviest first; then the n_rest
+ * rows of spans too short for a tile (for the per-row kernel); then n_merge
+ * merges of CUDA_MERGE_FIELDS ints (first row, rows, first slot, slots) for
+ * tiles whose keys were split over several items, which write n_slots
+ * partial results; then n_conv copies of CUDA_CONV_FIELDS ints (a row of
+ * the sequence, its keys 0..n-1 the tiles read, their offset in the copy:
+ * conv_keys keys in all) for the bf16 copy of the keys and values that
+ * FAST tiles read (cuda_attention_fa.cu). */
+#define CUDA_TILE_FIELDS 6
 #define CUDA_MERGE_FIELDS 4
+#define CUDA_CONV_FIELDS 3
 #define CUDA_TILE_PAIRS 64 /* (query row, head) pairs per tile of the tiled kernel */
 #define CUDA_TC_PAIRS 128  /* and of the tensor-core kernel */
 typedef struct cuda_att_plan {
     int32_t *v;
-    int n_items, n_rest, n_merge, n_slots;
+    int n_items, n_rest, n_merge, n_slots, n_conv, conv_keys;
     int pairs; /* per tile: CUDA_TILE_PAIRS or CUDA_TC_PAIRS */
 } cuda_att_plan;
 bool cuda_attention_tiled_fits(cuda_backend *cb, int n_heads, int n_kv, int head_dim);
@@ -496,7 +522,8 @@ __device__ __forceinline__ void cuda_merge_pair(float *out, __nv_bfloat16 *ob, s
 bool cuda_attention_plan(cuda_att_plan *p, const em_kv_spans *s, const int32_t *pos, int n_heads, int n_kv,
                          int window, int n_sm, int pairs);
 static inline size_t cuda_att_plan_ints(const cuda_att_plan *p) {
-    return (size_t)p->n_items * CUDA_TILE_FIELDS + (size_t)p->n_rest + (size_t)p->n_merge * CUDA_MERGE_FIELDS;
+    return (size_t)p->n_items * CUDA_TILE_FIELDS + (size_t)p->n_rest + (size_t)p->n_merge * CUDA_MERGE_FIELDS +
+           (size_t)p->n_conv * CUDA_CONV_FIELDS;
 }
 /* The plan of a short chunk of one sequence (rows 0..rows-1 of the
  * batch): each tile's keys split into exactly `shares` items (some may be
@@ -509,8 +536,10 @@ bool cuda_attention_plan_shares(cuda_att_plan *p, int rows, const int32_t *pos, 
  * CUDA_TC_PAIRS, and the merges of a plan staged at dplan; the other
  * arguments as cuda_stage_spans staged them. part: room for the plan's
  * partials (n_slots * n_kv * pairs * (head_dim + 2) floats), or NULL for
- * the eager scratch; ob (or NULL): out's bf16 rounding, which only the
- * merges write (a plan whose every tile is split: cuda_twin_make). */
+ * the eager scratch; ob (or NULL): out's bf16 rounding, which the merges
+ * write, and the tiles too where the plan lists bf16 copies (n_conv: FAST
+ * tiles go to cuda_attention_fa then), else only the merges (a plan whose
+ * every tile is split: cuda_twin_make). */
 void cuda_attention_tiled(cuda_backend *cb, float *out, __nv_bfloat16 *ob, float *part, const float *q,
                           float *const *base, const int32_t *toff, const int32_t *pos, const int32_t *dplan,
                           const cuda_att_plan *p, int n, int n_heads, int n_kv, int head_dim, int bs, float scale,
@@ -522,6 +551,15 @@ bool cuda_attention_tc_fits(cuda_backend *cb, int head_dim);
 void cuda_attention_tc(cuda_backend *cb, unsigned blocks, float *out, float *part, const float *q, float *const *base,
                        const int32_t *toff, const int32_t *pos, const int32_t *tiles, int n, int n_heads, int n_kv,
                        int head_dim, int bs, float scale, int window);
+/* cuda_attention_fa.cu: the same work items on tensor cores, reading a
+ * bf16 copy of the keys and values that the plan's n_conv entries (at
+ * conv) list, made first in the eager scratch; ob (or NULL) gets out's
+ * bf16 rounding from every tile and merge. */
+bool cuda_attention_fa_fits(cuda_backend *cb, int head_dim);
+void cuda_attention_fa(cuda_backend *cb, unsigned blocks, float *out, __nv_bfloat16 *ob, float *part, const float *q,
+                       float *const *base, const int32_t *toff, const int32_t *pos, const int32_t *tiles,
+                       const int32_t *conv, const cuda_att_plan *p, int n, int n_heads, int n_kv, int head_dim, int bs,
+                       float scale, int window);
 /* The keys block (x, y) of a row at position p attends to: the row's
  * window (all keys up to p without one), or with splits (gridDim.y > 1)
  * the y-th of gridDim.y equal shares of it (empty when start > end). */

@@ -193,25 +193,46 @@ void cuda_rope(em_backend *be, float *x, int rows, int n_heads, int head_dim, in
     cuda_rope_qk(be, x, NULL, rows, n_heads, 0, head_dim, rot_dim, pos, inv_freq, attn_factor);
 }
 
+__device__ __forceinline__ float swiglu_one(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
+/* Block (x, y) takes rows y, y + gridDim.y, ... and in each, elements
+ * V * (x * 256 + thread) on: V = 4 with float4 loads and stores where rows
+ * allow (n and ld multiples of 4, 16-byte aligned), else 1. A 2-D grid
+ * spares every element a 64-bit division (one thread an element of the
+ * flat array moved 2.5 TB/s over a 4,096-token prefill's 14,336-wide rows
+ * on the H200). */
+template <int V>
 __global__ void swiglu_kernel(float *out, __nv_bfloat16 *ob, const float *gate, const float *up, int rows, int n,
                               int ld) {
     cuda_pdl_enter();
-    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x, total = (size_t)rows * n;
-    if (t >= total) return;
-    size_t r = t / n, i = t % n;
-    float g = gate[r * ld + i];
-    float v = g / (1.0f + expf(-g)) * up[r * ld + i];
-    out[t] = v;
-    twin_put(ob, t, v);
+    int i = ((int)blockIdx.x * (int)blockDim.x + (int)threadIdx.x) * V;
+    if (i >= n) return;
+    for (int r = (int)blockIdx.y; r < rows; r += (int)gridDim.y) {
+        const float *g = gate + (size_t)r * ld + i, *u = up + (size_t)r * ld + i;
+        size_t at = (size_t)r * n + i;
+        if (V == 4) {
+            float4 gv = *(const float4 *)g, uv = *(const float4 *)u;
+            float4 v = make_float4(swiglu_one(gv.x, uv.x), swiglu_one(gv.y, uv.y), swiglu_one(gv.z, uv.z),
+                                   swiglu_one(gv.w, uv.w));
+            *(float4 *)(out + at) = v;
+            if (ob) *(uint2 *)(ob + at) = make_uint2(tc_pack(v.x, v.y), tc_pack(v.z, v.w));
+        } else {
+            float v = swiglu_one(*g, *u);
+            out[at] = v;
+            twin_put(ob, at, v);
+        }
+    }
 }
 
 void cuda_swiglu(em_backend *be, float *out, const float *gate, const float *up, int rows, int n, int ld_in) {
     cuda_backend *cb = cuda_enter(be);
-    size_t total = (size_t)rows * n;
     if (rows <= 0 || n <= 0) return;
     __nv_bfloat16 *ob = cuda_twin_make(cb, out, rows, n);
     if (cuda_graph_skip(cb, out, ob, gate, up, rows, n, ld_in)) return;
-    cuda_launch(swiglu_kernel, cuda_blocks(total, 256), 256, 0, cb->stream, out, ob, gate, up, rows, n, ld_in);
+    bool v4 = n % 4 == 0 && ld_in % 4 == 0 && ((uintptr_t)out | (uintptr_t)gate | (uintptr_t)up) % 16 == 0;
+    dim3 grid(cuda_blocks((size_t)n, v4 ? 1024 : 256), rows < 65535 ? (unsigned)rows : 65535u);
+    if (v4) cuda_launch(swiglu_kernel<4>, grid, 256, 0, cb->stream, out, ob, gate, up, rows, n, ld_in);
+    else cuda_launch(swiglu_kernel<1>, grid, 256, 0, cb->stream, out, ob, gate, up, rows, n, ld_in);
     CUDA_LAUNCHED(cb, "swiglu");
 }
 
