@@ -249,8 +249,8 @@ static int cmd_bench(int argc, char **argv) {
             const char *v = cli_take_value(argc, argv, &i, "bench");
             if (!v || !cli_parse_int(v, 0, 100, &warmup)) { cli_error("bench", "--warmup needs a number in 0..100"); return CLI_USAGE; }
         } else if (target) {
-            const char *v = cli_take_value(argc, argv, &i, "bench");
-            if (!v || !cli_parse_int(v, 1, 1 << 22, target)) { cli_error("bench", "%s needs a positive number", argv[i]); return CLI_USAGE; }
+            const char *opt = argv[i], *v = cli_take_value(argc, argv, &i, "bench");
+            if (!v || !cli_parse_int(v, 1, 1 << 22, target)) { cli_error("bench", "%s needs a positive number", opt); return CLI_USAGE; }
         } else if (cli_arg_is(argv[i], "--spec")) {
             const char *v = cli_take_value(argc, argv, &i, "bench");
             if (!v || strcmp(v, "mtp")) { cli_error("bench", "--spec takes 'mtp'"); return CLI_USAGE; }
@@ -339,12 +339,12 @@ static int cmd_bench(int argc, char **argv) {
         char cached_note[64] = "";
         if (n_cached) snprintf(cached_note, sizeof cached_note, " after %ld cached", n_cached);
         if (json)
-            printf("{\"model\":\"%s\",\"device\":\"%s\",\"threads\":%d,\"precision\":\"%s\",\"batch\":%ld,\"prompt\":\"%s\",\"prompt_tokens\":%ld,\"cached_tokens\":%ld,\"gen_tokens\":%ld,"
+            printf("{\"model\":\"%s\",\"device\":\"%s\",\"threads\":%d,\"precision\":\"%s\",\"batch\":%ld,\"prompt\":\"%s\",\"prompt_tokens\":%ld,\"cached_tokens\":%ld,\"prefill_chunk\":%ld,\"gen_tokens\":%ld,"
                    "\"prefill_tps\":%.2f,\"decode_tps\":%.3f,\"ttft_s\":%.4f,\"bandwidth_gbs\":%.2f,"
                    "\"bytes_per_token\":%.0f,\"roofline_tps\":%.3f,\"roofline_fraction\":%.4f,"
                    "\"tensor_parallel\":%d,\"allreduce_ms_per_step\":%.4f,\"allreduces_per_step\":%.1f,\"sampled\":%s,"
                    "\"sampled_on\":\"%s\"}\n",
-                   m->name, m->be->ops->name, m->be->n_threads, prec, batch, prompt ? "file" : "random", n_prompt, n_cached, n_gen,
+                   m->name, m->be->ops->name, m->be->n_threads, prec, batch, prompt ? "file" : "random", n_prompt, n_cached, chunk, n_gen,
                    best.prefill_tps, best.decode_tps, best.ttft, bw / 1e9, bpt, roof, roof > 0 ? steps / roof : 0, tp,
                    best.allreduce_ms, best.allreduce_calls, sampled ? "true" : "false", where);
         else

@@ -2,8 +2,8 @@
 # `ember bench --prompt-file`: the prompt is the file's text through the
 # model's tokenizer, cut to --prompt-tokens (all of it when shorter), and the
 # JSON says so; empty, missing and out-of-vocabulary prompts are clear errors.
-# Also `--cached N` (the tail of a prompt whose prefix is cached) and the
-# other options' usage errors.
+# Also `--cached N` (the tail of a prompt whose prefix is cached),
+# `--prefill-chunk N` and the other options' usage errors.
 set -u
 : "${EMBER_BIN:?}" "${EMBER_SRC:?}"
 MODEL="$EMBER_SRC/models/demo"
@@ -29,6 +29,12 @@ j=$("$EMBER_BIN" bench "$MODEL" --cached 40 --prompt-tokens 47 --gen-tokens 2 --
 check "--cached times the tail after an untimed prefix" '[ $rc = 0 ] && [ "$(field cached_tokens "$j")" = 40 ] && [ "$(field prompt_tokens "$j")" = 47 ] && awk "BEGIN{exit !($(field prefill_tps "$j") > 0)}"'
 t=$("$EMBER_BIN" bench "$MODEL" --cached 40 --prompt-tokens 47 --gen-tokens 2 2>&1)
 check "the text names the cached prefix" 'grep -q "prefill: 7 tokens after 40 cached" <<<"$t"'
+j=$("$EMBER_BIN" bench "$MODEL" --prompt-tokens 40 --prefill-chunk 16 --gen-tokens 2 --json 2>&1); rc=$?
+check "--prefill-chunk feeds the prompt in chunks of N" '[ $rc = 0 ] && [ "$(field prefill_chunk "$j")" = 16 ] && [ "$(field prompt_tokens "$j")" = 40 ] && awk "BEGIN{exit !($(field prefill_tps "$j") > 0)}"'
+j=$("$EMBER_BIN" bench "$MODEL" --prompt-tokens 8 --gen-tokens 2 --json 2>&1)
+check "the default chunk is 512, as generate feeds a prompt" '[ "$(field prefill_chunk "$j")" = 512 ]'
+e=$("$EMBER_BIN" bench "$MODEL" --prefill-chunk 0 2>&1); rc=$?
+check "--prefill-chunk 0 is a usage error" '[ $rc = 2 ] && grep -q -- "--prefill-chunk" <<<"$e"'
 e=$("$EMBER_BIN" bench "$MODEL" --cached 8 --prompt-tokens 8 2>&1); rc=$?
 check "--cached must leave tokens to time" '[ $rc = 2 ] && grep -q "leaves no token" <<<"$e"'
 e=$("$EMBER_BIN" bench "$MODEL" --cached 4 --spec mtp 2>&1); rc=$?

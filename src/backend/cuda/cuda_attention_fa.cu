@@ -286,12 +286,12 @@ static void fa_launch(cuda_backend *cb, unsigned blocks, float *out, __nv_bfloat
     CUDA_LAUNCHED(cb, "attention (bf16 copy)");
 }
 
-void cuda_attention_fa(cuda_backend *cb, unsigned blocks, float *out, __nv_bfloat16 *ob, float *part, const float *q,
+bool cuda_attention_fa(cuda_backend *cb, unsigned blocks, float *out, __nv_bfloat16 *ob, float *part, const float *q,
                        float *const *base, const int32_t *toff, const int32_t *pos, const int32_t *tiles,
                        const int32_t *conv, const cuda_att_plan *p, int n, int n_heads, int n_kv, int head_dim, int bs,
                        float scale, int window) {
     size_t elems = (size_t)p->conv_keys * (size_t)n_kv * (size_t)head_dim;
-    if (!cuda_scratch_eager(cb, &cb->att_kv16, &cb->att_kv16_bytes, 2 * elems * sizeof(__nv_bfloat16))) return;
+    if (!cuda_scratch_try(cb, &cb->att_kv16, &cb->att_kv16_bytes, 2 * elems * sizeof(__nv_bfloat16))) return false;
     __nv_bfloat16 *kc = (__nv_bfloat16 *)cb->att_kv16, *vc = kc + elems;
     int rowlen = n_kv * head_dim;
     size_t per_seq = (size_t)p->conv_keys * (size_t)(rowlen / 4); /* at most, for the longest sequence */
@@ -302,7 +302,8 @@ void cuda_attention_fa(cuda_backend *cb, unsigned blocks, float *out, __nv_bfloa
     int mt = head_dim == 64 ? 1 : 2, kn = head_dim == 64 ? 64 : 32;
 #define FA_GO(h, m_, k_) \
     if (head_dim == h && mt == m_ && kn == k_) \
-        return fa_launch<h, m_, k_>(cb, blocks, out, ob, part, q, kc, vc, pos, tiles, n_heads, n_kv, scale, window);
+        fa_launch<h, m_, k_>(cb, blocks, out, ob, part, q, kc, vc, pos, tiles, n_heads, n_kv, scale, window);
     FA_SHAPES(FA_GO)
 #undef FA_GO
+    return true;
 }

@@ -307,8 +307,19 @@ void cuda_attention_tiled(cuda_backend *cb, float *out, __nv_bfloat16 *ob, float
     if (p->pairs == CUDA_TC_PAIRS && p->n_conv) {
         const int32_t *conv = dplan + (size_t)p->n_items * CUDA_TILE_FIELDS + p->n_rest +
                               (size_t)p->n_merge * CUDA_MERGE_FIELDS;
-        cuda_attention_fa(cb, blocks, out, ob, part, q, base, toff, pos, dplan, conv, p, n, n_heads, n_kv, head_dim,
-                          bs, scale, window);
+        if (!cuda_attention_fa(cb, blocks, out, ob, part, q, base, toff, pos, dplan, conv, p, n, n_heads, n_kv,
+                               head_dim, bs, scale, window)) {
+            /* no room for the bf16 copy (a very long context): the f32
+             * cache through the kernel that stages it, the same bits; its
+             * tiles write no bf16 rounding of out, so out has no twin */
+            cb->twin_src = NULL;
+            if (!cuda_attention_tc_fits(cb, head_dim)) {
+                cuda_note(cb, cudaErrorMemoryAllocation, "attention: no room for the bf16 copy of keys and values");
+                return;
+            }
+            cuda_attention_tc(cb, blocks, out, part, q, base, toff, pos, dplan, n, n_heads, n_kv, head_dim, bs, scale,
+                              window);
+        }
     } else if (p->pairs == CUDA_TC_PAIRS)
         cuda_attention_tc(cb, blocks, out, part, q, base, toff, pos, dplan, n, n_heads, n_kv, head_dim, bs, scale,
                           window);

@@ -25,7 +25,7 @@ cuda_backend *cuda_enter(em_backend *be) {
 bool cuda_pdl_allowed = false;
 thread_local bool cuda_pdl_now = false;
 
-static bool scratch_grow(cuda_backend *cb, void **buf, size_t *cap, size_t bytes, bool recorded) {
+static bool scratch_grow(cuda_backend *cb, void **buf, size_t *cap, size_t bytes, bool recorded, bool note) {
     if (bytes <= *cap) return true;
     /* Recorded steps name the old buffer, and a replay's argument check
      * cannot see it (the scratch is not an argument): forget them all. A
@@ -42,7 +42,8 @@ static bool scratch_grow(cuda_backend *cb, void **buf, size_t *cap, size_t bytes
     cudaError_t e = cudaMalloc(buf, want);
     if (e != cudaSuccess) {
         *buf = NULL;
-        cuda_note(cb, e, "allocating matmul scratch");
+        if (note) cuda_note(cb, e, "allocating matmul scratch");
+        else (void)cudaGetLastError(); /* a failed allocation is not sticky: leave no error for the next check */
         return false;
     }
     *cap = want;
@@ -50,11 +51,15 @@ static bool scratch_grow(cuda_backend *cb, void **buf, size_t *cap, size_t bytes
 }
 
 bool cuda_scratch(cuda_backend *cb, void **buf, size_t *cap, size_t bytes) {
-    return scratch_grow(cb, buf, cap, bytes, true);
+    return scratch_grow(cb, buf, cap, bytes, true, true);
 }
 
 bool cuda_scratch_eager(cuda_backend *cb, void **buf, size_t *cap, size_t bytes) {
-    return scratch_grow(cb, buf, cap, bytes, false);
+    return scratch_grow(cb, buf, cap, bytes, false, true);
+}
+
+bool cuda_scratch_try(cuda_backend *cb, void **buf, size_t *cap, size_t bytes) {
+    return scratch_grow(cb, buf, cap, bytes, false, false);
 }
 
 /* ---- staging arena ---- */

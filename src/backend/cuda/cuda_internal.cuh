@@ -245,6 +245,9 @@ bool cuda_scratch(cuda_backend *cb, void **buf, size_t *cap, size_t bytes);
  * prefill attention runs eagerly): growing it forgets nothing, so a long
  * prompt's first chunks do not cost the recorded short prefills. */
 bool cuda_scratch_eager(cuda_backend *cb, void **buf, size_t *cap, size_t bytes);
+/* cuda_scratch_eager for a buffer the caller can do without: false, and
+ * nothing noted, when the device has no room for it. */
+bool cuda_scratch_try(cuda_backend *cb, void **buf, size_t *cap, size_t bytes);
 
 /* Device-side dtype conversions. */
 __device__ __forceinline__ float cuda_bf16(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
@@ -553,10 +556,11 @@ void cuda_attention_tc(cuda_backend *cb, unsigned blocks, float *out, float *par
                        int head_dim, int bs, float scale, int window);
 /* cuda_attention_fa.cu: the same work items on tensor cores, reading a
  * bf16 copy of the keys and values that the plan's n_conv entries (at
- * conv) list, made first in the eager scratch; ob (or NULL) gets out's
- * bf16 rounding from every tile and merge. */
+ * conv) list, made first in a scratch buffer; ob (or NULL) gets out's
+ * bf16 rounding from every tile. False, with nothing queued, when the
+ * device has no room for the copy. */
 bool cuda_attention_fa_fits(cuda_backend *cb, int head_dim);
-void cuda_attention_fa(cuda_backend *cb, unsigned blocks, float *out, __nv_bfloat16 *ob, float *part, const float *q,
+bool cuda_attention_fa(cuda_backend *cb, unsigned blocks, float *out, __nv_bfloat16 *ob, float *part, const float *q,
                        float *const *base, const int32_t *toff, const int32_t *pos, const int32_t *tiles,
                        const int32_t *conv, const cuda_att_plan *p, int n, int n_heads, int n_kv, int head_dim, int bs,
                        float scale, int window);
