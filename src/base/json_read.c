@@ -269,12 +269,18 @@ static json_t *drop(jr *r, json_t *v) {
     return NULL;
 }
 
+/* Steps past a container's opening bracket and the space after it; true
+ * when the container closes right there (empty). */
+static bool opened_empty(jr *r, char close) {
+    r->p++;
+    skip_ws(r);
+    return take(r, close);
+}
+
 static json_t *object(jr *r) {
     json_t *o = json_object();
     if (!o) return drop(r, NULL);
-    r->p++;
-    skip_ws(r);
-    if (take(r, '}')) return o;
+    if (opened_empty(r, '}')) return o;
     for (;;) {
         if (r->p >= r->end || *r->p != '"') {
             jr_fail(r, r->p, "string or '}' expected");
@@ -312,9 +318,7 @@ static json_t *object(jr *r) {
 static json_t *array(jr *r) {
     json_t *a = json_array();
     if (!a) return drop(r, NULL);
-    r->p++;
-    skip_ws(r);
-    if (take(r, ']')) return a;
+    if (opened_empty(r, ']')) return a;
     for (;;) {
         json_t *v = value(r);
         if (!v || json_array_append_new(a, v)) return drop(r, a);
