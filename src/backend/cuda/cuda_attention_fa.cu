@@ -23,7 +23,7 @@
  * (greedy generations of the 1B and 8B shapes over a 2,300-token prompt
  * were identical through both on the H200). Work items, splits and merges
  * are the plan's (cuda_attention_prefill.cu). */
-#include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/cuda_attention_tc.cuh"
 
 #define CONV_THREADS 256
 
@@ -166,52 +166,13 @@ __global__ void __launch_bounds__(fa_shape<HD, MT, KN>::threads, 2)
                 }
             }
         }
-        /* mask and online softmax; fragment element e of n-tile j: row g + 8 (e / 2), key j*8 + c + e % 2;
-         * the weights, rounded to bf16, become the A operand of P V
-         * (k-step kk covers n-tiles 2kk and 2kk+1) */
+        /* mask and online softmax; a tile below both rows' diagonals, without a window, masks nothing */
         uint32_t pf[MT][SN / 2][4];
         int last = k0 + KN - 1;
 #pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-            float mx[2] = {-INFINITY, -INFINITY};
-            /* a tile below both rows' diagonals, without a window, masks nothing */
-            bool all = window <= 0 && last <= hi && last <= rp[mt][0] && last <= rp[mt][1];
-#pragma unroll
-            for (int j = 0; j < SN; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int h = e >> 1, kp = k0 + j * 8 + c + (e & 1);
-                    bool seen = all || (kp <= rp[mt][h] && kp <= hi && (window <= 0 || kp > rp[mt][h] - window));
-                    s[mt][j][e] = seen ? s[mt][j][e] * scale : -INFINITY;
-                    mx[h] = fmaxf(mx[h], s[mt][j][e]);
-                }
-            float corr[2], mu[2];
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-                mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-                float m_new = fmaxf(m[mt][h], mx[h]);
-                mu[h] = m_new == -INFINITY ? 0.0f : m_new; /* no key seen yet: every weight is 0 */
-                corr[h] = __expf(m[mt][h] - mu[h]);
-                m[mt][h] = m_new;
-                l[mt][h] *= corr[h];
-            }
-#pragma unroll
-            for (int j = 0; j < SN; j++) {
-                float p0 = __expf(s[mt][j][0] - mu[0]), p1 = __expf(s[mt][j][1] - mu[0]);
-                float p2 = __expf(s[mt][j][2] - mu[1]), p3 = __expf(s[mt][j][3] - mu[1]);
-                uint32_t top = tc_pack(p0, p1), bot = tc_pack(p2, p3);
-                __nv_bfloat162 tb = *(__nv_bfloat162 *)&top, bb = *(__nv_bfloat162 *)&bot;
-                l[mt][0] += __bfloat162float(tb.x) + __bfloat162float(tb.y);
-                l[mt][1] += __bfloat162float(bb.x) + __bfloat162float(bb.y);
-                pf[mt][j / 2][(j & 1) * 2] = top;
-                pf[mt][j / 2][(j & 1) * 2 + 1] = bot;
-            }
-            if (corr[0] != 1.0f || corr[1] != 1.0f) /* the maxima moved (times 1 would change nothing) */
-#pragma unroll
-                for (int i = 0; i < NT; i++)
-                    o[mt][i][0] *= corr[0], o[mt][i][1] *= corr[0], o[mt][i][2] *= corr[1], o[mt][i][3] *= corr[1];
-        }
+        for (int mt = 0; mt < MT; mt++)
+            tc_softmax<SN, NT>(s[mt], pf[mt], o[mt], m[mt], l[mt], rp[mt], k0, hi, window, scale, c,
+                               window <= 0 && last <= hi && last <= rp[mt][0] && last <= rp[mt][1]);
         /* O += P V: V's B fragments (keys c, c+1 of dim g) by transposing loads of the row-major values */
 #pragma unroll
         for (int kk = 0; kk < KN / 16; kk++) {
@@ -232,28 +193,9 @@ __global__ void __launch_bounds__(fa_shape<HD, MT, KN>::threads, 2)
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int h = 0; h < 2; h++) { /* the row sum over the quad that shares the row */
-            float sum = l[mt][h];
-            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-            int p = pr[mt][h];
-            if (p >= pairs) continue;
-            if (slot >= 0) { /* a share of the tile's keys: the unnormalised partial, for tile_merge */
-                float *pp = part + (((size_t)slot * n_kv + kvh) * CUDA_TC_PAIRS + p) * (HD + 2);
-                if (c == 0) pp[0] = m[mt][h], pp[1] = sum;
-#pragma unroll
-                for (int i = 0; i < NT; i++) pp[2 + i * 8 + c] = o[mt][i][2 * h], pp[3 + i * 8 + c] = o[mt][i][2 * h + 1];
-                continue;
-            }
-            float inv = 1.0f / sum;
-            size_t at = ((size_t)(row0 + p / group) * n_heads + (size_t)kvh * group + p % group) * HD;
-#pragma unroll
-            for (int i = 0; i < NT; i++) {
-                float2 v = make_float2(o[mt][i][2 * h] * inv, o[mt][i][2 * h + 1] * inv);
-                *(float2 *)(out + at + i * 8 + c) = v;
-                if (ob) *(uint32_t *)(ob + at + i * 8 + c) = tc_pack(v.x, v.y);
-            }
-        }
+        for (int h = 0; h < 2; h++)
+            tc_store<HD>(o[mt], m[mt][h], l[mt][h], h, pr[mt][h], pairs, slot, part, out, ob, row0, group, n_heads,
+                         n_kv, kvh, c);
 }
 
 /* Measured on the H200 (4,096-token prefill, ms a layer): head_dim 128

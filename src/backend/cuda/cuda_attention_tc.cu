@@ -28,7 +28,7 @@
  * multiplied. FAST allows rounding activations: queries, keys, values and
  * weights are rounded to bf16; sums stay f32. Every sum has a fixed order,
  * so a tile's result is reproducible. */
-#include "backend/cuda/cuda_internal.cuh"
+#include "backend/cuda/cuda_attention_tc.cuh"
 
 #define TC_WARPS 8
 #define TC_THREADS (TC_WARPS * 32)
@@ -135,42 +135,8 @@ __global__ void __launch_bounds__(TC_THREADS, 1)
 #pragma unroll
             for (int ks = 0; ks < KS; ks++) tc_mma(s[j], qf[ks], kr[ks * 8], kr[ks * 8 + 4]);
         }
-        /* mask and online softmax; fragment element e of n-tile j: row g + 8 (e / 2), key j*8 + c + e % 2 */
-        float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int j = 0; j < TC_KEYS / 8; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int h = e >> 1, kp = k0 + j * 8 + c + (e & 1);
-                bool seen = kp <= rp[h] && kp <= hi && (window <= 0 || kp > rp[h] - window);
-                s[j][e] = seen ? s[j][e] * scale : -INFINITY;
-                mx[h] = fmaxf(mx[h], s[j][e]);
-            }
-        float corr[2], mu[2];
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-            float m_new = fmaxf(m[h], mx[h]);
-            mu[h] = m_new == -INFINITY ? 0.0f : m_new; /* no key seen yet: every weight is 0 */
-            corr[h] = __expf(m[h] - mu[h]);
-            m[h] = m_new;
-            l[h] *= corr[h];
-        }
-        uint32_t pf[TC_KEYS / 16][4]; /* P as the A operand: k-step kk covers n-tiles 2kk and 2kk+1 */
-#pragma unroll
-        for (int j = 0; j < TC_KEYS / 8; j++) {
-            float p0 = __expf(s[j][0] - mu[0]), p1 = __expf(s[j][1] - mu[0]);
-            float p2 = __expf(s[j][2] - mu[1]), p3 = __expf(s[j][3] - mu[1]);
-            uint32_t top = tc_pack(p0, p1), bot = tc_pack(p2, p3);
-            __nv_bfloat162 tb = *(__nv_bfloat162 *)&top, bb = *(__nv_bfloat162 *)&bot;
-            l[0] += __bfloat162float(tb.x) + __bfloat162float(tb.y);
-            l[1] += __bfloat162float(bb.x) + __bfloat162float(bb.y);
-            pf[j / 2][(j & 1) * 2] = top;
-            pf[j / 2][(j & 1) * 2 + 1] = bot;
-        }
-#pragma unroll
-        for (int i = 0; i < NT; i++) o[i][0] *= corr[0], o[i][1] *= corr[0], o[i][2] *= corr[1], o[i][3] *= corr[1];
+        uint32_t pf[TC_KEYS / 16][4];
+        tc_softmax<TC_KEYS / 8, NT>(s, pf, o, m, l, rp, k0, hi, window, scale, c, false);
         /* O += P V: V's B fragments (keys c, c+1 of dim g) by transposing loads of the row-major values */
 #pragma unroll
         for (int kk = 0; kk < TC_KEYS / 16; kk++) {
@@ -186,26 +152,8 @@ __global__ void __launch_bounds__(TC_THREADS, 1)
     }
     cp_async_wait_all();
 #pragma unroll
-    for (int h = 0; h < 2; h++) { /* the row sum over the quad that shares the row */
-        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-    }
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        if (pr[h] >= pairs) continue;
-        if (slot >= 0) { /* a share of the tile's keys: the unnormalised partial, for tile_merge */
-            float *pp = part + (((size_t)slot * n_kv + kvh) * CUDA_TC_PAIRS + pr[h]) * (HD + 2);
-            if (c == 0) pp[0] = m[h], pp[1] = l[h];
-#pragma unroll
-            for (int i = 0; i < NT; i++) pp[2 + i * 8 + c] = o[i][2 * h], pp[3 + i * 8 + c] = o[i][2 * h + 1];
-            continue;
-        }
-        float inv = 1.0f / l[h];
-        float *dst = out + ((size_t)(row0 + pr[h] / group) * n_heads + (size_t)kvh * group + pr[h] % group) * HD;
-#pragma unroll
-        for (int i = 0; i < NT; i++)
-            *(float2 *)(dst + i * 8 + c) = make_float2(o[i][2 * h] * inv, o[i][2 * h + 1] * inv);
-    }
+    for (int h = 0; h < 2; h++)
+        tc_store<HD>(o, m[h], l[h], h, pr[h], pairs, slot, part, out, NULL, row0, group, n_heads, n_kv, kvh, c);
 }
 
 bool cuda_attention_tc_fits(cuda_backend *cb, int head_dim) {
