@@ -1,7 +1,8 @@
 /* test_cuda_fused.c — the CUDA backend's fused operations give the bits of
  * the operations they fuse: rope_kv_write_spans (rotary embeddings and the
  * KV cache write, over spans with scattered blocks and partial rotary) and
- * matmul_swiglu (the gate and up GEMV and the SwiGLU), and decline exactly
+ * matmul_swiglu (the gate and up GEMV and the SwiGLU, over float and 4-/8-bit
+ * weights), and decline exactly
  * the shapes they leave to the separate operations; and the bf16 copies
  * that norms and swiglu write for the FAST matmul issued next give that
  * matmul the bits of its own rounding, and never a stale one. Skipped (77) when
@@ -147,6 +148,68 @@ static void test_matmul_swiglu(void) {
     test_swiglu_case(EM_BF16, 1, 8192, 2048, false, EM_MATH_FAST); /* the 1B shape's MLP */
 }
 
+/* The same for 4- and 8-bit weights (group 64, bf16 scales and biases):
+ * FAST decode rows (one or two) fuse in the streaming int8 kernel; more
+ * rows, and EXACT ones, are declined. */
+static void *rand_bytes(size_t n) {
+    uint8_t *p = malloc(n);
+    for (size_t i = 0; i < n; i++) p[i] = (uint8_t)(frand() * 128.0f + 128.0f);
+    return p;
+}
+
+static em_weight qweight_up(int N, int K, int bits, void **host) {
+    size_t wb = (size_t)N * K * bits / 8, gn = (size_t)N * (K / 64);
+    host[0] = rand_bytes(wb), host[1] = weight_data(EM_BF16, gn), host[2] = weight_data(EM_BF16, gn);
+    return (em_weight){.dtype = EM_U32, .rows = N, .cols = K, .data = up(host[0], wb), .bits = bits, .group_size = 64,
+                       .scales = up(host[1], gn * 2), .biases = up(host[2], gn * 2), .scale_dtype = EM_BF16,
+                       .name = "qw"};
+}
+
+static void test_qswiglu_case(int bits, int M, int N, int K, bool with_bias, em_math math) {
+    void *gh[3], *uh[3];
+    em_weight wg = qweight_up(N, K, bits, gh), wu = qweight_up(N, K, bits, uh);
+    float *x = rand_f32((size_t)M * K, 1.0f), *bgh = with_bias ? rand_f32(N, 0.5f) : NULL;
+    float *buh = with_bias ? rand_f32(N, 0.5f) : NULL;
+    float *xd = up(x, (size_t)M * K * 4), *bg = bgh ? up(bgh, (size_t)N * 4) : NULL, *bu = buh ? up(buh, (size_t)N * 4) : NULL;
+    size_t on = (size_t)M * N;
+    float *gate = gpu->ops->alloc(gpu, on * 4), *upd = gpu->ops->alloc(gpu, on * 4);
+    float *ref = gpu->ops->alloc(gpu, on * 4), *out = gpu->ops->alloc(gpu, on * 4);
+    float *ys[2] = {gate, upd};
+    const em_weight *ws[2] = {&wg, &wu};
+    const float *bs[2] = {bg, bu};
+    gpu->ops->matmul_group(gpu, 2, ys, xd, M, ws, bs, math);
+    gpu->ops->swiglu(gpu, ref, gate, upd, M, N, N);
+    bool fused = gpu->ops->matmul_swiglu(gpu, out, xd, M, &wg, &wu, bg, bu, math);
+    bool want = math == EM_MATH_FAST && M <= 2;
+    CHECKF(fused == want, "matmul_swiglu bits=%d M=%d math=%d: fused=%d, expected %d", bits, M, (int)math, fused, want);
+    if (fused) {
+        float *a = down(ref, on), *b = down(out, on);
+        CHECKF(!memcmp(a, b, on * 4), "matmul_swiglu bits=%d M=%d N=%d K=%d bias=%d: differs from matmul_group + swiglu",
+               bits, M, N, K, with_bias);
+        free(a), free(b);
+    }
+    em_weight *qs[2] = {&wg, &wu};
+    for (int i = 0; i < 2; i++)
+        gpu->ops->free(gpu, (void *)qs[i]->data), gpu->ops->free(gpu, (void *)qs[i]->scales),
+            gpu->ops->free(gpu, (void *)qs[i]->biases);
+    for (int i = 0; i < 3; i++) free(gh[i]), free(uh[i]);
+    gpu->ops->free(gpu, xd);
+    if (bg) gpu->ops->free(gpu, bg), gpu->ops->free(gpu, bu);
+    gpu->ops->free(gpu, gate), gpu->ops->free(gpu, upd), gpu->ops->free(gpu, ref), gpu->ops->free(gpu, out);
+    free(x), free(bgh), free(buh);
+}
+
+static void test_matmul_swiglu_quantized(void) {
+    REQUIRE(gpu->ops->matmul_swiglu);
+    int bits[] = {4, 8};
+    for (int b = 0; b < 2; b++)
+        for (int M = 1; M <= 3; M++) {
+            test_qswiglu_case(bits[b], M, 37, 4096, M % 2 == 1, EM_MATH_FAST);
+            test_qswiglu_case(bits[b], M, 64, 6656, M % 2 == 0, EM_MATH_FAST); /* no multiple of a round of loads */
+        }
+    test_qswiglu_case(4, 1, 64, 4096, false, EM_MATH_EXACT);
+}
+
 /* A norm or swiglu that writes its output's bf16 rounding for the FAST
  * matmul issued next: that matmul's bits are those of a matmul that rounds
  * the activations itself (here: after an unrelated operation in between,
@@ -248,6 +311,7 @@ int main(void) {
     REQUIRE(cuda_backend_create(0, &gpu) == EM_OK);
     RUN(test_rope_kv_write);
     RUN(test_matmul_swiglu);
+    RUN(test_matmul_swiglu_quantized);
     RUN(test_twin);
     em_backend_free(gpu);
     em_backend_free(cpu);

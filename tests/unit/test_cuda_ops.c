@@ -372,6 +372,14 @@ static void test_qmatmul_int8(void) {
     /* one or two rows too wide to stage whole: the chunked kernel */
     test_qmatmul_int8_case(1, 37, 24576, 4, 64, EM_BF16, true);
     test_qmatmul_int8_case(2, 130, 24576, 8, 128, EM_F16, false);
+    /* one or two rows through the streaming kernel at a width that is no
+     * multiple of its rounds of loads (6,656 = 3 x 2,048 + 512), rows that
+     * leave the last unit partial */
+    for (int b = 0; b < 2; b++)
+        for (int g = 0; g < 3; g++) {
+            em_dtype sdt = groups[g] == 128 ? EM_F32 : sdts[(b + g) % 2];
+            test_qmatmul_int8_case(1 + (b + g) % 2, g == 1 ? 37 : 130, 6656, bits[b], groups[g], sdt, g == 2);
+        }
 }
 
 /* FAST products of a few rows over small bf16 matrices (the skinny
@@ -487,30 +495,38 @@ static void test_matmul_group(void) {
 }
 
 /* A row's product does not depend on the other rows of its batch: a verified
- * speculative span (M rows) must compute what single decode steps did. */
-static void test_qgemv_rows_independent(void) {
-    int bits[] = {4, 3, 8}, N = 50, K = 4096, M = 11;
-    for (int b = 0; b < 3; b++) {
-        qw q = qw_make(N, K, bits[b], 64, EM_BF16, 0);
-        em_weight wc, wg;
-        qw_weights(&q, N, K, bits[b], 64, EM_BF16, 0, &wc, &wg);
-        float *x = rand_f32((size_t)M * K, 1.0f);
-        float *xd = up(x, (size_t)M * K * 4), *yd = gpu->ops->alloc(gpu, (size_t)M * N * 4), *y1d = gpu->ops->alloc(gpu, (size_t)N * 4);
-        gpu->ops->matmul(gpu, yd, xd, M, &wg, NULL, EM_MATH_EXACT);
-        float *y = down(yd, (size_t)M * N);
-        int differ = 0;
-        for (int m = 0; m < M; m++) {
-            gpu->ops->matmul(gpu, y1d, xd + (size_t)m * K, 1, &wg, NULL, EM_MATH_EXACT);
-            float *y1 = down(y1d, (size_t)N);
-            differ += memcmp(y1, y + (size_t)m * N, (size_t)N * 4) != 0;
-            free(y1);
-        }
-        CHECKF(differ == 0, "qmatmul bits=%d: %d of %d rows differ between M=%d and M=1", bits[b], differ, M, M);
-        qw_weight_free(&wg, 0);
-        gpu->ops->free(gpu, xd), gpu->ops->free(gpu, yd), gpu->ops->free(gpu, y1d);
-        qw_free(&q);
-        free(x), free(y);
+ * speculative span (M rows) must compute what single decode steps did.
+ * EXACT: the f32 GEMV; FAST: the int8 kernels (11 rows take passes of 8 and
+ * 3, one row the streaming kernel). */
+static void test_qgemv_rows_independent_case(int bits, em_math math) {
+    int N = 50, K = 4096, M = 11;
+    qw q = qw_make(N, K, bits, 64, EM_BF16, 0);
+    em_weight wc, wg;
+    qw_weights(&q, N, K, bits, 64, EM_BF16, 0, &wc, &wg);
+    float *x = rand_f32((size_t)M * K, 1.0f);
+    float *xd = up(x, (size_t)M * K * 4), *yd = gpu->ops->alloc(gpu, (size_t)M * N * 4), *y1d = gpu->ops->alloc(gpu, (size_t)N * 4);
+    gpu->ops->matmul(gpu, yd, xd, M, &wg, NULL, math);
+    float *y = down(yd, (size_t)M * N);
+    int differ = 0;
+    for (int m = 0; m < M; m++) {
+        gpu->ops->matmul(gpu, y1d, xd + (size_t)m * K, 1, &wg, NULL, math);
+        float *y1 = down(y1d, (size_t)N);
+        differ += memcmp(y1, y + (size_t)m * N, (size_t)N * 4) != 0;
+        free(y1);
     }
+    CHECKF(differ == 0, "qmatmul bits=%d %s: %d of %d rows differ between M=%d and M=1", bits,
+           math == EM_MATH_FAST ? "fast" : "exact", differ, M, M);
+    qw_weight_free(&wg, 0);
+    gpu->ops->free(gpu, xd), gpu->ops->free(gpu, yd), gpu->ops->free(gpu, y1d);
+    qw_free(&q);
+    free(x), free(y);
+}
+
+static void test_qgemv_rows_independent(void) {
+    int bits[] = {4, 3, 8};
+    for (int b = 0; b < 3; b++) test_qgemv_rows_independent_case(bits[b], EM_MATH_EXACT);
+    test_qgemv_rows_independent_case(4, EM_MATH_FAST);
+    test_qgemv_rows_independent_case(8, EM_MATH_FAST);
 }
 
 static void test_qembed(void) {

@@ -363,6 +363,10 @@ void cuda_skinny(cuda_backend *cb, int n, float *const *ys, const em_weight *con
 /* cuda_qmatmul.cu: the int8 GEMV over a set of 4-/8-bit matrices alike (FAST,
  * M <= 2); false when it does not apply (nothing queued). */
 bool cuda_qgemv_i8_set(cuda_backend *cb, const gemv_set *s, const em_weight *w0, const float *x, int M);
+/* cuda_qmatmul.cu: gate and up of 4-/8-bit weights with their SwiGLU, for
+ * FAST decode rows (cuda_matmul_swiglu hands quantized weights here). */
+bool cuda_qmatmul_swiglu(em_backend *be, float *out, const float *x, int M, const em_weight *wg, const em_weight *wu,
+                         const float *bg, const float *bu, em_math math);
 void cuda_attention(em_backend *be, float *out, const float *q, const em_kv_view *kv, const int32_t *pos, int n,
                     int n_heads, int n_kv, int head_dim, float scale, int window);
 void cuda_rmsnorm(em_backend *be, float *y, const float *x, const float *gain, int rows, int n, float eps,

@@ -483,12 +483,14 @@ static void gemv_swiglu_launch(cuda_backend *cb, float *out, const float *x, int
 
 /* The products matmul_group would give to its GEMV (unquantized weights,
  * at most GEMV_ROWS rows, not a FAST tensor-core batch), fused with the
- * SwiGLU; anything else is declined. */
+ * SwiGLU; quantized weights go to cuda_qmatmul_swiglu (FAST decode rows);
+ * anything else is declined. */
 bool cuda_matmul_swiglu(em_backend *be, float *out, const float *x, int M, const em_weight *wg, const em_weight *wu,
                         const float *bg, const float *bu, em_math math) {
+    if (wg->bits || wu->bits) return cuda_qmatmul_swiglu(be, out, x, M, wg, wu, bg, bu, math);
     /* declined before entering, so that a declined call ends no bf16 twin */
     if (M <= 0 || M > GEMV_ROWS || (math == EM_MATH_FAST && M >= FAST_MIN_M && wg->dtype == EM_BF16)) return false;
-    if (wg->bits || wu->bits || wg->dtype != wu->dtype || wg->rows != wu->rows || wg->cols != wu->cols ||
+    if (wg->dtype != wu->dtype || wg->rows != wu->rows || wg->cols != wu->cols ||
         wg->rows <= 0 || wg->cols % 8 || ((uintptr_t)x & 15) || ((uintptr_t)wg->data & 15) ||
         ((uintptr_t)wu->data & 15))
         return false;

@@ -17,7 +17,9 @@
  * distinct banks), up to 4 segment loads in flight per lane. The weights
  * cross the bus once per 8 activation rows.
  * FAST products of fewer than 16 rows against 4- and 8-bit weights round
- * the activations to int8 and use integer dot products (qgemv_i8_kernel).
+ * the activations to int8 and use integer dot products (qgemv_i8_kernel);
+ * for one or two rows an MLP's gate and up projections and its SwiGLU are
+ * one launch (cuda_qmatmul_swiglu).
  * Larger batches dequantize slices of W once (f32 for EXACT, then cuBLAS
  * SGEMM; bf16 for FAST, then the bf16 tensor-core GEMM over activations
  * rounded to bf16), the regimes of the CPU's quantized matmul. */
@@ -360,10 +362,15 @@ struct q8s_unit {
     const uint32_t *w0;
     size_t gbase;
 };
-template <int RW>
+template <int RW, bool SWI>
 __device__ __forceinline__ q8s_unit q8s_locate(const gemv_set &set, int unit, size_t words_per_row,
                                                size_t groups_per_row) {
     q8s_unit u;
+    if (SWI) { /* row `unit` of the gate (set.w[0]) and of the up projection (set.w[1]) */
+        u.g = 0, u.n0 = unit, u.Ng = set.start[1];
+        u.w0 = NULL, u.gbase = (size_t)unit * groups_per_row;
+        return u;
+    }
     int us = 0;
     u.g = 0;
     for (;;) {
@@ -379,7 +386,7 @@ __device__ __forceinline__ q8s_unit q8s_locate(const gemv_set &set, int unit, si
 
 /* Issues the loads of Q8_U segments from s0 (every 32nd) of the unit's rows:
  * their codes, scales and biases. */
-template <int BITS, int Q8_U, int RW>
+template <int BITS, int Q8_U, int RW, bool SWI>
 __device__ __forceinline__ void q8s_load(const gemv_set &set, const q8s_unit &u, int s0, int nseg, int sdt,
                                          size_t words_per_row, size_t groups_per_row, int group,
                                          uint32_t (*words)[Q8_U][BITS], float (*sc)[Q8_U], float (*bi)[Q8_U]) {
@@ -389,11 +396,13 @@ __device__ __forceinline__ void q8s_load(const gemv_set &set, const q8s_unit &u,
         if (seg >= nseg) continue;
 #pragma unroll
         for (int r = 0; r < RW; r++) {
-            int rr = u.n0 + r < u.Ng ? r : 0; /* rows past the matrix reread its unit's first */
-            size_t gi = u.gbase + (size_t)rr * groups_per_row + (size_t)seg * QG_SEG / group;
-            load_segment<BITS>(u.w0 + (size_t)rr * words_per_row, (size_t)seg, words[r][v]);
-            sc[r][v] = q_scalar(set.scales[u.g], sdt, gi);
-            bi[r][v] = q_scalar(set.biases[u.g], sdt, gi);
+            int rr = SWI || u.n0 + r < u.Ng ? r : 0; /* rows past the matrix reread its unit's first */
+            size_t gi = u.gbase + (SWI ? 0 : (size_t)rr * groups_per_row) + (size_t)seg * QG_SEG / group;
+            const uint32_t *row = SWI ? (const uint32_t *)set.w[r] + (size_t)u.n0 * words_per_row
+                                      : u.w0 + (size_t)rr * words_per_row;
+            load_segment<BITS>(row, (size_t)seg, words[r][v]);
+            sc[r][v] = q_scalar(set.scales[SWI ? r : u.g], sdt, gi);
+            bi[r][v] = q_scalar(set.biases[SWI ? r : u.g], sdt, gi);
         }
     }
 }
@@ -405,14 +414,18 @@ __host__ __device__ __forceinline__ int q8s_units(const gemv_set &set, int rw) {
     return units;
 }
 
-template <int BITS, int ROWS, int RW>
+/* SWI: the set is an MLP's gate and up projections; a warp's unit is row n
+ * of both (RW 2), and it stores silu(gate) * up as swiglu_kernel computes
+ * it, into set.y[0] ([M, N]). */
+template <int BITS, int ROWS, int RW, bool SWI>
 __global__ void __launch_bounds__(Q8_WARPS * 32, Q8_STREAM_BLOCKS_PER_SM)
     qgemv_i8_stream_kernel(gemv_set set, const float *x, int sdt, int M, int K, int group) {
+    static_assert(!SWI || RW == 2, "a SwiGLU unit is one row of the gate and one of the up projection");
     constexpr int Q8_U = (BITS == 8 ? 4 : 8) / RW; /* segments in flight per row and lane */
     extern __shared__ __align__(16) int8_t q8_smem[];
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nseg = K / QG_SEG;
     size_t words_per_row = (size_t)K / 32 * BITS, groups_per_row = (size_t)(K / group);
-    int units = q8s_units(set, RW);
+    int units = SWI ? set.start[1] : q8s_units(set, RW);
     /* The weights never depend on the kernel before this one: the first
      * unit's first loads go out before waiting for it (and before x is
      * staged), so their latency hides behind its end. */
@@ -421,15 +434,15 @@ __global__ void __launch_bounds__(Q8_WARPS * 32, Q8_STREAM_BLOCKS_PER_SM)
     float sc[RW][Q8_U], bi[RW][Q8_U];
     bool loaded = first < units;
     if (loaded)
-        q8s_load<BITS, Q8_U, RW>(set, q8s_locate<RW>(set, first, words_per_row, groups_per_row), lane, nseg, sdt,
-                                 words_per_row, groups_per_row, group, words, sc, bi);
+        q8s_load<BITS, Q8_U, RW, SWI>(set, q8s_locate<RW, SWI>(set, first, words_per_row, groups_per_row), lane,
+                                      nseg, sdt, words_per_row, groups_per_row, group, words, sc, bi);
     cuda_pdl_enter();
     int8_t *xq = q8_smem;
     float *xd = (float *)(q8_smem + (size_t)ROWS * K), *xs = xd + (size_t)ROWS * (K / QG_SEG);
     q8_stage<BITS, ROWS>(xq, xd, xs, K, x, K, 0, K, M);
     __syncthreads();
     for (int unit = first; unit < units; unit += gridDim.x * Q8_WARPS) {
-        q8s_unit u = q8s_locate<RW>(set, unit, words_per_row, groups_per_row);
+        q8s_unit u = q8s_locate<RW, SWI>(set, unit, words_per_row, groups_per_row);
         float acc[RW][ROWS];
 #pragma unroll
         for (int r = 0; r < RW; r++)
@@ -437,7 +450,8 @@ __global__ void __launch_bounds__(Q8_WARPS * 32, Q8_STREAM_BLOCKS_PER_SM)
             for (int m = 0; m < ROWS; m++) acc[r][m] = 0.0f;
         for (int s0 = lane; s0 < nseg; s0 += 32 * Q8_U) {
             if (!loaded)
-                q8s_load<BITS, Q8_U, RW>(set, u, s0, nseg, sdt, words_per_row, groups_per_row, group, words, sc, bi);
+                q8s_load<BITS, Q8_U, RW, SWI>(set, u, s0, nseg, sdt, words_per_row, groups_per_row, group, words, sc,
+                                              bi);
             loaded = false;
 #pragma unroll
             for (int v = 0; v < Q8_U; v++) {
@@ -466,6 +480,16 @@ __global__ void __launch_bounds__(Q8_WARPS * 32, Q8_STREAM_BLOCKS_PER_SM)
                 for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
                 acc[r][m] = v;
             }
+        if (SWI) {
+            const float *bg = set.bias[0], *bu = set.bias[1];
+#pragma unroll
+            for (int m = 0; m < ROWS; m++)
+                if (lane == m && m < M) {
+                    float g = acc[0][m] + (bg ? bg[u.n0] : 0.0f), up = acc[1][m] + (bu ? bu[u.n0] : 0.0f);
+                    set.y[0][(size_t)m * u.Ng + u.n0] = g / (1.0f + expf(-g)) * up;
+                }
+            continue;
+        }
         const float *bias = set.bias[u.g];
 #pragma unroll
         for (int r = 0; r < RW; r++) {
@@ -481,11 +505,12 @@ __global__ void __launch_bounds__(Q8_WARPS * 32, Q8_STREAM_BLOCKS_PER_SM)
 /* Shared memory of the streaming kernel for ROWS rows of K activations. */
 static size_t q8_stream_smem(int rows, int K) { return (size_t)rows * ((size_t)K + (size_t)K / QG_SEG * 8); }
 
-template <int BITS, int ROWS, int RW>
+template <int BITS, int ROWS, int RW, bool SWI = false>
 static void q8s_launch(cuda_backend *cb, const gemv_set &set, const em_weight *w0, const float *x, int M) {
-    int K = (int)w0->cols, blocks = (q8s_units(set, RW) + Q8_WARPS - 1) / Q8_WARPS;
+    int K = (int)w0->cols, units = SWI ? set.start[1] : q8s_units(set, RW);
+    int blocks = (units + Q8_WARPS - 1) / Q8_WARPS;
     int most = cb->n_sm * Q8_STREAM_BLOCKS_PER_SM;
-    cuda_launch(qgemv_i8_stream_kernel<BITS, ROWS, RW>, (unsigned)(blocks < most ? blocks : most), Q8_WARPS * 32,
+    cuda_launch(qgemv_i8_stream_kernel<BITS, ROWS, RW, SWI>, (unsigned)(blocks < most ? blocks : most), Q8_WARPS * 32,
                 q8_stream_smem(ROWS, K), cb->stream, set, x, (int)w0->scale_dtype, M, K, w0->group_size);
 }
 
@@ -541,6 +566,35 @@ bool cuda_qgemv_i8_set(cuda_backend *cb, const gemv_set *s, const em_weight *w0,
     else if (w0->bits == 4) qgemv_i8_stream_set<4, 2>(cb, *s, w0, x, M);
     else if (M == 1) qgemv_i8_stream_set<8, 1>(cb, *s, w0, x, M);
     else qgemv_i8_stream_set<8, 2>(cb, *s, w0, x, M);
+    return true;
+}
+
+/* An MLP's gate and up projections over 4- or 8-bit weights and its
+ * SwiGLU in one launch, for FAST decode rows (one or two): the streaming
+ * kernel with a warp's unit row n of both, so neither product is written
+ * and no third kernel reads them back. Each row's sum is the one the set's
+ * GEMV gives it. False (nothing queued) where that kernel does not apply. */
+bool cuda_qmatmul_swiglu(em_backend *be, float *out, const float *x, int M, const em_weight *wg, const em_weight *wu,
+                         const float *bg, const float *bu, em_math math) {
+    if (math != EM_MATH_FAST || M < 1 || M > 2 || (wg->bits != 4 && wg->bits != 8) || wu->bits != wg->bits ||
+        wg->rows != wu->rows || wg->cols != wu->cols || wg->group_size != wu->group_size ||
+        wg->scale_dtype != wu->scale_dtype || wg->rows <= 0 || wg->cols % 4 || ((uintptr_t)x & 15) ||
+        !qweight_ok(wg) || !qweight_ok(wu) || !words_aligned(wg->data, wg->bits) ||
+        !words_aligned(wu->data, wu->bits) || q8_stream_smem(2, (int)wg->cols) > Q8_STREAM_SMEM_MAX)
+        return false;
+    cuda_backend *cb = cuda_enter(be);
+    if (cuda_graph_skip(cb, out, x, M, wg->data, wu->data, wg->scales, wu->scales, wg->biases, wu->biases, bg, bu,
+                        wg->bits, wg->rows, wg->cols))
+        return true;
+    float *ys[2] = {out, out};
+    const em_weight *ws[2] = {wg, wu};
+    const float *bs[2] = {bg, bu};
+    gemv_set set = gemv_set_make(2, ys, ws, bs);
+    if (wg->bits == 4 && M == 1) q8s_launch<4, 1, 2, true>(cb, set, wg, x, M);
+    else if (wg->bits == 4) q8s_launch<4, 2, 2, true>(cb, set, wg, x, M);
+    else if (M == 1) q8s_launch<8, 1, 2, true>(cb, set, wg, x, M);
+    else q8s_launch<8, 2, 2, true>(cb, set, wg, x, M);
+    CUDA_LAUNCHED(cb, "quantized matmul and swiglu (int8 gemv)");
     return true;
 }
 
