@@ -92,6 +92,30 @@ static void test_rope_kv_write(void) {
     test_rope_kv_case(6, 3, 32, 16, p1, r1, 1);
 }
 
+/* Runs matmul_group + swiglu and matmul_swiglu on the same inputs (x and
+ * the biases on the host; no biases when bgh is NULL). Returns whether
+ * matmul_swiglu fused; then *ref and *out hold the two results ([M, N], host,
+ * the caller frees), else both are NULL. */
+static bool swiglu_pair(const em_weight *wg, const em_weight *wu, const float *x, const float *bgh,
+                        const float *buh, int M, em_math math, float **ref, float **out) {
+    int N = (int)wg->rows, K = (int)wg->cols;
+    float *xd = up(x, (size_t)M * K * 4), *bg = bgh ? up(bgh, (size_t)N * 4) : NULL, *bu = buh ? up(buh, (size_t)N * 4) : NULL;
+    size_t on = (size_t)M * N;
+    float *gate = gpu->ops->alloc(gpu, on * 4), *upd = gpu->ops->alloc(gpu, on * 4);
+    float *refd = gpu->ops->alloc(gpu, on * 4), *outd = gpu->ops->alloc(gpu, on * 4);
+    float *ys[2] = {gate, upd};
+    const em_weight *ws[2] = {wg, wu};
+    const float *bs[2] = {bg, bu};
+    gpu->ops->matmul_group(gpu, 2, ys, xd, M, ws, bs, math);
+    gpu->ops->swiglu(gpu, refd, gate, upd, M, N, N);
+    bool fused = gpu->ops->matmul_swiglu(gpu, outd, xd, M, wg, wu, bg, bu, math);
+    *ref = fused ? down(refd, on) : NULL, *out = fused ? down(outd, on) : NULL;
+    gpu->ops->free(gpu, xd);
+    if (bg) gpu->ops->free(gpu, bg), gpu->ops->free(gpu, bu);
+    gpu->ops->free(gpu, gate), gpu->ops->free(gpu, upd), gpu->ops->free(gpu, refd), gpu->ops->free(gpu, outd);
+    return fused;
+}
+
 /* matmul_swiglu against matmul_group + swiglu on the same device, bit for
  * bit, where it fuses; where it declines it must say so. */
 static void test_swiglu_case(em_dtype dt, int M, int N, int K, bool with_bias, em_math math) {
@@ -101,20 +125,12 @@ static void test_swiglu_case(em_dtype dt, int M, int N, int K, bool with_bias, e
     float *buh = with_bias ? rand_f32(N, 0.5f) : NULL;
     em_weight wg = {.dtype = dt, .rows = N, .cols = K, .data = up(gh, wb), .name = "gate"};
     em_weight wu = {.dtype = dt, .rows = N, .cols = K, .data = up(uh, wb), .name = "up"};
-    float *xd = up(x, (size_t)M * K * 4), *bg = bgh ? up(bgh, (size_t)N * 4) : NULL, *bu = buh ? up(buh, (size_t)N * 4) : NULL;
     size_t on = (size_t)M * N;
-    float *gate = gpu->ops->alloc(gpu, on * 4), *upd = gpu->ops->alloc(gpu, on * 4);
-    float *ref = gpu->ops->alloc(gpu, on * 4), *out = gpu->ops->alloc(gpu, on * 4);
-    float *ys[2] = {gate, upd};
-    const em_weight *ws[2] = {&wg, &wu};
-    const float *bs[2] = {bg, bu};
-    gpu->ops->matmul_group(gpu, 2, ys, xd, M, ws, bs, math);
-    gpu->ops->swiglu(gpu, ref, gate, upd, M, N, N);
-    bool fused = gpu->ops->matmul_swiglu(gpu, out, xd, M, &wg, &wu, bg, bu, math);
+    float *a, *b;
+    bool fused = swiglu_pair(&wg, &wu, x, bgh, buh, M, math, &a, &b);
     bool want = M <= 8 && !(math == EM_MATH_FAST && M >= 3 && dt == EM_BF16);
     CHECKF(fused == want, "matmul_swiglu dt=%d M=%d math=%d: fused=%d, expected %d", (int)dt, M, (int)math, fused, want);
     if (fused) {
-        float *a = down(ref, on), *b = down(out, on);
         CHECKF(!memcmp(a, b, on * 4), "matmul_swiglu dt=%d M=%d N=%d K=%d bias=%d: differs from matmul_group + swiglu",
                (int)dt, M, N, K, with_bias);
         if (math == EM_MATH_EXACT) { /* and both are the CPU's within f32 summation order */
@@ -130,9 +146,7 @@ static void test_swiglu_case(em_dtype dt, int M, int N, int K, bool with_bias, e
         }
         free(a), free(b);
     }
-    gpu->ops->free(gpu, (void *)wg.data), gpu->ops->free(gpu, (void *)wu.data), gpu->ops->free(gpu, xd);
-    if (bg) gpu->ops->free(gpu, bg), gpu->ops->free(gpu, bu);
-    gpu->ops->free(gpu, gate), gpu->ops->free(gpu, upd), gpu->ops->free(gpu, ref), gpu->ops->free(gpu, out);
+    gpu->ops->free(gpu, (void *)wg.data), gpu->ops->free(gpu, (void *)wu.data);
     free(gh), free(uh), free(x), free(bgh), free(buh);
 }
 
@@ -170,22 +184,14 @@ static void test_qswiglu_case(int bits, int M, int N, int K, bool with_bias, em_
     em_weight wg = qweight_up(N, K, bits, gh), wu = qweight_up(N, K, bits, uh);
     float *x = rand_f32((size_t)M * K, 1.0f), *bgh = with_bias ? rand_f32(N, 0.5f) : NULL;
     float *buh = with_bias ? rand_f32(N, 0.5f) : NULL;
-    float *xd = up(x, (size_t)M * K * 4), *bg = bgh ? up(bgh, (size_t)N * 4) : NULL, *bu = buh ? up(buh, (size_t)N * 4) : NULL;
-    size_t on = (size_t)M * N;
-    float *gate = gpu->ops->alloc(gpu, on * 4), *upd = gpu->ops->alloc(gpu, on * 4);
-    float *ref = gpu->ops->alloc(gpu, on * 4), *out = gpu->ops->alloc(gpu, on * 4);
-    float *ys[2] = {gate, upd};
-    const em_weight *ws[2] = {&wg, &wu};
-    const float *bs[2] = {bg, bu};
-    gpu->ops->matmul_group(gpu, 2, ys, xd, M, ws, bs, math);
-    gpu->ops->swiglu(gpu, ref, gate, upd, M, N, N);
-    bool fused = gpu->ops->matmul_swiglu(gpu, out, xd, M, &wg, &wu, bg, bu, math);
+    float *a, *b;
+    bool fused = swiglu_pair(&wg, &wu, x, bgh, buh, M, math, &a, &b);
     bool want = math == EM_MATH_FAST && M <= 2;
     CHECKF(fused == want, "matmul_swiglu bits=%d M=%d math=%d: fused=%d, expected %d", bits, M, (int)math, fused, want);
     if (fused) {
-        float *a = down(ref, on), *b = down(out, on);
-        CHECKF(!memcmp(a, b, on * 4), "matmul_swiglu bits=%d M=%d N=%d K=%d bias=%d: differs from matmul_group + swiglu",
-               bits, M, N, K, with_bias);
+        CHECKF(!memcmp(a, b, (size_t)M * N * 4),
+               "matmul_swiglu bits=%d M=%d N=%d K=%d bias=%d: differs from matmul_group + swiglu", bits, M, N, K,
+               with_bias);
         free(a), free(b);
     }
     em_weight *qs[2] = {&wg, &wu};
@@ -193,9 +199,6 @@ static void test_qswiglu_case(int bits, int M, int N, int K, bool with_bias, em_
         gpu->ops->free(gpu, (void *)qs[i]->data), gpu->ops->free(gpu, (void *)qs[i]->scales),
             gpu->ops->free(gpu, (void *)qs[i]->biases);
     for (int i = 0; i < 3; i++) free(gh[i]), free(uh[i]);
-    gpu->ops->free(gpu, xd);
-    if (bg) gpu->ops->free(gpu, bg), gpu->ops->free(gpu, bu);
-    gpu->ops->free(gpu, gate), gpu->ops->free(gpu, upd), gpu->ops->free(gpu, ref), gpu->ops->free(gpu, out);
     free(x), free(bgh), free(buh);
 }
 
