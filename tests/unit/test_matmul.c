@@ -2,7 +2,8 @@
  * a double-precision reference, on shapes with ragged edges; FAST (bf16
  * activations) within bf16 rounding. Where the CPU has AMX, FAST products
  * of 16+ rows on its tiles are also checked against the AVX-512 dot
- * products: the same bf16 products summed in f32 in another order. */
+ * products: the same bf16 products summed in f32 in another order. Each
+ * table's f32 -> bf16 rounding gives the portable rounding's bits. */
 #include "test.h"
 
 #include "backend/backend.h"
@@ -16,6 +17,41 @@ static uint64_t rs = 12345;
 static float frand(void) {
     rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
     return (float)((rs >> 11) * (1.0 / 9007199254740992.0)) * 2 - 1;
+}
+
+/* A table's f32 -> bf16 rounding gives f32_to_bf16's bits: ties both ways,
+ * subnormals, infinities, NaNs (signalling ones come back quiet), every
+ * length's tail, and a million random bit patterns. */
+static void check_to_bf16(const cpu_kernels *k) {
+    enum { N = 1 << 20 };
+    uint32_t special[] = {0x00000000, 0x80000000, 0x00000001, 0x807fffff, 0x00008000, 0x00018000, 0x3f808000,
+                          0x3f818000, 0x3f807fff, 0x7f7fffff, 0xff7f8000, 0x7f800000, 0xff800000, 0x7f800001,
+                          0x7fc00000, 0xffbfffff, 0x7fffffff, 0x00800000};
+    uint32_t *u = malloc(N * 4);
+    uint16_t *got = malloc(N * 2);
+    int ns = (int)(sizeof special / sizeof special[0]);
+    for (int i = 0; i < N; i++) {
+        rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
+        u[i] = i < ns ? special[i] : (uint32_t)(rs >> 17);
+    }
+    int bad = 0;
+    for (size_t n = 0; n <= 40; n++) { /* every tail length, from a misaligned start */
+        k->to_bf16(got, (const float *)(u + 1), n);
+        for (size_t i = 0; i < n; i++) {
+            float f;
+            memcpy(&f, &u[1 + i], 4);
+            bad += got[i] != f32_to_bf16(f);
+        }
+    }
+    k->to_bf16(got, (const float *)u, N);
+    for (int i = 0; i < N; i++) {
+        float f;
+        memcpy(&f, &u[i], 4);
+        if (got[i] != f32_to_bf16(f) && bad++ < 3)
+            fprintf(stderr, "  %s to_bf16(0x%08x) = 0x%04x, expected 0x%04x\n", k->isa, u[i], got[i], f32_to_bf16(f));
+    }
+    CHECKF(bad == 0, "%s to_bf16: %d values differ from f32_to_bf16", k->isa, bad);
+    free(u), free(got);
 }
 
 static void check_shape(em_backend *be, int M, int N, int K, em_dtype dt, em_math math) {
@@ -129,6 +165,7 @@ int main(void) {
         if (!tables[t] || !usable[t]) continue;
         ((cpu_backend *)be->impl)->k = tables[t];
         ((cpu_backend *)be->impl)->amx = false; /* each table's own kernels */
+        check_to_bf16(tables[t]);
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
             for (int d = 0; d < 3; d++) {
                 check_shape(be, shapes[s][0], shapes[s][1], shapes[s][2], dts[d], EM_MATH_EXACT);

@@ -75,12 +75,17 @@ typedef struct cpu_kernels {
     void (*dots)(const float *q, const float *k, size_t stride, int n, int hd, float *out);
     void (*axpy_rows)(float *o, const float *w, const float *v, size_t stride, int n, int hd);
     void (*silu_mul)(float *out, const float *gate, const float *up, int n);
+    /* out[i] = f32_to_bf16(x[i]) for i < n, the same bits (FAST rounding of
+     * activations and of dequantized weights) */
+    void (*to_bf16)(uint16_t *out, const float *x, size_t n);
 } cpu_kernels;
 
 /* Portable vector helpers shared by kernel tables that lack their own. */
 float cpu_dot_ref(const float *a, const float *b, int n);
 void cpu_axpy_ref(float *y, float a, const float *x, int n);
 void cpu_silu_mul_ref(float *out, const float *gate, const float *up, int n);
+void cpu_to_bf16_ref(uint16_t *out, const float *x, size_t n);
+void cpu_to_bf16_avx2(uint16_t *out, const float *x, size_t n);
 
 /* Portable quantized kernels (kernels_ref.c). */
 void cpu_qtile_ref(const float *x, size_t ldx, int mr, const em_weight *w, int n0, int nr, float *y, size_t ldy);

@@ -61,6 +61,7 @@ static int block_rows(int M, int N, int K, size_t w_elem, int n_threads) {
 }
 
 typedef struct convert_job {
+    const cpu_kernels *k;
     const float *x;
     uint16_t *out;
     size_t n;
@@ -70,7 +71,7 @@ static void convert_rows(void *ctx, int task, int thread) {
     (void)thread;
     convert_job *c = ctx;
     size_t chunk = (c->n + 63) / 64, b = (size_t)task * chunk, e = b + chunk < c->n ? b + chunk : c->n;
-    for (size_t i = b; i < e; i++) c->out[i] = f32_to_bf16(c->x[i]);
+    if (b < e) c->k->to_bf16(c->out + b, c->x + b, e - b);
 }
 
 typedef struct pack_job {
@@ -143,7 +144,7 @@ const uint16_t *cpu_activations_bf16(cpu_backend *cb, const float *x, size_t n) 
         cb->xbf16_len = cb->xbf16 ? n : 0;
     }
     if (!cb->xbf16) return NULL;
-    convert_job c = {x, cb->xbf16, n};
+    convert_job c = {cb->k, x, cb->xbf16, n};
     em_pool_for(cb->pool, 64, convert_rows, &c);
     return cb->xbf16;
 }

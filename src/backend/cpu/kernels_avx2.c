@@ -122,6 +122,28 @@ AVX2_TARGET void cpu_axpy_rows_avx2(float *o, const float *w, const float *v, si
     for (; d0 < hd; d0 += 8) axpy_rows_c(o + d0, w, v + d0, stride, n, 1);
 }
 
+/* f32_to_bf16 on 8 lanes, as 32-bit lanes holding the result: round to
+ * nearest even by adding 0x7fff and the kept part's lowest bit; a NaN keeps
+ * its top half with the quiet bit set. */
+AVX2_TARGET static inline __m256i bf16_bits8(const float *p) {
+    __m256i u = _mm256_loadu_si256((const __m256i *)p);
+    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+    __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff)));
+    r = _mm256_blendv_epi8(r, _mm256_or_si256(u, _mm256_set1_epi32(0x400000)), nan);
+    return _mm256_srli_epi32(r, 16);
+}
+
+AVX2_TARGET void cpu_to_bf16_avx2(uint16_t *out, const float *x, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        /* the pack interleaves 128-bit halves; the permute restores order */
+        __m256i p = _mm256_packus_epi32(bf16_bits8(x + i), bf16_bits8(x + i + 8));
+        _mm256_storeu_si256((__m256i *)(out + i), _mm256_permute4x64_epi64(p, 0xD8));
+    }
+    for (; i < n; i++) out[i] = f32_to_bf16(x[i]);
+}
+
 static const cpu_kernels avx2_kernels = {
     .isa = "avx2-fma",
     .tile_f32_bf16 = avx2_f32_bf16,
@@ -137,6 +159,7 @@ static const cpu_kernels avx2_kernels = {
     .dots = cpu_dots_avx2,
     .axpy_rows = cpu_axpy_rows_avx2,
     .silu_mul = cpu_silu_mul_ref,
+    .to_bf16 = cpu_to_bf16_avx2,
 };
 
 const cpu_kernels *cpu_kernels_avx2(void) { return &avx2_kernels; }

@@ -152,6 +152,21 @@ AVX512_TARGET static void avx512_silu_mul(float *out, const float *gate, const f
     }
 }
 
+/* f32_to_bf16 on 16 lanes (see bf16_bits8 in kernels_avx2.c); the tail
+ * masked. Not VCVTNEPS2BF16, which flushes subnormal inputs to zero. */
+AVX512_TARGET static void avx512_to_bf16(uint16_t *out, const float *x, size_t n) {
+    const __m512i abs = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+    const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x7fff), quiet = _mm512_set1_epi32(0x400000);
+    for (size_t i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        __m512i u = _mm512_maskz_loadu_epi32(m, x + i);
+        __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs), inf);
+        __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_and_si512(_mm512_srli_epi32(u, 16), one), half));
+        r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, quiet));
+        _mm256_mask_storeu_epi16(out + i, m, _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
+    }
+}
+
 /* Without VNNI the int8 decode kernel is the AVX2 one (every AVX-512 CPU
  * has AVX2); with it, VPDPBUSD over 512-bit vectors. The attention helpers
  * are the AVX2 ones: a KV block's keys and values are read 8 dims at a
@@ -162,6 +177,7 @@ AVX512_TARGET static void avx512_silu_mul(float *out, const float *gate, const f
         .tile_bf16_bf16 = tile_bf16_bf16, .qtile = cpu_qtile_avx512, .qdequant = cpu_qdequant_avx512,       \
         .qtile_i8 = QI8, .qi8_run = QI8_RUN, .qi8_quantize = cpu_qi8_quantize_avx512, .dot = avx512_dot, .axpy = avx512_axpy,                        \
         .silu_mul = avx512_silu_mul, .dots = cpu_dots_avx2, .axpy_rows = cpu_axpy_rows_avx2,                \
+        .to_bf16 = avx512_to_bf16,                                                                          \
     }
 
 static const cpu_kernels avx512_kernels = AVX512_TABLE("avx512-bf16", cpu_qtile_i8_avx2, cpu_qi8_run_avx2);

@@ -65,6 +65,10 @@ void cpu_silu_mul_ref(float *out, const float *gate, const float *up, int n) {
     for (int i = 0; i < n; i++) out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
+void cpu_to_bf16_ref(uint16_t *out, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) out[i] = f32_to_bf16(x[i]);
+}
+
 static const cpu_kernels ref_kernels = {
     .isa = "portable",
     .tile_f32_bf16 = ref_f32_bf16,
@@ -76,6 +80,7 @@ static const cpu_kernels ref_kernels = {
     .dot = cpu_dot_ref,
     .axpy = cpu_axpy_ref,
     .silu_mul = cpu_silu_mul_ref,
+    .to_bf16 = cpu_to_bf16_ref,
 };
 
 const cpu_kernels *cpu_kernels_ref(void) { return &ref_kernels; }

@@ -128,7 +128,7 @@ static void run_dequantized(const qjob *j, int n0, int n1, int thread) {
     tile_fn tile = k->tile_f32_f32;
     if (fast) {
         uint16_t *wb = (uint16_t *)(wf + rows * K);
-        for (size_t i = 0; i < rows * K; i++) wb[i] = f32_to_bf16(wf[i]);
+        k->to_bf16(wb, wf, rows * K);
         if (j->xp) {
             cpu_amx_gemm(j->xp, j->M, wb, K, (int)rows, j->K, j->y + n0, (size_t)j->N, wb + rows * K);
             return;
