@@ -3,7 +3,8 @@
 # model's tokenizer, cut to --prompt-tokens (all of it when shorter), and the
 # JSON says so; empty, missing and out-of-vocabulary prompts are clear errors.
 # Also `--cached N` (the tail of a prompt whose prefix is cached),
-# `--prefill-chunk N` and the other options' usage errors.
+# `--prefill-chunk N`, the two bandwidth probes behind the roofline, and the
+# other options' usage errors.
 set -u
 : "${EMBER_BIN:?}" "${EMBER_SRC:?}"
 MODEL="$EMBER_SRC/models/demo"
@@ -33,6 +34,10 @@ j=$("$EMBER_BIN" bench "$MODEL" --prompt-tokens 40 --prefill-chunk 16 --gen-toke
 check "--prefill-chunk feeds the prompt in chunks of N" '[ $rc = 0 ] && [ "$(field prefill_chunk "$j")" = 16 ] && [ "$(field prompt_tokens "$j")" = 40 ] && awk "BEGIN{exit !($(field prefill_tps "$j") > 0)}"'
 j=$("$EMBER_BIN" bench "$MODEL" --prompt-tokens 8 --gen-tokens 2 --json 2>&1)
 check "the default chunk is 512, as generate feeds a prompt" '[ "$(field prefill_chunk "$j")" = 512 ]'
+check "the roofline's bandwidth is the higher of the probes before and after the runs" \
+  'python3 -c "import json,sys; d=json.loads(sys.argv[1]); p=d[\"bandwidth_probes_gbs\"]; sys.exit(not (len(p) == 2 and min(p) > 0 and d[\"bandwidth_gbs\"] == max(p)))" "$j"'
+t=$("$EMBER_BIN" bench "$MODEL" --prompt-tokens 8 --gen-tokens 2 2>&1)
+check "the text names both probes" 'grep -q "read bandwidth (the higher of [0-9.]* before and [0-9.]* after)" <<<"$t"'
 e=$("$EMBER_BIN" bench "$MODEL" --prefill-chunk 0 2>&1); rc=$?
 check "--prefill-chunk 0 is a usage error" '[ $rc = 2 ] && grep -q -- "--prefill-chunk" <<<"$e"'
 e=$("$EMBER_BIN" bench "$MODEL" --cached 8 --prompt-tokens 8 2>&1); rc=$?
