@@ -5,7 +5,8 @@
  * with f32 activations: a GEMV kernel for up to 8 rows at a time, cuBLAS
  * for larger batches (f32 SGEMM over weights widened in slices under EXACT
  * math; bf16 tensor-core GEMM with bf16-rounded activations under FAST).
- * MLX affine quantized weights stay packed on the device (cuda_qmatmul.cu);
+ * MLX affine quantized weights stay packed on the device (cuda_qmatmul.cu,
+ * cuda_qgemv_i8.cu);
  * the Gated DeltaNet operations of hybrid families are in cuda_gdn.cu. */
 #ifndef EMBER_BACKEND_CUDA_BACKEND_H
 #define EMBER_BACKEND_CUDA_BACKEND_H

@@ -360,10 +360,10 @@ gemv_set gemv_set_make(int n, float *const *ys, const em_weight *const *ws, cons
 bool cuda_skinny_fits(const cuda_backend *cb, const em_weight *w, int M);
 void cuda_skinny(cuda_backend *cb, int n, float *const *ys, const em_weight *const *ws, const float *const *biases,
                  const void *xb, int M);
-/* cuda_qmatmul.cu: the int8 GEMV over a set of 4-/8-bit matrices alike (FAST,
+/* cuda_qgemv_i8.cu: the int8 GEMV over a set of 4-/8-bit matrices alike (FAST,
  * M <= 2); false when it does not apply (nothing queued). */
 bool cuda_qgemv_i8_set(cuda_backend *cb, const gemv_set *s, const em_weight *w0, const float *x, int M);
-/* cuda_qmatmul.cu: gate and up of 4-/8-bit weights with their SwiGLU, for
+/* cuda_qgemv_i8.cu: gate and up of 4-/8-bit weights with their SwiGLU, for
  * FAST decode rows (cuda_matmul_swiglu hands quantized weights here). */
 bool cuda_qmatmul_swiglu(em_backend *be, float *out, const float *x, int M, const em_weight *wg, const em_weight *wu,
                          const float *bg, const float *bu, em_math math);
