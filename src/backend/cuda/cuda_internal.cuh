@@ -345,6 +345,20 @@ typedef struct gemv_set {
     int count;
 } gemv_set;
 
+/* Each lane's partial sums acc[r][m] summed across the warp by a fixed
+ * butterfly (every lane gets every sum): the GEMVs' last step, in an order
+ * that does not depend on R, MR or the other rows. */
+template <int R, int MR> __device__ __forceinline__ void cuda_warp_sums(float (*acc)[MR]) {
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int m = 0; m < MR; m++) {
+            float v = acc[r][m];
+            for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            acc[r][m] = v;
+        }
+}
+
 __device__ __forceinline__ int gemv_set_find(const gemv_set &s, int v) {
     int g = 0;
     while (g + 1 < s.count && v >= s.start[g + 1]) g++;

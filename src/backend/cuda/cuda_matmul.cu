@@ -81,24 +81,14 @@ __device__ __forceinline__ void gemv_step(float (*acc)[MR], const float (*wv)[8]
     }
 }
 
-/* Ends a pass: each lane's partial sums reduced across the warp by a
- * fixed butterfly, then lane r*MR + m stores row m's result for weight row
- * n0 + r (the stores spread over the warp). */
-template <int R, int MR> __device__ __forceinline__ void gemv_reduce(float (*acc)[MR]) {
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int m = 0; m < MR; m++) {
-            float v = acc[r][m];
-            for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-            acc[r][m] = v;
-        }
-}
 
+/* Ends a pass: each lane's partial sums reduced across the warp
+ * (cuda_warp_sums), then lane r*MR + m stores row m's result for weight row
+ * n0 + r (the stores spread over the warp). */
 template <int R, int MR>
 __device__ __forceinline__ void gemv_finish(float (*acc)[MR], int lane, float *y, const float *bias, int m0, int mr,
                                             int n0, int N) {
-    gemv_reduce<R, MR>(acc);
+    cuda_warp_sums<R, MR>(acc);
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
@@ -209,7 +199,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32, gemv_shape<MR>::blocks)
             for (int r = 0; r < 2; r++) wunpack<DT>(w[r], wrow + k, wfetch<DT>(w[r], wrow + k), wv[r]);
             gemv_step<2, MR>(acc, wv, xm, K, mr, (size_t)k);
         }
-        gemv_reduce<2, MR>(acc);
+        cuda_warp_sums<2, MR>(acc);
 #pragma unroll
         for (int m = 0; m < MR; m++)
             if (lane == m && m < mr) {

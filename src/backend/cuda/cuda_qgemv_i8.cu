@@ -166,14 +166,7 @@ __global__ void __launch_bounds__(Q8_WARPS * 32, BITS == 8 && ROWS >= 4 ? 2 : 3)
         }
     }
     if (n0 >= N) return;
-#pragma unroll
-    for (int r = 0; r < Q8_RW; r++)
-#pragma unroll
-        for (int m = 0; m < ROWS; m++) {
-            float v = acc[r][m];
-            for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-            acc[r][m] = v;
-        }
+    cuda_warp_sums<Q8_RW, ROWS>(acc);
 #pragma unroll
     for (int r = 0; r < Q8_RW; r++)
 #pragma unroll
@@ -314,14 +307,7 @@ __global__ void __launch_bounds__(Q8_WARPS * 32, Q8_STREAM_BLOCKS_PER_SM)
                 }
             }
         }
-#pragma unroll
-        for (int r = 0; r < RW; r++)
-#pragma unroll
-            for (int m = 0; m < ROWS; m++) {
-                float v = acc[r][m];
-                for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-                acc[r][m] = v;
-            }
+        cuda_warp_sums<RW, ROWS>(acc);
         if (SWI) {
             const float *bg = set.bias[0], *bu = set.bias[1];
 #pragma unroll
