@@ -397,8 +397,19 @@ void cuda_embed(em_backend *be, float *out, const em_weight *table, const int32_
 void cuda_copy_rows(em_backend *be, float *dst, int ld_dst, const float *src, int ld_src, int rows, int n);
 void cuda_argmax_rows(em_backend *be, int32_t *ids, float *vals, const float *x, int rows, int n, int ld);
 void cuda_sample_rows(em_backend *be, int32_t *ids, float *x, int rows, int n, int ld, const em_sample_params *params);
-/* cuda_qmatmul.cu: MLX affine quantized weights (cuda_matmul dispatches). */
-void cuda_qmatmul(em_backend *be, float *y, const float *x, int M, const em_weight *w, const float *bias, em_math math);
+/* cuda_qmatmul.cu: MLX affine quantized weights (cuda_matmul dispatches,
+ * inside its operation: an input's bf16 twin stays usable). */
+void cuda_qmatmul(cuda_backend *cb, float *y, const float *x, int M, const em_weight *w, const float *bias,
+                  em_math math);
+/* Whether a FAST product of M rows with quantized w takes the dequantizing
+ * tensor-core path (cuda_qgemm_rounded). */
+bool cuda_qgemm_fast_ok(const em_weight *w, int M, em_math math);
+/* y = (the activations rounded in cb->xconv) · Wᵀ (+ bias) for quantized W:
+ * slices of W dequantized to bf16, then the bf16 GEMM. */
+void cuda_qgemm_rounded(cuda_backend *cb, float *y, int M, const em_weight *w, const float *bias);
+/* cuda_matmul.cu: x (M x K) rounded to bf16 into cb->xconv, unless its
+ * producer's twin is there already; false (noted) without scratch. */
+bool cuda_round_activations(cuda_backend *cb, const float *x, int M, int K);
 /* Rows ids (device array) of a quantized table, dequantized to f32. */
 void cuda_qembed(cuda_backend *cb, float *out, const em_weight *t, const int32_t *dids, int n);
 /* cuda_gdn.cu: the Gated DeltaNet operations. */

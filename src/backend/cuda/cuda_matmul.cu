@@ -384,7 +384,7 @@ static void gemm_exact(cuda_backend *cb, float *y, const float *x, int M, const 
 
 /* FAST batches over bf16 weights: activations rounded to bf16 (into
  * cb->xconv; false when that scratch cannot be had, noted). */
-static bool round_activations(cuda_backend *cb, const float *x, int M, int K) {
+bool cuda_round_activations(cuda_backend *cb, const float *x, int M, int K) {
     size_t elems = (size_t)M * K;
     if (cuda_twin_ready(cb, x, elems)) return true; /* its producer rounded it already */
     if (!cuda_scratch(cb, &cb->xconv, &cb->xconv_bytes, elems * sizeof(__nv_bfloat16))) return false;
@@ -412,9 +412,10 @@ static void gemm_fast_rounded(cuda_backend *cb, float *y, int M, const em_weight
                    "matmul (cuBLAS bf16 GEMM)");
 }
 
-/* The n products of the rounded activations in cb->xconv with bf16
- * weights of equal cols: the skinny kernel takes every weight it fits (one
- * launch), cuBLAS the others. Each product gets the bits it would get alone. */
+/* The n products of the rounded activations in cb->xconv with bf16 or
+ * quantized weights of equal cols: the skinny kernel takes every bf16 weight
+ * it fits (one launch), cuBLAS the others (quantized ones dequantized
+ * first). Each product gets the bits it would get alone. */
 static void gemm_fast_set(cuda_backend *cb, int n, float *const *ys, int M, const em_weight *const *ws,
                           const float *const *biases) {
     float *sy[EM_MATMUL_GROUP_MAX];
@@ -423,7 +424,9 @@ static void gemm_fast_set(cuda_backend *cb, int n, float *const *ys, int M, cons
     int k = 0;
     for (int i = 0; i < n; i++) {
         const float *b = biases ? biases[i] : NULL;
-        if (cuda_skinny_fits(cb, ws[i], M)) {
+        if (ws[i]->bits) {
+            cuda_qgemm_rounded(cb, ys[i], M, ws[i], b);
+        } else if (cuda_skinny_fits(cb, ws[i], M)) {
             sy[k] = ys[i], sw[k] = ws[i], sb[k] = b;
             k++;
         } else {
@@ -441,7 +444,7 @@ void cuda_matmul(em_backend *be, float *y, const float *x, int M, const em_weigh
                         w->scales, w->biases))
         return;
     if (w->bits) {
-        cuda_qmatmul(be, y, x, M, w, bias, math);
+        cuda_qmatmul(cb, y, x, M, w, bias, math);
         return;
     }
     if ((w->dtype != EM_BF16 && w->dtype != EM_F16 && w->dtype != EM_F32)) {
@@ -450,7 +453,7 @@ void cuda_matmul(em_backend *be, float *y, const float *x, int M, const em_weigh
     }
     int N = (int)w->rows;
     if (math == EM_MATH_FAST && w->dtype == EM_BF16 && M >= FAST_MIN_M) {
-        if (round_activations(cb, x, M, (int)w->cols)) gemm_fast_set(cb, 1, &y, M, &w, &bias);
+        if (cuda_round_activations(cb, x, M, (int)w->cols)) gemm_fast_set(cb, 1, &y, M, &w, &bias);
     } else if (M <= GEMV_MAX_EXACT_M) {
         gemv(cb, y, x, M, w, bias);
     } else {
@@ -511,22 +514,23 @@ static bool group_fits(int n, const float *x, int M, const em_weight *const *ws,
     return (a->dtype == EM_BF16 || a->dtype == EM_F16 || a->dtype == EM_F32) && M <= GEMV_ROWS && a->cols % 8 == 0;
 }
 
-/* FAST products of one input with several bf16 weights (q, k, v; gate,
- * up): the input is rounded to bf16 once for all of them, the same bits
- * cuda_matmul would give each. False (nothing queued) where that does not
- * apply. */
+/* FAST products of one input with several bf16 or quantized weights (q, k,
+ * v; gate, up) in their tensor-core regimes: the input is rounded to bf16
+ * once for all of them, the same bits cuda_matmul would give each. False
+ * (nothing queued) where that does not apply. */
 static bool gemm_fast_group(cuda_backend *cb, int n, float *const *ys, const float *x, int M,
                             const em_weight *const *ws, const float *const *biases, em_math math) {
     if (math != EM_MATH_FAST || M < FAST_MIN_M) return false;
-    for (int i = 0; i < n; i++)
-        if (ws[i]->bits || ws[i]->dtype != EM_BF16 || ws[i]->cols != ws[0]->cols || ws[i]->rows <= 0 || ws[i]->cols <= 0)
-            return false;
+    for (int i = 0; i < n; i++) {
+        bool tc = ws[i]->bits ? cuda_qgemm_fast_ok(ws[i], M, math) : ws[i]->dtype == EM_BF16;
+        if (!tc || ws[i]->cols != ws[0]->cols || ws[i]->rows <= 0 || ws[i]->cols <= 0) return false;
+    }
     bool replay = false;
     for (int i = 0; i < n; i++) /* what cuda_matmul mixes into a recorded step's key, product by product */
         replay = cuda_graph_skip(cb, ys[i], x, M, ws[i]->data, ws[i]->dtype, ws[i]->rows, ws[i]->cols,
                                  biases ? biases[i] : NULL, (int)math, ws[i]->bits, ws[i]->group_size, ws[i]->scales,
                                  ws[i]->biases);
-    if (replay || !round_activations(cb, x, M, (int)ws[0]->cols)) return true;
+    if (replay || !cuda_round_activations(cb, x, M, (int)ws[0]->cols)) return true;
     gemm_fast_set(cb, n, ys, M, ws, biases);
     return true;
 }

@@ -11,7 +11,11 @@
  * the activations to int8 and use integer dot products (cuda_qgemv_i8.cu).
  * Larger batches dequantize slices of W once (f32 for EXACT, then cuBLAS
  * SGEMM; bf16 for FAST, then the bf16 tensor-core GEMM over activations
- * rounded to bf16), the regimes of the CPU's quantized matmul. */
+ * rounded to bf16), the regimes of the CPU's quantized matmul. FAST slices
+ * are whole matrices up to 64 M values (every matrix of an 8B model but its
+ * head), with row counts a multiple of 128, so cuBLAS sees the shapes of a
+ * bf16 checkpoint; the activations' rounding is the twin their producer
+ * wrote when there is one, and one rounding serves a group (q, k, v). */
 #include "backend/cuda/cuda_quant.cuh"
 
 #define QG_ROWS 8      /* activation rows per pass */
@@ -19,7 +23,9 @@
 #define QG_PAD 36      /* floats per staged segment (bank-conflict-free float4 reads) */
 #define QG_MAX_EXACT_M 64
 #define QFAST_MIN_M 16
-#define QSLICE_ELEMS ((size_t)32 << 20) /* dequantized weights per GEMM slice */
+#define QSLICE_ELEMS ((size_t)32 << 20)      /* dequantized f32 weights per SGEMM slice */
+#define QSLICE_BF16_ELEMS ((size_t)64 << 20) /* dequantized bf16 weights per GEMM slice */
+#define QD_THREADS 256                       /* segments per block of the bf16 dequantization */
 
 /* ROWS (1, 2, 4 or 8) bounds the activation rows of a pass; fewer rows
  * stage more columns at once, so each lane issues SPL segment loads back to
@@ -160,18 +166,46 @@ __global__ void qdequant_seg_kernel(void *dst, bool bf16, const uint32_t *w, con
     }
 }
 
+/* The same into bf16 with coalesced stores: a block unpacks QD_THREADS
+ * consecutive segments (thread t the t-th, 64 bytes of output) into shared
+ * memory, then the block writes its 16 KB out in consecutive 16-byte
+ * stores. The values are qdequant_seg_kernel's. */
+template <int BITS>
+__global__ void __launch_bounds__(QD_THREADS) qdequant_bf16_kernel(__nv_bfloat16 *dst, const uint32_t *w,
+                                                                   const void *scales, const void *biases, int sdt,
+                                                                   int group, size_t K, size_t r0, size_t rows) {
+    __shared__ uint4 tile[QD_THREADS * 4]; /* 32 bf16 a segment: 4 x 16 bytes */
+    cuda_pdl_enter();
+    size_t segs = K / QG_SEG, total = rows * segs, first = (size_t)blockIdx.x * QD_THREADS;
+    size_t t = first + threadIdx.x;
+    if (t < total) {
+        size_t r = r0 + t / segs, seg = t % segs;
+        uint32_t words[BITS];
+        load_segment<BITS>(w + r * segs * BITS, seg, words);
+        size_t gi = r * (K / (size_t)group) + seg * QG_SEG / (size_t)group;
+        float s = q_scalar(scales, sdt, gi), b = q_scalar(biases, sdt, gi);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            __align__(16) __nv_bfloat162 h[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                h[e] = __floats2bfloat162_rn(s * (float)seg_value<BITS>(words, 8 * j + 2 * e) + b,
+                                             s * (float)seg_value<BITS>(words, 8 * j + 2 * e + 1) + b);
+            tile[threadIdx.x * 4 + j] = *(const uint4 *)h;
+        }
+    }
+    __syncthreads();
+    size_t here = total - first < QD_THREADS ? total - first : QD_THREADS;
+    uint4 *out = (uint4 *)dst + first * 4; /* segment t's output starts at t * 32 values */
+    for (size_t i = threadIdx.x; i < here * 4; i += QD_THREADS) out[i] = tile[i];
+}
+
 __global__ void qembed_kernel(float *out, const uint8_t *words, const void *scales, const void *biases, int sdt,
                               int bits, int group, const int32_t *ids, int n, size_t K) {
     cuda_pdl_enter();
     size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= (size_t)n * K) return;
     out[t] = q_element(words, scales, biases, sdt, bits, group, K, (size_t)ids[t / K], t % K);
-}
-
-__global__ void qto_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n) {
-    cuda_pdl_enter();
-    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t < n) dst[t] = __float2bfloat16_rn(src[t]);
 }
 
 __global__ void qbias_kernel(float *y, const float *bias, int M, int N) {
@@ -220,8 +254,13 @@ static bool qgemv(cuda_backend *cb, float *y, const float *x, int M, const em_we
 template <int BITS>
 static void qdequant_seg(cuda_backend *cb, void *dst, bool bf16, const em_weight *w, size_t r0, size_t rows) {
     size_t K = (size_t)w->cols, segs = rows * (K / QG_SEG);
-    cuda_launch(qdequant_seg_kernel<BITS>, cuda_blocks(segs, 256), 256, 0, cb->stream, 
-        dst, bf16, (const uint32_t *)w->data, w->scales, w->biases, (int)w->scale_dtype, w->group_size, K, r0, rows);
+    if (bf16)
+        cuda_launch(qdequant_bf16_kernel<BITS>, cuda_blocks(segs, QD_THREADS), QD_THREADS, 0, cb->stream,
+                    (__nv_bfloat16 *)dst, (const uint32_t *)w->data, w->scales, w->biases, (int)w->scale_dtype,
+                    w->group_size, K, r0, rows);
+    else
+        cuda_launch(qdequant_seg_kernel<BITS>, cuda_blocks(segs, 256), 256, 0, cb->stream, dst, false,
+                    (const uint32_t *)w->data, w->scales, w->biases, (int)w->scale_dtype, w->group_size, K, r0, rows);
     CUDA_LAUNCHED(cb, "quantized matmul (dequantizing weights)");
 }
 
@@ -245,59 +284,71 @@ static void qdequant(cuda_backend *cb, void *dst, bool bf16, const em_weight *w,
     CUDA_LAUNCHED(cb, "quantized matmul (dequantizing weights)");
 }
 
-/* Larger batches: slices of W dequantized once, then cuBLAS. */
-static void qgemm(cuda_backend *cb, float *y, const float *x, int M, const em_weight *w, bool fast) {
-    int N = (int)w->rows, K = (int)w->cols;
-    size_t rows = QSLICE_ELEMS / (size_t)K;
-    int slice = rows < 1 ? 1 : rows < (size_t)N ? (int)rows : N;
+/* Rows of W a GEMM slice takes: all of them up to cap values, else a
+ * multiple of 128 rows (cuBLAS's tiles) that fits. */
+static int slice_rows(const em_weight *w, size_t cap) {
+    size_t rows = cap / (size_t)w->cols;
+    if (rows >= (size_t)w->rows) return (int)w->rows;
+    return rows >= 128 ? (int)(rows / 128 * 128) : rows < 1 ? 1 : (int)rows;
+}
+
+/* EXACT batches beyond the GEMV: slices of W dequantized to f32, then SGEMM. */
+static void qgemm_exact(cuda_backend *cb, float *y, const float *x, int M, const em_weight *w) {
+    int N = (int)w->rows, K = (int)w->cols, slice = slice_rows(w, QSLICE_ELEMS);
     const float one = 1.0f, zero = 0.0f;
-    if (fast) {
-        size_t xe = (size_t)M * K;
-        if (!cuda_scratch(cb, &cb->xconv, &cb->xconv_bytes, xe * sizeof(__nv_bfloat16)) ||
-            !cuda_scratch(cb, &cb->wconv, &cb->wconv_bytes, (size_t)slice * K * sizeof(__nv_bfloat16)))
-            return;
-        cuda_launch(qto_bf16_kernel, cuda_blocks(xe, 256), 256, 0, cb->stream, (__nv_bfloat16 *)cb->xconv, x, xe);
-        CUDA_LAUNCHED(cb, "quantized matmul (rounding activations)");
-    } else if (!cuda_scratch(cb, (void **)&cb->wide, &cb->wide_bytes, (size_t)slice * K * sizeof(float))) {
-        return;
-    }
+    if (!cuda_scratch(cb, (void **)&cb->wide, &cb->wide_bytes, (size_t)slice * K * sizeof(float))) return;
     for (int n0 = 0; n0 < N; n0 += slice) {
         int nr = N - n0 < slice ? N - n0 : slice;
-        qdequant(cb, fast ? cb->wconv : (void *)cb->wide, fast, w, (size_t)n0, (size_t)nr);
+        qdequant(cb, cb->wide, false, w, (size_t)n0, (size_t)nr);
         /* column-major view: yᵀ[N, M] = W[K, N]ᵀ · xᵀ[K, M] */
-        if (fast)
-            cuda_note_blas(cb,
-                           cb->fn.gemm_ex(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, nr, M, K, &one, cb->wconv, CUDA_R_16BF, K,
-                                          cb->xconv, CUDA_R_16BF, K, &zero, y + n0, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
-                                          CUBLAS_GEMM_DEFAULT),
-                           "quantized matmul (cuBLAS bf16 GEMM)");
-        else
-            cuda_note_blas(cb,
-                           cb->fn.sgemm(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, nr, M, K, &one, cb->wide, K, x, K, &zero,
+        cuda_note_blas(cb, cb->fn.sgemm(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, nr, M, K, &one, cb->wide, K, x, K, &zero,
                                         y + n0, N),
-                           "quantized matmul (cuBLAS SGEMM)");
+                       "quantized matmul (cuBLAS SGEMM)");
     }
 }
 
+static void qbias(cuda_backend *cb, float *y, const float *bias, int M, int N) {
+    if (!bias) return;
+    size_t total = (size_t)M * N;
+    cuda_launch(qbias_kernel, cuda_blocks(total, 256), 256, 0, cb->stream, y, bias, M, N);
+    CUDA_LAUNCHED(cb, "quantized matmul (bias)");
+}
 
-void cuda_qmatmul(em_backend *be, float *y, const float *x, int M, const em_weight *w, const float *bias,
+bool cuda_qgemm_fast_ok(const em_weight *w, int M, em_math math) {
+    return w->bits && math == EM_MATH_FAST && M >= QFAST_MIN_M && qweight_ok(w) && w->rows > 0 && w->cols > 0;
+}
+
+void cuda_qgemm_rounded(cuda_backend *cb, float *y, int M, const em_weight *w, const float *bias) {
+    int N = (int)w->rows, K = (int)w->cols, slice = slice_rows(w, QSLICE_BF16_ELEMS);
+    const float one = 1.0f, zero = 0.0f;
+    if (!cuda_scratch(cb, &cb->wconv, &cb->wconv_bytes, (size_t)slice * K * sizeof(__nv_bfloat16))) return;
+    for (int n0 = 0; n0 < N; n0 += slice) {
+        int nr = N - n0 < slice ? N - n0 : slice;
+        qdequant(cb, cb->wconv, true, w, (size_t)n0, (size_t)nr);
+        cuda_note_blas(cb,
+                       cb->fn.gemm_ex(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, nr, M, K, &one, cb->wconv, CUDA_R_16BF, K,
+                                      cb->xconv, CUDA_R_16BF, K, &zero, y + n0, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
+                                      CUBLAS_GEMM_DEFAULT),
+                       "quantized matmul (cuBLAS bf16 GEMM)");
+    }
+    qbias(cb, y, bias, M, N);
+}
+
+void cuda_qmatmul(cuda_backend *cb, float *y, const float *x, int M, const em_weight *w, const float *bias,
                   em_math math) {
-    cuda_backend *cb = cuda_enter(be);
     if (M <= 0 || w->rows <= 0 || w->cols <= 0) return;
     if (!qweight_ok(w)) {
         cuda_note(cb, cudaErrorNotSupported, "quantized matmul (bits, group size or scale dtype out of range)");
         return;
     }
-    int N = (int)w->rows;
-    bool fast = math == EM_MATH_FAST && M >= QFAST_MIN_M;
-    if (math == EM_MATH_FAST && !fast && cuda_qgemv_i8(cb, y, x, M, w, bias)) return;
-    if (!fast && M <= QG_MAX_EXACT_M && qgemv(cb, y, x, M, w, bias)) return;
-    qgemm(cb, y, x, M, w, fast);
-    if (bias) {
-        size_t total = (size_t)M * N;
-        cuda_launch(qbias_kernel, cuda_blocks(total, 256), 256, 0, cb->stream, y, bias, M, N);
-        CUDA_LAUNCHED(cb, "quantized matmul (bias)");
+    if (cuda_qgemm_fast_ok(w, M, math)) {
+        if (cuda_round_activations(cb, x, M, (int)w->cols)) cuda_qgemm_rounded(cb, y, M, w, bias);
+        return;
     }
+    if (math == EM_MATH_FAST && cuda_qgemv_i8(cb, y, x, M, w, bias)) return;
+    if (M <= QG_MAX_EXACT_M && qgemv(cb, y, x, M, w, bias)) return;
+    qgemm_exact(cb, y, x, M, w);
+    qbias(cb, y, bias, M, (int)w->rows);
 }
 
 void cuda_qembed(cuda_backend *cb, float *out, const em_weight *t, const int32_t *dids, int n) {
