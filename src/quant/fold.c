@@ -402,7 +402,7 @@ em_status fold_apply(const fold_plan *p, const qsrc *src, const plan_out *e, flo
     int64_t rows = e->shape[0], cols = e->ndim == 1 ? 1 : e->shape[1], H = p->hidden, hd = p->head_dim;
     hadamard r2 = {0};
     if (e->r2_in || e->r2_out) EM_TRY(hadamard_make(hd, p->seed, 1000 + (uint64_t)e->layer, "head_dim (R2)", &r2));
-    int64_t tmp_n = 20 * (cols > H ? cols : H);
+    int64_t tmp_n = HADAMARD_TMP_ROWS * (cols > H ? cols : H);
     float *tmp = em_mallocn((size_t)tmp_n, sizeof *tmp);
     if (!tmp) {
         hadamard_free(&r2);

@@ -1,9 +1,11 @@
 /* hadamard.h — randomized Hadamard rotations Q = D·H/√n for the weight
  * transforms (D: seeded random ±1 diagonal, H: a Hadamard matrix of order n).
  *
- * Orders supported: 2^k (Sylvester), and 12·2^k, 20·2^k as Kronecker products
- * of the Paley matrices of order 12 and 20 (built from the quadratic residues
- * mod 11 and 19) with Sylvester ones. Q is orthogonal, so x·Q·Qᵀ = x. */
+ * Orders supported: 2^k (Sylvester), and m·2^k for m in 12, 20, 144, 240 and
+ * 400: Kronecker products of one or two Paley matrices (orders 12 and 20, built
+ * from the quadratic residues mod 11 and 19) with a Sylvester one. The products
+ * of two cover widths such as 288 (TinyStories), 2304 and 4608 (Gemma-2).
+ * Q is orthogonal, so x·Q·Qᵀ = x. */
 #ifndef EMBER_QUANT_HADAMARD_H
 #define EMBER_QUANT_HADAMARD_H
 
@@ -14,9 +16,13 @@
 
 typedef struct hadamard {
     int64_t n;    /* order */
-    int m;        /* 1, 12 or 20: the non-power-of-two factor */
+    int m;        /* 1, 12, 20, 144, 240 or 400: the non-power-of-two factor */
     int64_t p;    /* n / m, a power of two */
-    int8_t *hm;   /* m x m entries ±1 (NULL when m == 1) */
+    int8_t *hm;   /* m x m entries ±1, the Kronecker product of the Paley
+                     factors (NULL when m == 1) */
+    int n_paley;  /* 0, 1 or 2 Paley factors, outermost first */
+    int q[2];     /* their orders, 12 or 20 */
+    int8_t *pm[2];/* their q x q entries */
     int8_t *sign; /* D, n entries ±1 */
 } hadamard;
 
@@ -29,7 +35,9 @@ em_status hadamard_make(int64_t n, uint64_t seed, uint64_t stream, const char *w
 void hadamard_free(hadamard *h);
 
 /* a: n x width row-major. a ← Qᵀ·a (mixes rows: the output side of a weight,
- * W' = Qᵀ W). tmp: scratch of m*width floats (NULL allowed when m == 1). */
+ * W' = Qᵀ W). tmp: scratch of HADAMARD_TMP_ROWS*width floats (NULL allowed when
+ * m == 1): each Paley factor is applied on its own. */
+#define HADAMARD_TMP_ROWS 20
 void hadamard_left_t(const hadamard *h, float *a, int64_t width, float *tmp);
 /* v: one row of n values, v ← v·Q (the input side: W' = W Q row by row). */
 void hadamard_right(const hadamard *h, float *v, float *tmp);

@@ -1,5 +1,5 @@
-/* Hadamard rotations: H·Hᵀ = n·I for every construction (Sylvester, 12·2^k
- * and 20·2^k Paley products); Q = D·H/√n orthogonal (QᵀQ = I, and x·Q·Qᵀ = x);
+/* Hadamard rotations: H·Hᵀ = n·I for every construction (Sylvester; 12·2^k,
+ * 20·2^k and the two-factor 144·2^k, 240·2^k, 400·2^k Paley products); Q = D·H/√n orthogonal (QᵀQ = I, and x·Q·Qᵀ = x);
  * the fast transform equals the dense product; unsupported orders refused;
  * the same seed gives the same signs. */
 #include "test.h"
@@ -22,7 +22,7 @@ static void check_order(int64_t n_in) {
         }
     CHECKF(bad == 0, "order %lld: H Ht != nI in %ld entries", (long long)n_in, bad);
     /* fast left_t on the identity gives Qᵀ; compare with D·H/√n built densely */
-    float *a = calloc(n * n, sizeof *a), *tmp = calloc(20 * n, sizeof *tmp);
+    float *a = calloc(n * n, sizeof *a), *tmp = calloc(HADAMARD_TMP_ROWS * n, sizeof *tmp);
     for (size_t i = 0; i < n; i++) a[i * n + i] = 1;
     hadamard_left_t(&h, a, (int64_t)n, tmp);
     double worst = 0, norm = 1.0 / sqrt((double)n);
@@ -47,9 +47,9 @@ static void check_order(int64_t n_in) {
 }
 
 int main(void) {
-    int64_t orders[] = {1, 2, 8, 64, 12, 24, 48, 96, 20, 40, 80, 160};
+    int64_t orders[] = {1, 2, 8, 64, 12, 24, 48, 96, 20, 40, 80, 160, 144, 288, 240, 480, 400};
     for (size_t i = 0; i < sizeof orders / sizeof orders[0]; i++) check_order(orders[i]);
-    int64_t bad[] = {3, 28, 36, 100, 0};
+    int64_t bad[] = {3, 28, 36, 100, 0, 720, 1200};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         hadamard h;
         CHECK(hadamard_make(bad[i], 1, 1, "hidden size", &h) == EM_ERR_UNSUPPORTED);
