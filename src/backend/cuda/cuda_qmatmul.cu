@@ -136,11 +136,11 @@ __global__ void qdequant_kernel(void *dst, bool bf16, const uint8_t *words, cons
     else ((float *)dst)[t] = v;
 }
 
-/* The same by segments: a thread unpacks one segment of 32 values with the
- * GEMV's loads and writes them out (rows [r0, r0 + rows)). */
+/* The same into f32 by segments: a thread unpacks one segment of 32 values
+ * with the GEMV's loads and writes them out (rows [r0, r0 + rows)). */
 template <int BITS>
-__global__ void qdequant_seg_kernel(void *dst, bool bf16, const uint32_t *w, const void *scales, const void *biases,
-                                    int sdt, int group, size_t K, size_t r0, size_t rows) {
+__global__ void qdequant_seg_kernel(float *dst, const uint32_t *w, const void *scales, const void *biases, int sdt,
+                                    int group, size_t K, size_t r0, size_t rows) {
     cuda_pdl_enter();
     size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x, segs = K / QG_SEG;
     if (t >= rows * segs) return;
@@ -149,27 +149,17 @@ __global__ void qdequant_seg_kernel(void *dst, bool bf16, const uint32_t *w, con
     load_segment<BITS>(w + r * segs * BITS, seg, words);
     size_t gi = r * (K / (size_t)group) + seg * QG_SEG / (size_t)group;
     float s = q_scalar(scales, sdt, gi), b = q_scalar(biases, sdt, gi);
-    size_t o = t * QG_SEG; /* == (r - r0) * K + seg * 32 */
-    if (bf16) {
-        __nv_bfloat162 *d = (__nv_bfloat162 *)((__nv_bfloat16 *)dst + o);
+    float4 *d = (float4 *)(dst + t * QG_SEG); /* == (r - r0) * K + seg * 32 */
 #pragma unroll
-        for (int e = 0; e < QG_SEG; e += 2)
-            d[e / 2] = __floats2bfloat162_rn(s * (float)seg_value<BITS>(words, e) + b,
-                                             s * (float)seg_value<BITS>(words, e + 1) + b);
-    } else {
-        float4 *d = (float4 *)((float *)dst + o);
-#pragma unroll
-        for (int e = 0; e < QG_SEG; e += 4)
-            d[e / 4] = make_float4(s * (float)seg_value<BITS>(words, e) + b, s * (float)seg_value<BITS>(words, e + 1) + b,
-                                   s * (float)seg_value<BITS>(words, e + 2) + b,
-                                   s * (float)seg_value<BITS>(words, e + 3) + b);
-    }
+    for (int e = 0; e < QG_SEG; e += 4)
+        d[e / 4] = make_float4(s * (float)seg_value<BITS>(words, e) + b, s * (float)seg_value<BITS>(words, e + 1) + b,
+                               s * (float)seg_value<BITS>(words, e + 2) + b, s * (float)seg_value<BITS>(words, e + 3) + b);
 }
 
 /* The same into bf16 with coalesced stores: a block unpacks QD_THREADS
  * consecutive segments (thread t the t-th, 64 bytes of output) into shared
  * memory, then the block writes its 16 KB out in consecutive 16-byte
- * stores. The values are qdequant_seg_kernel's. */
+ * stores (bf16 of qdequant_seg_kernel's values). */
 template <int BITS>
 __global__ void __launch_bounds__(QD_THREADS) qdequant_bf16_kernel(__nv_bfloat16 *dst, const uint32_t *w,
                                                                    const void *scales, const void *biases, int sdt,
@@ -259,7 +249,7 @@ static void qdequant_seg(cuda_backend *cb, void *dst, bool bf16, const em_weight
                     (__nv_bfloat16 *)dst, (const uint32_t *)w->data, w->scales, w->biases, (int)w->scale_dtype,
                     w->group_size, K, r0, rows);
     else
-        cuda_launch(qdequant_seg_kernel<BITS>, cuda_blocks(segs, 256), 256, 0, cb->stream, dst, false,
+        cuda_launch(qdequant_seg_kernel<BITS>, cuda_blocks(segs, 256), 256, 0, cb->stream, (float *)dst,
                     (const uint32_t *)w->data, w->scales, w->biases, (int)w->scale_dtype, w->group_size, K, r0, rows);
     CUDA_LAUNCHED(cb, "quantized matmul (dequantizing weights)");
 }
