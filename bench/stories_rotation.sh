@@ -13,12 +13,14 @@
 #    one llama2.c prints for this model, and the rotated f32 model's KL is zero;
 # 4. WORK_DIR/eval.txt: 24 stories sampled from the model (temperature 1, seeds
 #    1..24): text from the distribution it was trained on;
-# 5. bench/quant_kl.sh at group size 32 (the hidden size, 288, is no multiple of
+# 5. with numpy: tools/train_demo/activation_stats.py, the model's massive
+#    activations and what folding each norm's gains costs;
+# 6. bench/quant_kl.sh at group size 32 (the hidden size, 288, is no multiple of
 #    64) over --bits and --seeds, then at 4 and 3 bits with one part of the
 #    model quantized at a time (embedding + head; the layers; q/k/v; o;
 #    gate/up; down) to show where rotation gains and where it loses.
 set -uo pipefail
-usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 [ $# -ge 2 ] || usage
 ember=$1 work=$2; shift 2
 bits="8 6 4 3 2" seeds="0 1 2"
@@ -86,6 +88,12 @@ if [ ! -s "$work/eval.txt" ]; then
   done >"$work/eval.txt.part" && mv "$work/eval.txt.part" "$work/eval.txt"
 fi
 
+if python3 -c "import numpy" 2>/dev/null; then
+  stamp "activation statistics"
+  python3 "$here/tools/train_demo/activation_stats.py" "$model" "$work/eval.txt" --ember "$ember" >"$work/activations.txt" ||
+    exit 1
+fi
+
 kl() { "$here/bench/quant_kl.sh" "$ember" "$model" "$work/eval.txt" "$@" --group-size 32 --ctx 256; }
 stamp "quantization KL: bits $bits, seeds $seeds"
 kl "$work/kl" --bits "$bits" --seeds "$seeds" 2> >(while IFS= read -r l; do stamp "$l"; done) >"$work/kl.out"
@@ -126,4 +134,5 @@ for ((i = 0; i < ${#labels[@]}; i += 2)); do
 done
 echo
 cat "$work/kl.out"
+[ ! -f "$work/activations.txt" ] || { echo; cat "$work/activations.txt"; }
 exit $rc
