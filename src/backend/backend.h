@@ -36,7 +36,7 @@ typedef struct em_weight {
 } em_weight;
 
 /* Most products one matmul_group call takes. */
-#define EM_MATMUL_GROUP_MAX 3
+#define EM_MATMUL_GROUP_MAX 4
 
 /* Arithmetic regimes a matmul may use. EXACT keeps f32 activations; FAST may
  * round activations to bf16 for compute-bound GEMMs (prefill). */

@@ -83,10 +83,11 @@ void q35_gdn_block(const q35_gdn_run *r, const q35_gdn *g, int slot, const q35_s
     em_backend *be = r->be;
     const em_backend_ops *op = be->ops;
     int Hv = r->hv;
-    row_runs_matmul(be, r->runs, r->qkv, r->h, &g->w_qkv, NULL);
-    row_runs_matmul(be, r->runs, r->z, r->h, &g->w_z, NULL);
-    row_runs_matmul(be, r->runs, r->b, r->h, &g->w_b, NULL);
-    row_runs_matmul(be, r->runs, r->a, r->h, &g->w_a, NULL);
+    /* the four input projections read h: one launch where the backend groups them */
+    float *outs[4] = {r->qkv, r->z, r->b, r->a};
+    const em_weight *ws[4] = {&g->w_qkv, &g->w_z, &g->w_b, &g->w_a};
+    const float *none[4] = {NULL, NULL, NULL, NULL};
+    row_runs_matmul_group(be, r->runs, 4, outs, r->h, ws, none);
     op->gdn_gates(be, r->g, r->beta, r->a, r->b, Hv, g->A_log, g->dt_bias, T, Hv);
     int row = 0;
     for (int s = 0; s < n_spans; s++) {

@@ -219,9 +219,10 @@ void q35_gated_attention(const q35_attn_run *r, const q35_attn *A, int kv_layer,
     const em_backend_ops *op = be->ops;
     int hd = r->head_dim, nq = r->n_heads, nkv = r->n_kv_heads;
     size_t qd = (size_t)nq * hd, kvd = (size_t)nkv * hd;
-    row_runs_matmul(be, r->runs, r->qg, r->h, &A->wq, A->bq);
-    row_runs_matmul(be, r->runs, r->k, r->h, &A->wk, A->bk);
-    row_runs_matmul(be, r->runs, r->v, r->h, &A->wv, A->bv);
+    float *qkv[3] = {r->qg, r->k, r->v};
+    const em_weight *wqkv[3] = {&A->wq, &A->wk, &A->wv};
+    const float *bqkv[3] = {A->bq, A->bk, A->bv};
+    row_runs_matmul_group(be, r->runs, 3, qkv, r->h, wqkv, bqkv);
     /* q_proj writes [query (head_dim) | gate (head_dim)] per head: split
      * them (strided copies in backend memory) */
     op->copy_rows(be, r->q, hd, r->qg, 2 * hd, T * nq, hd);
@@ -252,9 +253,13 @@ void q35_mlp(em_model *m, q35_impl *d, q35_layer *L, int T) {
     em_backend *be = m->be;
     const em_backend_ops *op = be->ops;
     op->rmsnorm(be, d->h, d->x, L->mlp_norm, T, c->hidden, (float)c->rms_eps, 0.0f);
-    row_runs_matmul(be, &d->runs, d->mg, d->h, &L->wg, NULL);
-    row_runs_matmul(be, &d->runs, d->mu, d->h, &L->wu, NULL);
-    op->swiglu(be, d->act, d->mg, d->mu, T, c->intermediate, c->intermediate);
+    float *gu[2] = {d->mg, d->mu};
+    const em_weight *wgu[2] = {&L->wg, &L->wu};
+    const float *bgu[2] = {NULL, NULL};
+    if (!row_runs_matmul_swiglu(be, &d->runs, d->act, d->h, wgu, bgu)) {
+        row_runs_matmul_group(be, &d->runs, 2, gu, d->h, wgu, bgu);
+        op->swiglu(be, d->act, d->mg, d->mu, T, c->intermediate, c->intermediate);
+    }
     row_runs_matmul(be, &d->runs, d->h, d->act, &L->wd, NULL);
     op->add(be, d->x, d->h, (size_t)T * c->hidden);
 }

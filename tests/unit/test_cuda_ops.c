@@ -438,11 +438,11 @@ static void test_matmul_skinny(void) {
  * and quantized weights, in the fused regimes (GEMV rows; FAST int8 rows)
  * and out of them (the fallback), with and without biases. */
 static void test_matmul_group_case(int M, int bits, em_dtype dt, em_math math, bool with_bias) {
-    int K = 512, Ns[3] = {96, 32, 40}, n = 3;
-    em_weight wg[3];
-    qw q[3];
-    void *wh[3] = {0};
-    float *ys[3], *yg[3], *bd[3] = {0};
+    int K = 512, Ns[4] = {96, 32, 40, 8}, n = 4; /* the last as small as a GDN's b and a projections */
+    em_weight wg[4];
+    qw q[4];
+    void *wh[4] = {0};
+    float *ys[4], *yg[4], *bd[4] = {0};
     float *x = rand_f32((size_t)M * K, 1.0f), *xd = up(x, (size_t)M * K * 4);
     for (int i = 0; i < n; i++) {
         if (bits) {
@@ -463,8 +463,8 @@ static void test_matmul_group_case(int M, int bits, em_dtype dt, em_math math, b
         yg[i] = gpu->ops->alloc(gpu, (size_t)M * Ns[i] * 4);
         gpu->ops->matmul(gpu, ys[i], xd, M, &wg[i], bd[i], math);
     }
-    const em_weight *wp[3] = {&wg[0], &wg[1], &wg[2]};
-    const float *bp[3] = {bd[0], bd[1], bd[2]};
+    const em_weight *wp[4] = {&wg[0], &wg[1], &wg[2], &wg[3]};
+    const float *bp[4] = {bd[0], bd[1], bd[2], bd[3]};
     gpu->ops->matmul_group(gpu, n, yg, xd, M, wp, bp, math);
     int differ = 0;
     for (int i = 0; i < n; i++) {
@@ -476,7 +476,7 @@ static void test_matmul_group_case(int M, int bits, em_dtype dt, em_math math, b
         if (bits) qw_weight_free(&wg[i], 0), qw_free(&q[i]);
         else gpu->ops->free(gpu, (void *)wg[i].data), free(wh[i]);
     }
-    CHECKF(differ == 0, "matmul_group M=%d bits=%d dtype=%s %s bias=%d: %d of 3 outputs differ from matmul", M, bits,
+    CHECKF(differ == 0, "matmul_group M=%d bits=%d dtype=%s %s bias=%d: %d of 4 outputs differ from matmul", M, bits,
            dtype_name(dt), math == EM_MATH_FAST ? "fast" : "exact", with_bias, differ);
     gpu->ops->free(gpu, xd);
     free(x);
