@@ -16,11 +16,12 @@
 #include <unistd.h>
 
 /* The binary, libraries, thread stacks and allocator arenas of an ember
- * process before any model is loaded (6.9-7.3 MB resident on x86-64 Debian
- * 12, varying run to run), and parsed-tokenizer bytes per byte of
- * tokenizer.json (an estimate). A constant, not this process's resident
- * size: the contract must give the same answer every time it is asked. */
-#define FIT_RUNTIME_BASE (8u << 20)
+ * process before any model is loaded (resident on x86-64 Debian 12: 6.9-7.3
+ * MB on one host, 5.9-6.3 MB on another, varying run to run; between them),
+ * and parsed-tokenizer bytes per byte of tokenizer.json (an estimate). A
+ * constant, not this process's resident size: the contract must give the
+ * same answer every time it is asked. */
+#define FIT_RUNTIME_BASE (13u << 19)
 
 static uint64_t runtime_base(void) { return FIT_RUNTIME_BASE; }
 #define FIT_TOKENIZER_FACTOR 4
@@ -119,6 +120,10 @@ static uint64_t predict_total(const fit_shape *s, const fit_request *r, int ctx,
     uint64_t positions = ((uint64_t)ctx + FIT_KV_BLOCK - 1) / FIT_KV_BLOCK * FIT_KV_BLOCK;
     o->kv_per_token = kv_bytes_per_token(s->kv_layers, s->kv_heads, s->head_dim);
     o->kv = o->kv_per_token * positions * batch;
+    /* The pool is address space (cpu_reserve): a page is committed when a
+     * position in it is first written, so a sequence's last block holds
+     * only the positions it reached. */
+    uint64_t kv_committed = o->kv_per_token * (uint64_t)ctx * batch;
     o->state_per_seq = s->state_per_seq * (uint64_t)s->state_layers;
     o->state = o->state_per_seq * batch;
     uint64_t T = (uint64_t)ctx < FIT_PREFILL_CHUNK ? (uint64_t)ctx : FIT_PREFILL_CHUNK;
@@ -128,7 +133,7 @@ static uint64_t predict_total(const fit_shape *s, const fit_request *r, int ctx,
     /* per-thread attention scores grow to twice the keys seen */
     uint64_t scores = threads * 2u * (uint64_t)(ctx > 4096 ? ctx : 4096) * 4u;
     o->transient = workspace(s, T) + scores + (uint64_t)s->vocab * 4u * (batch + 1);
-    return o->weights + o->vectors + o->kv + o->state + o->transient + o->runtime;
+    return o->weights + o->vectors + kv_committed + o->state + o->transient + o->runtime;
 }
 
 em_status fit_predict(const char *dir, const fit_request *r, fit_result *o) {

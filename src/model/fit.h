@@ -9,7 +9,8 @@
  *   vectors    1-D tensors (norms, biases) copied to f32 at load
  *   kv         per token: layers with attention x 2 (K, V) x kv heads x
  *              head_dim x 4 bytes (f32, kv_cache.c), in blocks of 32
- *              positions, for each sequence
+ *              positions, for each sequence; the peak counts the positions
+ *              written, since the OS commits the pool's pages as they are
  *   state      recurrent layers (Qwen3.5 Gated DeltaNet): per layer and
  *              sequence, the convolution tail (kernel - 1) x (2 key dims +
  *              value dim) and the delta state v_heads x k_dim x v_dim, f32
