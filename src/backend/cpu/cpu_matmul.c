@@ -48,8 +48,8 @@ static void matmul_block(void *ctx, int task, int thread) {
 
 /* Rows per block: about 512 KB of weights for prefill (each block streams
  * every activation row past it; 1B shape, bf16, 512-token prefill on 2
- * cores, runs alternated: 256 KB 155-168 tokens/s, 512 KB 166-179), and at least 8 blocks
- * per thread for decode so the stream stays balanced. */
+ * cores, runs alternated: 256 KB 155-168 tokens/s, 512 KB 166-179), and at
+ * least 8 blocks per thread for decode so the stream stays balanced. */
 static int block_rows(int M, int N, int K, size_t w_elem, int n_threads) {
     size_t row_bytes = (size_t)K * w_elem;
     int rows = (int)((512u << 10) / (row_bytes ? row_bytes : 1));
