@@ -616,6 +616,9 @@ static void test_conv(void) {
     test_conv_case(45, 7, 50, 12, 4, true);    /* K = 7 */
     test_conv_case(33, 1, 33, 4, 0, false);    /* K = 1: no state */
     test_conv_case(40, 12, 40, 30, 2, true);   /* the wide-kernel path */
+    test_conv_case(300, 4, 310, 517, 3, true); /* 16 segments of 33 tokens, the last short */
+    test_conv_case(131, 4, 131, 100, 0, false); /* 3 segments, out of place */
+    test_conv_case(40, 12, 40, 100, 2, true);  /* segments with the wide kernel's window */
 }
 
 static void test_gdn_gates(void) {
@@ -672,9 +675,11 @@ static void test_delta_case(int Hk, int Hv, int dk, int dv, int n, int step, int
 }
 
 /* On the GPU one call over n tokens and n calls of one token compute the
- * same bits (decode after a prefill continues exactly). */
-static void test_delta_steps_exact(void) {
-    int Hk = 2, Hv = 4, dk = 128, dv = 128, n = 7, ld = 2 * Hk * dk + Hv * dv;
+ * same bits (decode after a prefill continues exactly): 7 tokens (the
+ * per-token kernel throughout) and 40 (staged in tiles, against the
+ * per-token kernel's single steps). */
+static void test_delta_steps_exact(int n) {
+    int Hk = 2, Hv = 4, dk = 128, dv = 128, ld = 2 * Hk * dk + Hv * dv;
     size_t sn = (size_t)Hv * dk * dv, on = (size_t)n * Hv * dv;
     float *qkv = rand_f32((size_t)n * ld, 1.0f), *S = rand_f32(sn, 0.3f);
     float *g = malloc((size_t)n * Hv * 4), *beta = malloc((size_t)n * Hv * 4);
@@ -693,6 +698,11 @@ static void test_delta_steps_exact(void) {
     free(qkv), free(S), free(g), free(beta), free(a), free(b), free(sa), free(sb);
 }
 
+static void test_delta_steps(void) {
+    test_delta_steps_exact(7);
+    test_delta_steps_exact(40);
+}
+
 static void test_delta_rule(void) {
     test_delta_case(2, 4, 128, 128, 1, 1, 0);     /* decode, Qwen3.5 head sizes, ratio 2 */
     test_delta_case(2, 4, 128, 128, 6, 1, 0);     /* six decode steps */
@@ -704,6 +714,8 @@ static void test_delta_rule(void) {
     test_delta_case(1, 2, 16, 1, 3, 3, 0);        /* one value column */
     test_delta_case(1, 2, 300, 40, 5, 3, 0);      /* dk past 256: the state stays in memory */
     test_delta_case(3, 3, 128, 128, 65, 65, 64);  /* chunk + 1 */
+    test_delta_case(2, 2, 37, 33, 40, 40, 0);     /* odd widths, staged in tiles */
+    test_delta_case(2, 4, 64, 128, 300, 100, 0);  /* calls of 100 tokens, tiles of 32 */
 }
 
 static void test_rmsnorm_gated(void) {
@@ -1116,7 +1128,7 @@ int main(void) {
     RUN(test_conv);
     RUN(test_gdn_gates);
     RUN(test_delta_rule);
-    RUN(test_delta_steps_exact);
+    RUN(test_delta_steps);
     RUN(test_rmsnorm_gated);
     RUN(test_copy_rows);
     RUN(test_copy_many);
