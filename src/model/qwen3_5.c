@@ -213,6 +213,34 @@ em_status q35_logits(em_model *m, q35_impl *d, const em_batch *b, float *logits,
     return model_logits_out(m, b, d->logits, rows, logits);
 }
 
+/* The attention of the batch's spans (their keys and values written): one
+ * call over all of them where the backend takes spans, with the rows'
+ * common precision, so FAST prefill rows may run on tensor cores; else
+ * (or for more spans than Q35_ATTEND_SPANS) a call a span, EXACT. */
+#define Q35_ATTEND_SPANS 64
+static void q35_attend(const q35_attn_run *r, int kv_layer, const q35_span *sp, int n_spans) {
+    em_backend *be = r->be;
+    const em_backend_ops *op = be->ops;
+    int hd = r->head_dim, nq = r->n_heads, nkv = r->n_kv_heads, k = 0;
+    size_t qd = (size_t)nq * hd;
+    float scale = 1.0f / sqrtf((float)hd);
+    if (op->attention_spans && n_spans <= Q35_ATTEND_SPANS) {
+        em_kv_view views[Q35_ATTEND_SPANS];
+        int rows[Q35_ATTEND_SPANS];
+        for (int s = 0; s < n_spans; s++)
+            if (sp[s].n) views[k] = r->view(r->view_arg, sp[s].seq, kv_layer), rows[k++] = sp[s].n;
+        em_kv_spans spans = {views, rows, k, row_runs_common_math(r->runs), 0};
+        if (k) op->attention_spans(be, r->att, r->q, &spans, r->pos, nq, nkv, hd, scale, 0);
+        return;
+    }
+    for (int s = 0, row = 0; s < n_spans; row += sp[s].n, s++) {
+        if (!sp[s].n) continue;
+        em_kv_view kv = r->view(r->view_arg, sp[s].seq, kv_layer);
+        op->attention(be, r->att + (size_t)row * qd, r->q + (size_t)row * qd, &kv, r->pos + row, sp[s].n, nq, nkv, hd,
+                      scale, 0);
+    }
+}
+
 void q35_gated_attention(const q35_attn_run *r, const q35_attn *A, int kv_layer, const q35_span *sp, int n_spans,
                          int T) {
     em_backend *be = r->be;
@@ -231,17 +259,15 @@ void q35_gated_attention(const q35_attn_run *r, const q35_attn *A, int kv_layer,
     op->rmsnorm(be, r->k, r->k, A->k_norm, T * nkv, hd, r->eps, 0.0f);
     op->rope(be, r->q, T, nq, hd, r->rot_dim, r->pos, r->inv_freq, r->attn_factor);
     op->rope(be, r->k, T, nkv, hd, r->rot_dim, r->pos, r->inv_freq, r->attn_factor);
-    float scale = 1.0f / sqrtf((float)hd);
     int row = 0;
     for (int s = 0; s < n_spans; s++) {
         if (sp[s].n) {
             em_kv_view kv = r->view(r->view_arg, sp[s].seq, kv_layer);
             op->kv_write(be, &kv, r->k + (size_t)row * kvd, r->v + (size_t)row * kvd, r->pos + row, sp[s].n, nkv, hd);
-            op->attention(be, r->att + (size_t)row * qd, r->q + (size_t)row * qd, &kv, r->pos + row, sp[s].n, nq, nkv,
-                          hd, scale, 0);
         }
         row += sp[s].n;
     }
+    q35_attend(r, kv_layer, sp, n_spans);
     op->sigmoid_mul(be, r->att, r->gate, T, (int)qd, (int)qd);
     row_runs_matmul(be, r->runs, r->h, r->att, &A->wo, A->bo);
 }

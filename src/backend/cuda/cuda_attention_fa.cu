@@ -80,8 +80,10 @@ __device__ __forceinline__ void fa_stage(__nv_bfloat16 *ks, const __nv_bfloat16 
     cp_async_commit();
 }
 
+/* Two blocks a multiprocessor up to head_dim 128; at 256 a thread's
+ * outputs alone take 128 registers (and the block 165 KB of shared memory). */
 template <int HD, int MT, int KN>
-__global__ void __launch_bounds__(fa_shape<HD, MT, KN>::threads, 2)
+__global__ void __launch_bounds__(fa_shape<HD, MT, KN>::threads, HD > 128 ? 1 : 2)
     attention_fa_kernel(float *out, __nv_bfloat16 *ob, float *part, const float *q, const __nv_bfloat16 *kc,
                         const __nv_bfloat16 *vc, const int32_t *pos, const int32_t *tiles, int n_heads, int group,
                         int n_kv, float scale, int window) {
@@ -200,12 +202,14 @@ __global__ void __launch_bounds__(fa_shape<HD, MT, KN>::threads, 2)
 
 /* Measured on the H200 (4,096-token prefill, ms a layer): head_dim 128
  * (Llama-3.1-8B shape) 0.80 with one m-tile a warp and 64 keys a tile,
- * 0.64 with two and 32; head_dim 64 (Llama-3.2-1B) did best with one and 64. */
-#define FA_SHAPES(X) X(64, 1, 64) X(128, 2, 32)
+ * 0.64 with two and 32; head_dim 64 (Llama-3.2-1B) did best with one and 64.
+ * head_dim 256 (Qwen3.5's attention layers): one m-tile and 32 keys, what
+ * the registers allow. */
+#define FA_SHAPES(X) X(64, 1, 64) X(128, 2, 32) X(256, 1, 32)
 
 bool cuda_attention_fa_fits(cuda_backend *cb, int head_dim) {
     int optin = 0;
-    if (head_dim != 64 && head_dim != 128) return false;
+    if (head_dim != 64 && head_dim != 128 && head_dim != 256) return false;
     if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, cb->device) != cudaSuccess) return false;
     size_t most = 0;
 #define FA_BYTES(h, mt, kn) if (h == head_dim && fa_shape<h, mt, kn>::bytes > most) most = fa_shape<h, mt, kn>::bytes;
@@ -241,7 +245,7 @@ bool cuda_attention_fa(cuda_backend *cb, unsigned blocks, float *out, __nv_bfloa
     dim3 grid(gx < 1 ? 1 : gx > 4096 ? 4096 : gx, (unsigned)p->n_conv);
     cuda_launch(kv_bf16_kernel, grid, CONV_THREADS, 0, cb->stream, kc, vc, base, toff, conv, n, rowlen, bs);
     CUDA_LAUNCHED(cb, "attention (bf16 copy of keys and values)");
-    int mt = head_dim == 64 ? 1 : 2, kn = head_dim == 64 ? 64 : 32;
+    int mt = head_dim == 128 ? 2 : 1, kn = head_dim == 64 ? 64 : 32;
 #define FA_GO(h, m_, k_) \
     if (head_dim == h && mt == m_ && kn == k_) \
         fa_launch<h, m_, k_>(cb, blocks, out, ob, part, q, kc, vc, pos, tiles, n_heads, n_kv, scale, window);

@@ -311,7 +311,8 @@ void cuda_attention_tiled(cuda_backend *cb, float *out, __nv_bfloat16 *ob, float
                                head_dim, bs, scale, window)) {
             /* no room for the bf16 copy (a very long context): the f32
              * cache through the kernel that stages it, the same bits; its
-             * tiles write no bf16 rounding of out, so out has no twin */
+             * tiles write no bf16 rounding of out, so out has no twin.
+             * head_dim 256 has no such kernel: the failure is reported. */
             cb->twin_src = NULL;
             if (!cuda_attention_tc_fits(cb, head_dim)) {
                 cuda_note(cb, cudaErrorMemoryAllocation, "attention: no room for the bf16 copy of keys and values");
