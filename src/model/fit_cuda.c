@@ -148,9 +148,9 @@ static uint64_t predict_cuda(const fit_shape *s, const fit_request *r, int ctx, 
     sim_forward(&sc, s, (int)batch, (int)batch, dt, r->fast && batch >= CUDA_FAST_MIN_M);
     o->scratch = (sc.xconv ? dev_round(sc.xconv) : 0) + (sc.wide ? dev_round(sc.wide) : 0) +
                  (sc.att ? dev_round(sc.att) : 0);
-    /* FAST prefill attention (head_dim 64, 128 or 256) reads a bf16 copy of
-     * one layer's keys and values: the whole context's by a prompt's last chunk */
-    if (fast && chunk > CUDA_ATT_SPLIT_MAX_ROWS && (s->head_dim == 64 || s->head_dim == 128 || s->head_dim == 256))
+    /* FAST prefill attention reads a bf16 copy of one layer's keys and
+     * values: the whole context's by a prompt's last chunk */
+    if (fast && chunk > CUDA_ATT_SPLIT_MAX_ROWS && cuda_attention_fa_head_dim(s->head_dim))
         o->scratch += dev_round(positions * (uint64_t)s->kv_heads * (uint64_t)s->head_dim * 4u);
     o->backend = dev_round(CUDA_STAGE_MIN_BYTES) + dev_round(CUDA_BLAS_WORKSPACE_BYTES);
     o->code = FIT_CUDA_CODE_BYTES;

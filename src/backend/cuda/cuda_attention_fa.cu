@@ -209,7 +209,7 @@ __global__ void __launch_bounds__(fa_shape<HD, MT, KN>::threads, HD > 128 ? 1 : 
 
 bool cuda_attention_fa_fits(cuda_backend *cb, int head_dim) {
     int optin = 0;
-    if (head_dim != 64 && head_dim != 128 && head_dim != 256) return false;
+    if (!cuda_attention_fa_head_dim(head_dim)) return false;
     if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, cb->device) != cudaSuccess) return false;
     size_t most = 0;
 #define FA_BYTES(h, mt, kn) if (h == head_dim && fa_shape<h, mt, kn>::bytes > most) most = fa_shape<h, mt, kn>::bytes;

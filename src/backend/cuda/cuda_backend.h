@@ -75,6 +75,9 @@ static inline int cuda_skinny_split(int K) {
  * split batch, for up to 64 kv heads (more merge in a second kernel). */
 #define CUDA_ATT_COUNT_CAP (CUDA_ATT_SPLIT_MAX_ROWS * 64)
 static inline int cuda_att_splits(int rows) { return rows <= CUDA_ATT_SPLIT_MAX_ROWS ? CUDA_ATT_SPLITS : 1; }
+/* Head sizes the FAST prefill attention over a bf16 copy of the keys and
+ * values takes (cuda_attention_fa.cu); ember fit counts the copy for them. */
+static inline bool cuda_attention_fa_head_dim(int hd) { return hd == 64 || hd == 128 || hd == 256; }
 /* A span of this many rows (a prefill chunk) goes to the tiled prefill
  * attention whatever the batch's size; dense.c records prefills only below it. */
 #define CUDA_ATT_TILE_MIN_ROWS 16
