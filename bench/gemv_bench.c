@@ -3,14 +3,15 @@
  *
  *   ember-gemv-bench [--device cpu|cuda[:N]] [--shape 1b|8b|qwen3.5-4b]
  *                    [--bits 0|4|8] [--group-size G] [--rows M] [--exact]
- *                    [--threads N] [--seconds S]
+ *                    [--threads N] [--seconds S] [--only KIND] [--no-graphs]
  *
  * For one transformer layer of the shape (q/k/v as one group, o, gate and
  * up with SwiGLU, down) and the head, random weights of the format are made
  * in enough copies that one pass over them streams at least 256 MB (more
  * than any cache), and each kind's products run back to back over its
  * copies through the backend's operation table, as a decode step calls
- * them. Prints, per kind, microseconds a call, GB/s of weight bytes read
+ * them (on a backend with step graphs, one pass is recorded and replayed,
+ * as a decode step is). Prints, per kind, microseconds a call, GB/s of weight bytes read
  * and the fraction of the backend's measured read bandwidth. Weights are
  * random: the figures are of the kernels, not of a model. */
 #include "backend/backend.h"
@@ -43,6 +44,8 @@ typedef struct opts {
     int bits, group, rows, threads;
     em_math math;
     double seconds;
+    const char *only; /* one kind by name, or NULL for all */
+    bool graphs;      /* each pass recorded once as a step graph and replayed, as decode runs */
 } opts;
 
 static uint64_t rng = 0x2545f4914f6cdd1dULL;
@@ -162,6 +165,22 @@ static void drain(em_backend *be, const float *y) {
     }
 }
 
+/* One pass over the copies of a kind; with graphs, as a decode step runs
+ * (recorded under key on the first pass, replayed after). */
+static void run_pass(em_backend *be, const opts *o, int kind, const unit *us, int copies, float *const *ys,
+                     const float *x) {
+    em_graph_mode gm = o->graphs && be->ops->graph_begin ? be->ops->graph_begin(be, (uint64_t)kind + 1) : EM_GRAPH_NONE;
+    for (int c = 0; c < copies; c++) run_unit(be, o, kind, &us[c], ys, x);
+    if (gm == EM_GRAPH_NONE) return;
+    bool ran = false;
+    if (be->ops->graph_end(be, &ran) != EM_OK) {
+        fprintf(stderr, "gemv_bench: %s\n", em_last_error());
+        exit(1);
+    }
+    if (!ran)
+        for (int c = 0; c < copies; c++) run_unit(be, o, kind, &us[c], ys, x);
+}
+
 /* Times one kind: copies enough for 256 MB a pass, a warm pass, then
  * passes until o->seconds have gone. Returns microseconds a call. */
 static double time_kind(em_backend *be, const opts *o, int kind, float *const *ys, const float *x, size_t *bytes) {
@@ -172,16 +191,17 @@ static double time_kind(em_backend *be, const opts *o, int kind, float *const *y
     unit *us = malloc((size_t)copies * sizeof *us);
     us[0] = first;
     for (int c = 1; c < copies; c++) us[c] = make_unit(be, o, kind);
-    for (int c = 0; c < copies; c++) run_unit(be, o, kind, &us[c], ys, x);
+    run_pass(be, o, kind, us, copies, ys, x);
     drain(be, ys[0]);
     long calls = 0;
     double t0 = em_now(), t = 0;
     do {
-        for (int c = 0; c < copies; c++) run_unit(be, o, kind, &us[c], ys, x);
+        run_pass(be, o, kind, us, copies, ys, x);
         calls += copies;
         drain(be, ys[0]);
         t = em_now() - t0;
     } while (t < o->seconds);
+    if (o->graphs && be->ops->graph_reset) be->ops->graph_reset(be);
     for (int c = 0; c < copies; c++) free_unit(be, &us[c]);
     free(us);
     *bytes = per;
@@ -191,19 +211,22 @@ static double time_kind(em_backend *be, const opts *o, int kind, float *const *y
 static void usage(void) {
     printf("usage: ember-gemv-bench [--device cpu|cuda[:N]] [--shape 1b|8b|qwen3.5-4b] [--bits 0|4|8]\n"
            "                        [--group-size G] [--rows M] [--exact] [--threads N] [--seconds S]\n"
+           "                        [--only q/k/v|o|gate+up+swiglu|down|head] [--no-graphs]\n"
            "Times a decode step's matrix products (q/k/v, o, gate+up+SwiGLU, down, head) of one layer of\n"
            "the shape over random weights (bits 0: bf16), each kind back to back over copies that stream\n"
            "at least 256 MB, and prints microseconds a call, GB/s of weights read and the fraction of\n"
-           "the backend's measured read bandwidth.\n");
+           "the backend's measured read bandwidth. Where the backend records step graphs (CUDA), each\n"
+           "pass is recorded once and replayed, as a decode step runs; --no-graphs launches them plainly.\n");
 }
 
 static bool parse(int argc, char **argv, opts *o) {
     *o = (opts){.device = "cpu", .sh = &SHAPES[0], .bits = 4, .group = 64, .rows = 1, .math = EM_MATH_FAST,
-                .seconds = 0.5};
+                .seconds = 0.5, .graphs = true};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage(), exit(0), false;
         if (!strcmp(a, "--exact")) { o->math = EM_MATH_EXACT; continue; }
+        if (!strcmp(a, "--no-graphs")) { o->graphs = false; continue; }
         if (!v) return fprintf(stderr, "gemv_bench: %s needs a value\n", a), false;
         i++;
         if (!strcmp(a, "--device")) o->device = v;
@@ -212,6 +235,7 @@ static bool parse(int argc, char **argv, opts *o) {
         else if (!strcmp(a, "--rows")) o->rows = atoi(v);
         else if (!strcmp(a, "--threads")) o->threads = atoi(v);
         else if (!strcmp(a, "--seconds")) o->seconds = atof(v);
+        else if (!strcmp(a, "--only")) o->only = v;
         else if (!strcmp(a, "--shape")) {
             o->sh = NULL;
             for (size_t s = 0; s < sizeof SHAPES / sizeof SHAPES[0]; s++)
@@ -245,19 +269,21 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 3; i++)
         if (!(ys[i] = be->ops->alloc(be, (size_t)o.rows * widest * sizeof(float)))) return 1;
     double bw = backend_bandwidth(be);
-    printf("%s, shape %s, %s, %d row%s, %s; read bandwidth %.1f GB/s\n", be->desc, s->name,
+    printf("%s, shape %s, %s, %d row%s, %s%s; read bandwidth %.1f GB/s\n", be->desc, s->name,
            o.bits ? "affine" : "bf16", o.rows, o.rows > 1 ? "s" : "", o.math == EM_MATH_FAST ? "FAST" : "EXACT",
-           bw / 1e9);
+           o.graphs && be->ops->graph_begin ? ", step graphs" : "", bw / 1e9);
     if (o.bits) printf("weights: %d-bit, group %d, bf16 scales and biases\n", o.bits, o.group);
     printf("%-16s %10s %10s %9s %9s\n", "kind", "MB", "us/call", "GB/s", "of bw");
     double layer_us = 0, layer_mb = 0;
     for (int k = 0; k < K_COUNT; k++) {
+        if (o.only && strcmp(o.only, KIND_NAMES[k])) continue;
         size_t bytes;
         double us = time_kind(be, &o, k, ys, x, &bytes), gbs = (double)bytes / us / 1e3;
         printf("%-16s %10.2f %10.2f %9.1f %8.1f%%\n", KIND_NAMES[k], bytes / 1e6, us, gbs, bw > 0 ? 100 * gbs * 1e9 / bw : 0);
         if (k != K_HEAD) layer_us += us, layer_mb += bytes / 1e6;
     }
-    printf("%-16s %10.2f %10.2f %9.1f %8.1f%%\n", "layer", layer_mb, layer_us, layer_mb / layer_us * 1e3,
+    if (!o.only)
+        printf("%-16s %10.2f %10.2f %9.1f %8.1f%%\n", "layer", layer_mb, layer_us, layer_mb / layer_us * 1e3,
            bw > 0 ? 100 * layer_mb * 1e6 / layer_us * 1e6 / bw : 0);
     for (int i = 0; i < 3; i++) be->ops->free(be, ys[i]);
     be->ops->free(be, x);

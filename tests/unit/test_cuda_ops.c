@@ -352,6 +352,17 @@ static void test_qmatmul_int8_case(int M, int N, int K, int bits, int group, em_
            bits, group, M, N, K, worst / mag);
     CHECKF(excess / mag <= 2e-5, "qmatmul int8 bits=%d group=%d M=%d N=%d K=%d: %.3g (relative) further from the exact "
            "product than int8 rounding reaches", bits, group, M, N, K, excess / mag);
+    /* one or two rows (the streaming kernels) give the bits their rows get
+     * in a larger batch (the chunked kernel): a lane's segments and the
+     * butterfly are the same in both */
+    for (int r = 1; r <= 2 && r < M; r++) {
+        float *yr = gpu->ops->alloc(gpu, (size_t)r * N * 4);
+        gpu->ops->matmul(gpu, yr, xd, r, &wg, bd, EM_MATH_FAST);
+        float *yh = down(yr, (size_t)r * N);
+        CHECKF(!memcmp(yh, yg, (size_t)r * N * 4), "qmatmul int8 bits=%d group=%d N=%d K=%d: %d row(s) alone differ from "
+               "the same rows in a batch of %d", bits, group, N, K, r, M);
+        gpu->ops->free(gpu, yr), free(yh);
+    }
     qw_weight_free(&wg, 0);
     gpu->ops->free(gpu, xd), gpu->ops->free(gpu, yd);
     if (bd) gpu->ops->free(gpu, bd);

@@ -111,7 +111,9 @@ typedef struct cuda_backend {
     void *wconv;
     size_t wconv_bytes;
     bool skinny_on; /* EMBER_CUDA_SKINNY: the skinny GEMM (cuda_skinny.cu) */
+    bool qpipe_on;  /* EMBER_CUDA_QPIPE: the pipelined int8 GEMV (cuda_qgemv_i8.cu) */
     int n_sm;
+    int smem_optin; /* the most dynamic shared memory a block may opt in to */
     cuda_graphs graphs;
     /* first failure of a queued operation; reported by download */
     cudaError_t err;

@@ -367,11 +367,256 @@ static void qgemv_i8_stream_set(cuda_backend *cb, const gemv_set &set, const em_
     CUDA_LAUNCHED(cb, "quantized matmul (int8 gemv)");
 }
 
+static bool qp_set(cuda_backend *cb, const gemv_set &set, const em_weight *w0, const float *x, int M);
+
 template <int BITS, int ROWS>
 static void qgemv_i8_stream(cuda_backend *cb, float *y, const float *x, int M, const em_weight *w, const float *bias) {
     float *ys[1] = {y};
     const float *bs[1] = {bias};
-    qgemv_i8_stream_set<BITS, ROWS>(cb, gemv_set_make(1, ys, &w, bs), w, x, M);
+    gemv_set set = gemv_set_make(1, ys, &w, bs);
+    if (!qp_set(cb, set, w, x, M)) qgemv_i8_stream_set<BITS, ROWS>(cb, set, w, x, M);
+}
+
+/* ---- The pipelined streaming kernel ----
+ *
+ * One or two activation rows, x staged whole per block as above, but the
+ * weights reach the warps through shared memory: each warp keeps a ring of
+ * QP_LINES lines of copies in flight (cp.async: no registers held while
+ * they travel), so a multiprocessor has over 100 KB of weights on the way
+ * whatever its arithmetic is doing, and the first lines' loads go out
+ * before the kernel waits for the one before it. Measured on the H200
+ * against the register-resident kernel above, the stream is then bound by
+ * instructions, so the loop is lean: one line an iteration, the row's
+ * pointers set once a row, the scale dtype a template argument.
+ *
+ * A line is 32 consecutive segments of one weight row, lane l the l-th
+ * (512 bytes of 4-bit codes, 1 KB of 8-bit ones), with the line's scales
+ * and biases (copied 16 bytes a lane). A row of K inputs is ceil(K / 1024)
+ * lines. Each warp owns a run of whole rows (the set's rows in order, or
+ * an MLP's gate row n then up row n), the warps of the grid getting equal
+ * shares to within a row, and takes its rows' lines in order. A lane so
+ * sums segments l, l + 32, ... of a row in ascending order, and the warp
+ * sums the lanes by the butterfly: qgemv_i8_kernel's sums, bit for bit. */
+#ifndef QP_WARPS
+#define QP_WARPS 32
+#endif
+
+#ifndef QP_SPL4
+#define QP_SPL4 1
+#endif
+template <int BITS> struct qp_geom {
+    static constexpr int SPL = BITS == 4 ? QP_SPL4 : 1; /* segments a lane takes a line */
+    static constexpr int LINES = BITS == 4 ? 8 / QP_SPL4 : 4; /* the ring: 4 KB of codes a warp */
+    static constexpr int SEGB = BITS * 4;           /* bytes of a segment's codes */
+    static constexpr int LANEB = SPL * SEGB;        /* bytes of a lane's codes a line */
+};
+
+struct qp_args {
+    gemv_set set;
+    const float *x;
+    int M, K, lg;  /* activation rows, inputs, log2 of the group size */
+    int nseg, lpr; /* segments and lines of a row */
+    int last;      /* bytes of scales of a row's last line */
+    int gpr, scb;  /* groups of a row; bytes of a whole line's scales */
+    int items;     /* the set's rows, or an MLP's N */
+};
+
+template <int SDT> __device__ __forceinline__ float qp_scalar(const uint8_t *p, int i) {
+    if (SDT == EM_F32) return ((const float *)p)[i];
+    if (SDT == EM_F16) return cuda_f16(((const uint16_t *)p)[i]);
+    return cuda_bf16(((const uint16_t *)p)[i]);
+}
+
+/* One weight row of the warp's run: where its codes, scales and biases
+ * start, and where its sums go. Row rho of the run is the set's row
+ * item0 + rho, or (SwiGLU) the gate (rho even) or up row of n = item0 +
+ * rho / 2. */
+struct qp_row {
+    const uint4 *w;
+    const uint8_t *sc, *bi;
+    int g, n;
+};
+
+template <int BITS, int SDT, bool SWI> __device__ __forceinline__ qp_row qp_row_at(const qp_args &a, int item, int half) {
+    constexpr int ES = SDT == EM_F32 ? 4 : 2;
+    qp_row r;
+    r.g = SWI ? half : gemv_set_find(a.set, item);
+    r.n = SWI ? item : item - a.set.start[r.g];
+    r.w = (const uint4 *)((const uint32_t *)a.set.w[r.g] + (size_t)r.n * ((size_t)a.K / 32 * BITS));
+    r.sc = (const uint8_t *)a.set.scales[r.g] + (size_t)r.n * a.gpr * ES;
+    r.bi = (const uint8_t *)a.set.biases[r.g] + (size_t)r.n * a.gpr * ES;
+    return r;
+}
+
+/* A warp's walk over its rows' lines: line i of row (item, half). */
+struct qp_walk {
+    int item, half, i;
+};
+
+template <bool SWI> __device__ __forceinline__ bool qp_next(qp_walk &c, const qp_args &a) {
+    if (++c.i < a.lpr) return false;
+    c.i = 0;
+    if (SWI && !c.half) c.half = 1;
+    else c.half = 0, c.item++;
+    return true; /* a new row */
+}
+
+template <int BITS, int SDT, int ROWS, bool SWI>
+__global__ void __launch_bounds__(QP_WARPS * 32, 1) qgemv_i8_pipe_kernel(qp_args a) {
+    constexpr int L = qp_geom<BITS>::LINES, SPL = qp_geom<BITS>::SPL, LANEB = qp_geom<BITS>::LANEB;
+    extern __shared__ __align__(16) uint8_t qp_smem[];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    uint8_t *codes = qp_smem + (size_t)warp * L * 32 * LANEB;
+    uint8_t *scls = qp_smem + (size_t)QP_WARPS * L * 32 * LANEB + (size_t)warp * L * 2 * a.scb;
+    int8_t *xq = (int8_t *)(qp_smem + (size_t)QP_WARPS * L * (32 * LANEB + 2 * a.scb));
+    float *xd = (float *)(xq + (size_t)ROWS * a.K), *xs = xd + (size_t)ROWS * a.nseg;
+    long long W = (long long)gridDim.x * QP_WARPS, gw = (long long)blockIdx.x * QP_WARPS + warp;
+    int it0 = (int)(gw * a.items / W), it1 = (int)((gw + 1) * a.items / W);
+    int lines = (it1 - it0) * a.lpr * (SWI ? 2 : 1);
+    /* the lane's scale chunk: lanes 0-15 copy scales, 16-31 biases */
+    int part = lane >> 4, chunk = (lane & 15) * 16;
+    qp_walk ld = {it0, 0, 0};
+    qp_row lr = lines ? qp_row_at<BITS, SDT, SWI>(a, it0, 0) : qp_row{};
+    int issued = 0;
+    auto issue = [&](int slot) {
+        if (issued < lines) {
+            int seg = ld.i * 32 * SPL + lane, bytes = ld.i == a.lpr - 1 ? a.last : a.scb;
+            uint8_t *dst = codes + (size_t)slot * 32 * LANEB + lane * LANEB;
+#pragma unroll
+            for (int s = 0; s < SPL; s++) {
+                bool ok = seg + 32 * s < a.nseg;
+                const uint4 *src = lr.w + (size_t)(ok ? seg + 32 * s : 0) * (BITS / 4);
+                cp_async16(dst + s * 16, src, ok);
+                if (BITS == 8) cp_async16(dst + 16, src + 1, ok);
+            }
+            if (chunk < bytes)
+                cp_async16(scls + (size_t)slot * 2 * a.scb + part * a.scb + chunk,
+                           (part ? lr.bi : lr.sc) + (size_t)ld.i * a.scb + chunk, true);
+            issued++;
+            if (qp_next<SWI>(ld, a) && issued < lines) lr = qp_row_at<BITS, SDT, SWI>(a, ld.item, ld.half);
+        }
+        cp_async_commit();
+    };
+    /* the weights never depend on the kernel before this one */
+#pragma unroll
+    for (int s = 0; s < L - 1; s++) issue(s);
+    cuda_pdl_enter();
+    q8_stage<BITS, ROWS>(xq, xd, xs, a.K, a.x, a.K, 0, a.K, a.M);
+    __syncthreads();
+    qp_walk cu = {it0, 0, 0};
+    qp_row cr = lines ? qp_row_at<BITS, SDT, SWI>(a, it0, 0) : qp_row{};
+    int gl = lane >> (a.lg - 5); /* the lane's group within a line's first 32 segments */
+    float acc[ROWS], gate[ROWS];
+#pragma unroll
+    for (int m = 0; m < ROWS; m++) acc[m] = gate[m] = 0.0f;
+    for (int t = 0; t < lines; t++) {
+        int slot = t % L;
+        cp_async_wait_groups<L - 2>();
+        __syncwarp(); /* the other lanes' copies of this line are visible, and every lane is done with the line before */
+        const uint4 *cw = (const uint4 *)(codes + (size_t)slot * 32 * LANEB + lane * LANEB);
+        const uint8_t *sl = scls + (size_t)slot * 2 * a.scb;
+#pragma unroll
+        for (int s = 0; s < SPL; s++) { /* the lane's segments in ascending order */
+            int seg = cu.i * 32 * SPL + 32 * s + lane;
+            if (seg >= a.nseg) break;
+            uint32_t w[BITS];
+            uint4 v = cw[BITS == 8 ? 0 : s];
+            w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+            if (BITS == 8) {
+                uint4 u = cw[1];
+                w[4 % BITS] = u.x, w[5 % BITS] = u.y, w[6 % BITS] = u.z, w[7 % BITS] = u.w;
+            }
+            int gi = gl + s * (1 << (10 - a.lg));
+            float sc = qp_scalar<SDT>(sl, gi), bi = qp_scalar<SDT>(sl + a.scb, gi);
+            float b = BITS == 8 ? fmaf(128.0f, sc, bi) : bi;
+#pragma unroll
+            for (int m = 0; m < ROWS; m++) {
+                if (m >= a.M) break;
+                float dx = xd[m * a.nseg + seg], sx = xs[m * a.nseg + seg];
+                const int8_t *xseg = xq + (size_t)m * a.K + (size_t)seg * QG_SEG;
+                int d = q8_dot_x<BITS>(w, *(const uint4 *)xseg, *(const uint4 *)(xseg + 16));
+                acc[m] = fmaf(sc * dx, (float)d, fmaf(b, sx, acc[m]));
+            }
+        }
+        /* the slot refilled next was read in the line before, which every
+         * lane finished before the barrier above */
+        issue((t + L - 1) % L);
+        if (cu.i == a.lpr - 1) { /* the row's sums are complete */
+            float(*a2)[ROWS] = (float(*)[ROWS])acc;
+            cuda_warp_sums<1, ROWS>(a2);
+            if (SWI && cu.half == 0) {
+#pragma unroll
+                for (int m = 0; m < ROWS; m++) gate[m] = acc[m];
+            } else if (SWI) {
+                const float *bg = a.set.bias[0], *bu = a.set.bias[1];
+#pragma unroll
+                for (int m = 0; m < ROWS; m++)
+                    if (lane == m && m < a.M) {
+                        float gv = gate[m] + (bg ? bg[cr.n] : 0.0f), up = acc[m] + (bu ? bu[cr.n] : 0.0f);
+                        a.set.y[0][(size_t)m * a.items + cr.n] = gv / (1.0f + expf(-gv)) * up;
+                    }
+            } else {
+                const float *bias = a.set.bias[cr.g];
+                int Ng = a.set.start[cr.g + 1] - a.set.start[cr.g];
+#pragma unroll
+                for (int m = 0; m < ROWS; m++)
+                    if (lane == m && m < a.M) a.set.y[cr.g][(size_t)m * Ng + cr.n] = acc[m] + (bias ? bias[cr.n] : 0.0f);
+            }
+#pragma unroll
+            for (int m = 0; m < ROWS; m++) acc[m] = 0.0f;
+        }
+        if (qp_next<SWI>(cu, a) && t + 1 < lines) cr = qp_row_at<BITS, SDT, SWI>(a, cu.item, cu.half);
+    }
+}
+
+/* Shared memory of the pipelined kernel (0: it does not apply: scales
+ * whose rows are no whole number of 16-byte chunks, or unaligned). */
+template <int BITS>
+static size_t qp_smem_bytes(const cuda_backend *cb, const gemv_set &set, const em_weight *w0, int rows) {
+    int K = (int)w0->cols, es = (int)dtype_size(w0->scale_dtype), gpr = K / w0->group_size;
+    if ((size_t)gpr * es % 16) return 0;
+    for (int i = 0; i < set.count; i++)
+        if (((uintptr_t)set.scales[i] | (uintptr_t)set.biases[i]) & 15) return 0;
+    size_t scb = (size_t)(1024 * qp_geom<BITS>::SPL / w0->group_size * es);
+    size_t bytes = (size_t)QP_WARPS * qp_geom<BITS>::LINES * (32 * qp_geom<BITS>::LANEB + 2 * scb) +
+                   (size_t)rows * ((size_t)K + (size_t)K / QG_SEG * 8);
+    return bytes <= (size_t)cb->smem_optin ? bytes : 0;
+}
+
+template <int BITS, int SDT, int ROWS, bool SWI>
+static void qp_launch_sdt(cuda_backend *cb, const qp_args &a, size_t smem) {
+    auto kernel = qgemv_i8_pipe_kernel<BITS, SDT, ROWS, SWI>;
+    cuda_note(cb, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+              "quantized matmul (int8 gemv): shared memory");
+    int blocks = (a.items + QP_WARPS - 1) / QP_WARPS;
+    cuda_launch(kernel, (unsigned)(blocks < cb->n_sm ? blocks : cb->n_sm), QP_WARPS * 32, smem, cb->stream, a);
+    CUDA_LAUNCHED(cb, "quantized matmul (int8 gemv)");
+}
+
+/* Queues the pipelined kernel; false (nothing queued) where it does not
+ * apply. */
+template <int BITS, int ROWS, bool SWI>
+static bool qp_launch(cuda_backend *cb, const gemv_set &set, const em_weight *w0, const float *x, int M) {
+    size_t smem = qp_smem_bytes<BITS>(cb, set, w0, ROWS);
+    if (!smem) return false;
+    qp_args a;
+    a.set = set, a.x = x, a.M = M, a.K = (int)w0->cols;
+    a.lg = w0->group_size == 32 ? 5 : w0->group_size == 64 ? 6 : 7;
+    int spl = qp_geom<BITS>::SPL, es = (int)dtype_size(w0->scale_dtype);
+    a.nseg = a.K / QG_SEG, a.lpr = (a.nseg + 32 * spl - 1) / (32 * spl), a.gpr = a.K / w0->group_size;
+    a.scb = (1024 * spl >> a.lg) * es, a.last = (a.gpr - (a.lpr - 1) * (1024 * spl >> a.lg)) * es;
+    a.items = SWI ? set.start[1] : set.start[set.count];
+    if (w0->scale_dtype == EM_BF16) qp_launch_sdt<BITS, EM_BF16, ROWS, SWI>(cb, a, smem);
+    else if (w0->scale_dtype == EM_F16) qp_launch_sdt<BITS, EM_F16, ROWS, SWI>(cb, a, smem);
+    else qp_launch_sdt<BITS, EM_F32, ROWS, SWI>(cb, a, smem);
+    return true;
+}
+
+/* The pipelined kernel over the set, when it applies. */
+static bool qp_set(cuda_backend *cb, const gemv_set &set, const em_weight *w0, const float *x, int M) {
+    if (!cb->qpipe_on) return false;
+    if (w0->bits == 4) return M == 1 ? qp_launch<4, 1, false>(cb, set, w0, x, M) : qp_launch<4, 2, false>(cb, set, w0, x, M);
+    return M == 1 ? qp_launch<8, 1, false>(cb, set, w0, x, M) : qp_launch<8, 2, false>(cb, set, w0, x, M);
 }
 
 bool cuda_qgemv_i8_set(cuda_backend *cb, const gemv_set *s, const em_weight *w0, const float *x, int M) {
@@ -390,6 +635,7 @@ bool cuda_qgemv_i8_set(cuda_backend *cb, const gemv_set *s, const em_weight *w0,
         cuda_graph_mix(cb, (uint64_t)w0->bits), cuda_graph_mix(cb, (uint64_t)w0->cols);
         if (cb->graphs.mode == 2 /* EM_GRAPH_REPLAY */) return true;
     }
+    if (qp_set(cb, *s, w0, x, M)) return true;
     if (w0->bits == 4 && M == 1) qgemv_i8_stream_set<4, 1>(cb, *s, w0, x, M);
     else if (w0->bits == 4) qgemv_i8_stream_set<4, 2>(cb, *s, w0, x, M);
     else if (M == 1) qgemv_i8_stream_set<8, 1>(cb, *s, w0, x, M);
@@ -418,6 +664,9 @@ bool cuda_qmatmul_swiglu(em_backend *be, float *out, const float *x, int M, cons
     const em_weight *ws[2] = {wg, wu};
     const float *bs[2] = {bg, bu};
     gemv_set set = gemv_set_make(2, ys, ws, bs);
+    bool piped = cb->qpipe_on && (wg->bits == 4 ? (M == 1 ? qp_launch<4, 1, true>(cb, set, wg, x, M) : qp_launch<4, 2, true>(cb, set, wg, x, M))
+                                           : (M == 1 ? qp_launch<8, 1, true>(cb, set, wg, x, M) : qp_launch<8, 2, true>(cb, set, wg, x, M)));
+    if (piped) return true;
     if (wg->bits == 4 && M == 1) q8s_launch<4, 1, 2, true>(cb, set, wg, x, M);
     else if (wg->bits == 4) q8s_launch<4, 2, 2, true>(cb, set, wg, x, M);
     else if (M == 1) q8s_launch<8, 1, 2, true>(cb, set, wg, x, M);
