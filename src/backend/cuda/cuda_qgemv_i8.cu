@@ -38,9 +38,12 @@ template <int BITS> __device__ __forceinline__ int q8_pos(int k) {
 /* Rounds rows [0, mr) of x[., k0 .. k0 + kc) into staged int8 (row m at
  * xq + m * cap bytes, its per-32 scales and sums at xd/xs + m * cap / 32):
  * 8 lanes per 32 values (a float4 each), max and sum by a fixed butterfly.
- * Each thread issues Q8_QPT loads before using any. */
+ * Each thread issues Q8_QPT loads before using any. PLANES: a row's
+ * segments are split in two planes of cap / 2 bytes (each segment's first
+ * 16 staged bytes in the first, its last 16 in the second), so lanes that
+ * read consecutive segments' halves meet no bank conflict. */
 #define Q8_QPT 4
-template <int BITS, int ROWS>
+template <int BITS, int ROWS, bool PLANES = false>
 __device__ __forceinline__ void q8_stage(int8_t *xq, float *xd, float *xs, int cap, const float *x, int K, int k0,
                                          int kc, int mr) {
     int quads = kc / 4, step = Q8_QPT * blockDim.x;
@@ -68,11 +71,15 @@ __device__ __forceinline__ void q8_stage(int8_t *xq, float *xd, float *xs, int c
                 if (i >= quads) continue;
                 float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
                 int k = i * 4, seg = k / QG_SEG, e = k % QG_SEG;
-                int8_t *d = xq + (size_t)m * cap + seg * QG_SEG;
-                d[q8_pos<BITS>(e)] = (int8_t)__float2int_rn(v[j].x * inv);
-                d[q8_pos<BITS>(e + 1)] = (int8_t)__float2int_rn(v[j].y * inv);
-                d[q8_pos<BITS>(e + 2)] = (int8_t)__float2int_rn(v[j].z * inv);
-                d[q8_pos<BITS>(e + 3)] = (int8_t)__float2int_rn(v[j].w * inv);
+                int8_t *d = xq + (size_t)m * cap;
+                float f[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
+#pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    int p = q8_pos<BITS>(e + c);
+                    size_t at = PLANES ? (size_t)(p >> 4) * (cap / 2) + (size_t)seg * 16 + (p & 15)
+                                       : (size_t)seg * QG_SEG + p;
+                    d[at] = (int8_t)__float2int_rn(f[c] * inv);
+                }
                 if (e == 0) xd[m * (cap / QG_SEG) + seg] = amax / 127.0f, xs[m * (cap / QG_SEG) + seg] = sum;
             }
         }
@@ -501,7 +508,7 @@ __global__ void __launch_bounds__(QP_WARPS * 32, 1) qgemv_i8_pipe_kernel(qp_args
 #pragma unroll
     for (int s = 0; s < L - 1; s++) issue(s);
     cuda_pdl_enter();
-    q8_stage<BITS, ROWS>(xq, xd, xs, a.K, a.x, a.K, 0, a.K, a.M);
+    q8_stage<BITS, ROWS, true>(xq, xd, xs, a.K, a.x, a.K, 0, a.K, a.M);
     __syncthreads();
     qp_walk cu = {it0, 0, 0};
     qp_row cr = lines ? qp_row_at<BITS, SDT, SWI>(a, it0, 0) : qp_row{};
@@ -533,8 +540,8 @@ __global__ void __launch_bounds__(QP_WARPS * 32, 1) qgemv_i8_pipe_kernel(qp_args
             for (int m = 0; m < ROWS; m++) {
                 if (m >= a.M) break;
                 float dx = xd[m * a.nseg + seg], sx = xs[m * a.nseg + seg];
-                const int8_t *xseg = xq + (size_t)m * a.K + (size_t)seg * QG_SEG;
-                int d = q8_dot_x<BITS>(w, *(const uint4 *)xseg, *(const uint4 *)(xseg + 16));
+                const int8_t *xseg = xq + (size_t)m * a.K + (size_t)seg * 16;
+                int d = q8_dot_x<BITS>(w, *(const uint4 *)xseg, *(const uint4 *)(xseg + a.K / 2));
                 acc[m] = fmaf(sc * dx, (float)d, fmaf(b, sx, acc[m]));
             }
         }
