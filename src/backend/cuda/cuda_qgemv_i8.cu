@@ -388,7 +388,7 @@ static void qgemv_i8_stream(cuda_backend *cb, float *y, const float *x, int M, c
  *
  * One or two activation rows, x staged whole per block as above, but the
  * weights reach the warps through shared memory: each warp keeps a ring of
- * QP_LINES lines of copies in flight (cp.async: no registers held while
+ * qp_geom::LINES lines of copies in flight (cp.async: no registers held while
  * they travel), so a multiprocessor has over 100 KB of weights on the way
  * whatever its arithmetic is doing, and the first lines' loads go out
  * before the kernel waits for the one before it. Measured on the H200
@@ -404,9 +404,7 @@ static void qgemv_i8_stream(cuda_backend *cb, float *y, const float *x, int M, c
  * shares to within a row, and takes its rows' lines in order. A lane so
  * sums segments l, l + 32, ... of a row in ascending order, and the warp
  * sums the lanes by the butterfly: qgemv_i8_kernel's sums, bit for bit. */
-#ifndef QP_WARPS
-#define QP_WARPS 32
-#endif
+#define QP_WARPS 32 /* a block, one block a multiprocessor (16: the 8B head 129 against 112 us) */
 
 /* SPL: segments a lane takes a line. Two for 4-bit codes (1 KB lines,
  * half the loop's bookkeeping a segment) was measured slower on the H200:
@@ -435,9 +433,8 @@ template <int SDT> __device__ __forceinline__ float qp_scalar(const uint8_t *p, 
 }
 
 /* One weight row of the warp's run: where its codes, scales and biases
- * start, and where its sums go. Row rho of the run is the set's row
- * item0 + rho, or (SwiGLU) the gate (rho even) or up row of n = item0 +
- * rho / 2. */
+ * start; its matrix g of the set (SwiGLU: 0 the gate, 1 the up
+ * projection) and row n there, where its sums go. */
 struct qp_row {
     const uint4 *w;
     const uint8_t *sc, *bi;
