@@ -11,8 +11,9 @@
  * than any cache), and each kind's products run back to back over its
  * copies through the backend's operation table, as a decode step calls
  * them (on a backend with step graphs, one pass is recorded and replayed,
- * as a decode step is). Prints, per kind, microseconds a call, GB/s of weight bytes read
- * and the fraction of the backend's measured read bandwidth. Weights are
+ * as a decode step is). Prints, per kind, microseconds a call, GB/s of
+ * weight bytes read and the fraction of the backend's measured read
+ * bandwidth. Weights are
  * random: the figures are of the kernels, not of a model. */
 #include "backend/backend.h"
 #include "backend/cpu/membw.h"
@@ -208,6 +209,12 @@ static double time_kind(em_backend *be, const opts *o, int kind, float *const *y
     return t / (double)calls * 1e6;
 }
 
+/* A row of the table: bytes read in us microseconds against bandwidth bw. */
+static void print_row(const char *name, double bytes, double us, double bw) {
+    double gbs = bytes / us / 1e3;
+    printf("%-16s %10.2f %10.2f %9.1f %8.1f%%\n", name, bytes / 1e6, us, gbs, bw > 0 ? 100 * gbs * 1e9 / bw : 0);
+}
+
 static void usage(void) {
     printf("usage: ember-gemv-bench [--device cpu|cuda[:N]] [--shape 1b|8b|qwen3.5-4b] [--bits 0|4|8]\n"
            "                        [--group-size G] [--rows M] [--exact] [--threads N] [--seconds S]\n"
@@ -274,17 +281,15 @@ int main(int argc, char **argv) {
            o.graphs && be->ops->graph_begin ? ", step graphs" : "", bw / 1e9);
     if (o.bits) printf("weights: %d-bit, group %d, bf16 scales and biases\n", o.bits, o.group);
     printf("%-16s %10s %10s %9s %9s\n", "kind", "MB", "us/call", "GB/s", "of bw");
-    double layer_us = 0, layer_mb = 0;
+    double layer_us = 0, layer_bytes = 0;
     for (int k = 0; k < K_COUNT; k++) {
         if (o.only && strcmp(o.only, KIND_NAMES[k])) continue;
         size_t bytes;
-        double us = time_kind(be, &o, k, ys, x, &bytes), gbs = (double)bytes / us / 1e3;
-        printf("%-16s %10.2f %10.2f %9.1f %8.1f%%\n", KIND_NAMES[k], bytes / 1e6, us, gbs, bw > 0 ? 100 * gbs * 1e9 / bw : 0);
-        if (k != K_HEAD) layer_us += us, layer_mb += bytes / 1e6;
+        double us = time_kind(be, &o, k, ys, x, &bytes);
+        print_row(KIND_NAMES[k], (double)bytes, us, bw);
+        if (k != K_HEAD) layer_us += us, layer_bytes += (double)bytes;
     }
-    if (!o.only)
-        printf("%-16s %10.2f %10.2f %9.1f %8.1f%%\n", "layer", layer_mb, layer_us, layer_mb / layer_us * 1e3,
-           bw > 0 ? 100 * layer_mb * 1e6 / layer_us * 1e6 / bw : 0);
+    if (!o.only) print_row("layer", layer_bytes, layer_us, bw);
     for (int i = 0; i < 3; i++) be->ops->free(be, ys[i]);
     be->ops->free(be, x);
     free(xh);

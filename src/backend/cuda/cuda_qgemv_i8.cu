@@ -374,6 +374,7 @@ static void qgemv_i8_stream_set(cuda_backend *cb, const gemv_set &set, const em_
     CUDA_LAUNCHED(cb, "quantized matmul (int8 gemv)");
 }
 
+template <bool SWI = false>
 static bool qp_set(cuda_backend *cb, const gemv_set &set, const em_weight *w0, const float *x, int M);
 
 template <int BITS, int ROWS>
@@ -406,14 +407,12 @@ static void qgemv_i8_stream(cuda_backend *cb, float *y, const float *x, int M, c
  * sums the lanes by the butterfly: qgemv_i8_kernel's sums, bit for bit. */
 #define QP_WARPS 32 /* a block, one block a multiprocessor (16: the 8B head 129 against 112 us) */
 
-/* SPL: segments a lane takes a line. Two for 4-bit codes (1 KB lines,
- * half the loop's bookkeeping a segment) was measured slower on the H200:
- * 77 against 58 us for the 8B shape's layer. */
+/* A lane takes one segment a line: two for 4-bit codes (1 KB lines, half
+ * the loop's bookkeeping a segment) was measured slower on the H200, 77
+ * against 58 us for the 8B shape's layer. */
 template <int BITS> struct qp_geom {
-    static constexpr int SPL = 1;
     static constexpr int LINES = BITS == 4 ? 8 : 4; /* the ring: 4 KB of codes a warp */
-    static constexpr int SEGB = BITS * 4;           /* bytes of a segment's codes */
-    static constexpr int LANEB = SPL * SEGB;        /* bytes of a lane's codes a line */
+    static constexpr int SEGB = BITS * 4;           /* bytes of a lane's codes a line */
 };
 
 struct qp_args {
@@ -467,12 +466,12 @@ template <bool SWI> __device__ __forceinline__ bool qp_next(qp_walk &c, const qp
 
 template <int BITS, int SDT, int ROWS, bool SWI>
 __global__ void __launch_bounds__(QP_WARPS * 32, 1) qgemv_i8_pipe_kernel(qp_args a) {
-    constexpr int L = qp_geom<BITS>::LINES, SPL = qp_geom<BITS>::SPL, LANEB = qp_geom<BITS>::LANEB;
+    constexpr int L = qp_geom<BITS>::LINES, SEGB = qp_geom<BITS>::SEGB;
     extern __shared__ __align__(16) uint8_t qp_smem[];
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    uint8_t *codes = qp_smem + (size_t)warp * L * 32 * LANEB;
-    uint8_t *scls = qp_smem + (size_t)QP_WARPS * L * 32 * LANEB + (size_t)warp * L * 2 * a.scb;
-    int8_t *xq = (int8_t *)(qp_smem + (size_t)QP_WARPS * L * (32 * LANEB + 2 * a.scb));
+    uint8_t *codes = qp_smem + (size_t)warp * L * 32 * SEGB;
+    uint8_t *scls = qp_smem + (size_t)QP_WARPS * L * 32 * SEGB + (size_t)warp * L * 2 * a.scb;
+    int8_t *xq = (int8_t *)(qp_smem + (size_t)QP_WARPS * L * (32 * SEGB + 2 * a.scb));
     float *xd = (float *)(xq + (size_t)ROWS * a.K), *xs = xd + (size_t)ROWS * a.nseg;
     long long W = (long long)gridDim.x * QP_WARPS, gw = (long long)blockIdx.x * QP_WARPS + warp;
     int it0 = (int)(gw * a.items / W), it1 = (int)((gw + 1) * a.items / W);
@@ -484,15 +483,12 @@ __global__ void __launch_bounds__(QP_WARPS * 32, 1) qgemv_i8_pipe_kernel(qp_args
     int issued = 0;
     auto issue = [&](int slot) {
         if (issued < lines) {
-            int seg = ld.i * 32 * SPL + lane, bytes = ld.i == a.lpr - 1 ? a.last : a.scb;
-            uint8_t *dst = codes + (size_t)slot * 32 * LANEB + lane * LANEB;
-#pragma unroll
-            for (int s = 0; s < SPL; s++) {
-                bool ok = seg + 32 * s < a.nseg;
-                const uint4 *src = lr.w + (size_t)(ok ? seg + 32 * s : 0) * (BITS / 4);
-                cp_async16(dst + s * 16, src, ok);
-                if (BITS == 8) cp_async16(dst + 16, src + 1, ok);
-            }
+            int seg = ld.i * 32 + lane, bytes = ld.i == a.lpr - 1 ? a.last : a.scb;
+            bool ok = seg < a.nseg;
+            const uint4 *src = lr.w + (size_t)(ok ? seg : 0) * (BITS / 4);
+            uint8_t *dst = codes + (size_t)slot * 32 * SEGB + lane * SEGB;
+            cp_async16(dst, src, ok);
+            if (BITS == 8) cp_async16(dst + 16, src + 1, ok);
             if (chunk < bytes)
                 cp_async16(scls + (size_t)slot * 2 * a.scb + part * a.scb + chunk,
                            (part ? lr.bi : lr.sc) + (size_t)ld.i * a.scb + chunk, true);
@@ -509,7 +505,7 @@ __global__ void __launch_bounds__(QP_WARPS * 32, 1) qgemv_i8_pipe_kernel(qp_args
     __syncthreads();
     qp_walk cu = {it0, 0, 0};
     qp_row cr = lines ? qp_row_at<BITS, SDT, SWI>(a, it0, 0) : qp_row{};
-    int gl = lane >> (a.lg - 5); /* the lane's group within a line's first 32 segments */
+    int gl = lane >> (a.lg - 5); /* the lane's group within a line */
     float acc[ROWS], gate[ROWS];
 #pragma unroll
     for (int m = 0; m < ROWS; m++) acc[m] = gate[m] = 0.0f;
@@ -517,21 +513,18 @@ __global__ void __launch_bounds__(QP_WARPS * 32, 1) qgemv_i8_pipe_kernel(qp_args
         int slot = t % L;
         cp_async_wait_groups<L - 2>();
         __syncwarp(); /* the other lanes' copies of this line are visible, and every lane is done with the line before */
-        const uint4 *cw = (const uint4 *)(codes + (size_t)slot * 32 * LANEB + lane * LANEB);
-        const uint8_t *sl = scls + (size_t)slot * 2 * a.scb;
-#pragma unroll
-        for (int s = 0; s < SPL; s++) { /* the lane's segments in ascending order */
-            int seg = cu.i * 32 * SPL + 32 * s + lane;
-            if (seg >= a.nseg) break;
+        int seg = cu.i * 32 + lane;
+        if (seg < a.nseg) {
+            const uint4 *cw = (const uint4 *)(codes + (size_t)slot * 32 * SEGB + lane * SEGB);
+            const uint8_t *sl = scls + (size_t)slot * 2 * a.scb;
             uint32_t w[BITS];
-            uint4 v = cw[BITS == 8 ? 0 : s];
+            uint4 v = cw[0];
             w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
             if (BITS == 8) {
                 uint4 u = cw[1];
                 w[4 % BITS] = u.x, w[5 % BITS] = u.y, w[6 % BITS] = u.z, w[7 % BITS] = u.w;
             }
-            int gi = gl + s * (1 << (10 - a.lg));
-            float sc = qp_scalar<SDT>(sl, gi), bi = qp_scalar<SDT>(sl + a.scb, gi);
+            float sc = qp_scalar<SDT>(sl, gl), bi = qp_scalar<SDT>(sl + a.scb, gl);
             float b = BITS == 8 ? fmaf(128.0f, sc, bi) : bi;
 #pragma unroll
             for (int m = 0; m < ROWS; m++) {
@@ -581,10 +574,16 @@ static size_t qp_smem_bytes(const cuda_backend *cb, const gemv_set &set, const e
     if ((size_t)gpr * es % 16) return 0;
     for (int i = 0; i < set.count; i++)
         if (((uintptr_t)set.scales[i] | (uintptr_t)set.biases[i]) & 15) return 0;
-    size_t scb = (size_t)(1024 * qp_geom<BITS>::SPL / w0->group_size * es);
-    size_t bytes = (size_t)QP_WARPS * qp_geom<BITS>::LINES * (32 * qp_geom<BITS>::LANEB + 2 * scb) +
+    size_t scb = (size_t)(1024 / w0->group_size * es);
+    size_t bytes = (size_t)QP_WARPS * qp_geom<BITS>::LINES * (32 * qp_geom<BITS>::SEGB + 2 * scb) +
                    (size_t)rows * ((size_t)K + (size_t)K / QG_SEG * 8);
     return bytes <= (size_t)cb->smem_optin ? bytes : 0;
+}
+
+/* Blocks of the grid: one a multiprocessor, fewer for sets of few rows. */
+static int qp_blocks(const cuda_backend *cb, int items) {
+    int blocks = (items + QP_WARPS - 1) / QP_WARPS;
+    return blocks < cb->n_sm ? blocks : cb->n_sm;
 }
 
 template <int BITS, int SDT, int ROWS, bool SWI>
@@ -592,8 +591,7 @@ static void qp_launch_sdt(cuda_backend *cb, const qp_args &a, size_t smem) {
     auto kernel = qgemv_i8_pipe_kernel<BITS, SDT, ROWS, SWI>;
     cuda_note(cb, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
               "quantized matmul (int8 gemv): shared memory");
-    int blocks = (a.items + QP_WARPS - 1) / QP_WARPS;
-    cuda_launch(kernel, (unsigned)(blocks < cb->n_sm ? blocks : cb->n_sm), QP_WARPS * 32, smem, cb->stream, a);
+    cuda_launch(kernel, (unsigned)qp_blocks(cb, a.items), QP_WARPS * 32, smem, cb->stream, a);
     CUDA_LAUNCHED(cb, "quantized matmul (int8 gemv)");
 }
 
@@ -605,8 +603,7 @@ static void qp_launch_sdt(cuda_backend *cb, const qp_args &a, size_t smem) {
  * at most one row a warp (o, down: 6.4 against 6.6 us, 15.5 against 19.7)
  * or many (the head: 110 against 130 us) it is the faster. */
 static bool qp_balanced(const cuda_backend *cb, int items) {
-    long long warps = (long long)((items + QP_WARPS - 1) / QP_WARPS < cb->n_sm ? (items + QP_WARPS - 1) / QP_WARPS
-                                                                                : cb->n_sm) * QP_WARPS;
+    long long warps = (long long)qp_blocks(cb, items) * QP_WARPS;
     long long most = (items + warps - 1) / warps; /* rows of the busiest warp */
     return items <= warps || (double)most * (double)warps <= 1.2 * (double)items;
 }
@@ -620,9 +617,9 @@ static bool qp_launch(cuda_backend *cb, const gemv_set &set, const em_weight *w0
     qp_args a;
     a.set = set, a.x = x, a.M = M, a.K = (int)w0->cols;
     a.lg = w0->group_size == 32 ? 5 : w0->group_size == 64 ? 6 : 7;
-    int spl = qp_geom<BITS>::SPL, es = (int)dtype_size(w0->scale_dtype);
-    a.nseg = a.K / QG_SEG, a.lpr = (a.nseg + 32 * spl - 1) / (32 * spl), a.gpr = a.K / w0->group_size;
-    a.scb = (1024 * spl >> a.lg) * es, a.last = (a.gpr - (a.lpr - 1) * (1024 * spl >> a.lg)) * es;
+    int es = (int)dtype_size(w0->scale_dtype);
+    a.nseg = a.K / QG_SEG, a.lpr = (a.nseg + 31) / 32, a.gpr = a.K / w0->group_size;
+    a.scb = (1024 >> a.lg) * es, a.last = (a.gpr - (a.lpr - 1) * (1024 >> a.lg)) * es;
     a.items = SWI ? set.start[1] : set.start[set.count];
     if (!qp_balanced(cb, a.items)) return false;
     if (w0->scale_dtype == EM_BF16) qp_launch_sdt<BITS, EM_BF16, ROWS, SWI>(cb, a, smem);
@@ -631,11 +628,13 @@ static bool qp_launch(cuda_backend *cb, const gemv_set &set, const em_weight *w0
     return true;
 }
 
-/* The pipelined kernel over the set, when it applies. */
+/* The pipelined kernel over the set (SWI: an MLP's gate and up, stored
+ * as their SwiGLU), when it is on and applies. */
+template <bool SWI>
 static bool qp_set(cuda_backend *cb, const gemv_set &set, const em_weight *w0, const float *x, int M) {
     if (!cb->qpipe_on) return false;
-    if (w0->bits == 4) return M == 1 ? qp_launch<4, 1, false>(cb, set, w0, x, M) : qp_launch<4, 2, false>(cb, set, w0, x, M);
-    return M == 1 ? qp_launch<8, 1, false>(cb, set, w0, x, M) : qp_launch<8, 2, false>(cb, set, w0, x, M);
+    if (w0->bits == 4) return M == 1 ? qp_launch<4, 1, SWI>(cb, set, w0, x, M) : qp_launch<4, 2, SWI>(cb, set, w0, x, M);
+    return M == 1 ? qp_launch<8, 1, SWI>(cb, set, w0, x, M) : qp_launch<8, 2, SWI>(cb, set, w0, x, M);
 }
 
 bool cuda_qgemv_i8_set(cuda_backend *cb, const gemv_set *s, const em_weight *w0, const float *x, int M) {
@@ -683,9 +682,7 @@ bool cuda_qmatmul_swiglu(em_backend *be, float *out, const float *x, int M, cons
     const em_weight *ws[2] = {wg, wu};
     const float *bs[2] = {bg, bu};
     gemv_set set = gemv_set_make(2, ys, ws, bs);
-    bool piped = cb->qpipe_on && (wg->bits == 4 ? (M == 1 ? qp_launch<4, 1, true>(cb, set, wg, x, M) : qp_launch<4, 2, true>(cb, set, wg, x, M))
-                                           : (M == 1 ? qp_launch<8, 1, true>(cb, set, wg, x, M) : qp_launch<8, 2, true>(cb, set, wg, x, M)));
-    if (piped) return true;
+    if (qp_set<true>(cb, set, wg, x, M)) return true;
     if (wg->bits == 4 && M == 1) q8s_launch<4, 1, 2, true>(cb, set, wg, x, M);
     else if (wg->bits == 4) q8s_launch<4, 2, 2, true>(cb, set, wg, x, M);
     else if (M == 1) q8s_launch<8, 1, 2, true>(cb, set, wg, x, M);
