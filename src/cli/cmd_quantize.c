@@ -28,6 +28,7 @@ static void quantize_help(void) {
            "  --family NAME      automatic (default), llama or qwen3_5\n"
            "  --dtype T          float dtype of every float tensor: bf16, f16, f32 (default: each keeps its source dtype)\n"
            "  --shard-size GB    shard size (default 5)\n"
+           "  --threads N        threads quantizing a tensor's rows (default: one per core)\n"
            "  --plan             print every output tensor with its source and exit\n"
            "  --force            replace an existing DST\n");
 }
@@ -91,6 +92,11 @@ static int cmd_quantize(int argc, char **argv) {
             double gb;
             if (!cli_parse_float(v, &gb) || gb <= 0 || gb > 1e6) { cli_error("quantize", "--shard-size needs GB > 0"); return CLI_USAGE; }
             j.shard_bytes = (uint64_t)(gb * 1e9);
+        } else if (cli_arg_is(argv[i], "--threads")) {
+            VALUE();
+            long t;
+            if (!cli_parse_int(v, 1, 1024, &t)) { cli_error("quantize", "--threads needs a number from 1 to 1024"); return CLI_USAGE; }
+            j.threads = (int)t;
         } else if (!strcmp(argv[i], "--plan")) {
             j.plan_only = true;
         } else if (!strcmp(argv[i], "--force")) {

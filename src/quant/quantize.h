@@ -45,6 +45,7 @@ typedef struct quant_job {
     bool search;              /* rtn_search_row instead of MLX's plain round-to-nearest */
     bool progress;            /* a progress line on stderr */
     bool plan_only;           /* print the plan, write nothing */
+    int threads;              /* rows quantized in parallel; 0: one thread per core */
 } quant_job;
 
 typedef struct quant_report {

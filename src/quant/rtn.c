@@ -11,9 +11,11 @@ static void rtn_group(const float *w, int n, int bits, uint8_t *packed, int64_t 
                       float *bias_out) {
     float n_bins = (float)((1 << bits) - 1), eps = 1e-7f;
     float lo = INFINITY, hi = -INFINITY;
+    /* fmaxf/fminf as comparisons (they are library calls otherwise); the
+     * same results, NaNs included: a NaN never replaces a bound */
     for (int i = 0; i < n; i++) {
-        hi = fmaxf(hi, w[i]);
-        lo = fminf(lo, w[i]);
+        hi = w[i] > hi ? w[i] : hi;
+        lo = w[i] < lo ? w[i] : lo;
     }
     bool neg_edge = fabsf(lo) > fabsf(hi);
     float scale = fmaxf((hi - lo) / n_bins, eps);
@@ -26,7 +28,8 @@ static void rtn_group(const float *w, int n, int bits, uint8_t *packed, int64_t 
     }
     for (int i = 0; i < n; i++) {
         float q = rintf((w[i] - bias) / scale);
-        q = fminf(fmaxf(q, 0.0f), n_bins);
+        q = q > 0.0f ? q : 0.0f; /* a NaN becomes 0, as fmaxf makes it */
+        q = q < n_bins ? q : n_bins;
         affine_put(packed, k0 + i, bits, (uint32_t)q);
     }
     *scale_out = scale;
@@ -95,9 +98,11 @@ enum { SEARCH_MAX_GROUP = 128, SEARCH_STEPS = 11 };
 static void search_group(const float *w, int n, int bits, em_dtype sdt, uint8_t *packed, int64_t k0, float *scale_out,
                          float *bias_out) {
     float n_bins = (float)((1 << bits) - 1), lo = INFINITY, hi = -INFINITY;
+    /* fmaxf/fminf as comparisons (they are library calls otherwise); the
+     * same results, NaNs included: a NaN never replaces a bound */
     for (int i = 0; i < n; i++) {
-        hi = fmaxf(hi, w[i]);
-        lo = fminf(lo, w[i]);
+        hi = w[i] > hi ? w[i] : hi;
+        lo = w[i] < lo ? w[i] : lo;
     }
     uint8_t q[SEARCH_MAX_GROUP], best_q[SEARCH_MAX_GROUP];
     float best_s = 0, best_b = 0;

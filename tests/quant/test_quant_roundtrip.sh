@@ -27,6 +27,12 @@ done
 # --search writes the same layout (other values): it loads and matches its dequantized self
 "$EMBER_BIN" quantize "$src" "$tmp/q3s" --bits 3 --group-size 64 --search 2>/dev/null
 cmp_models "$tmp/q3s" "3-bit --search"
+# rows are quantized in parallel; the artifact does not depend on how many threads
+for t in 1 3; do
+  "$EMBER_BIN" quantize "$src" "$tmp/t$t" --bits 3 --group-size 64 --search --threads "$t" 2>/dev/null
+  if cmp -s "$tmp/q3s/model.safetensors" "$tmp/t$t/model.safetensors"; then echo "ok   --threads $t: same bytes"
+  else echo "FAIL --threads $t changes the artifact"; fail=1; fi
+done
 cat > "$tmp/recipe.json" <<'JSON'
 {"bits": 4, "group_size": 64, "rules": [
   {"match": "model.embed_tokens", "bits": 8, "group_size": 32},
