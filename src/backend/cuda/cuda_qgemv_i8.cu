@@ -86,17 +86,29 @@ __device__ __forceinline__ void q8_stage(int8_t *xq, float *xd, float *xs, int c
     }
 }
 
+/* dp4a of four unsigned bytes a with four signed bytes b, plus c. */
+__device__ __forceinline__ int dp4a_us(uint32_t a, int b, int c) {
+    int d;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
 /* sum(x8 * q') over one segment: BITS words of codes, the 8 words of its
- * staged activations (q8_dot loads them; q8_dot_x takes them loaded). */
+ * staged activations (q8_dot loads them; q8_dot_x takes them loaded). The
+ * high nibbles are dotted in place, as 16 q (unsigned bytes w & 0xF0...),
+ * and their sum shifted down once: one shift a segment instead of one a
+ * word, and the same integer. */
 template <int BITS> __device__ __forceinline__ int q8_dot_x(const uint32_t *w, const uint4 &a, const uint4 &b) {
     int xv[8] = {(int)a.x, (int)a.y, (int)a.z, (int)a.w, (int)b.x, (int)b.y, (int)b.z, (int)b.w};
     int d = 0;
     if (BITS == 4) {
+        int h = 0;
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             d = __dp4a((int)(w[j] & 0x0F0F0F0Fu), xv[2 * j], d);
-            d = __dp4a((int)((w[j] >> 4) & 0x0F0F0F0Fu), xv[2 * j + 1], d);
+            h = dp4a_us(w[j] & 0xF0F0F0F0u, xv[2 * j + 1], h);
         }
+        d += h >> 4; /* h is 16 times the high nibbles' sum */
     } else {
 #pragma unroll
         for (int j = 0; j < 8; j++) d = __dp4a((int)(w[j] ^ 0x80808080u), xv[j], d);
