@@ -38,10 +38,12 @@ template <int BITS> __device__ __forceinline__ int q8_pos(int k) {
 /* Rounds rows [0, mr) of x[., k0 .. k0 + kc) into staged int8 (row m at
  * xq + m * cap bytes, its per-32 scales and sums at xd/xs + m * cap / 32):
  * 8 lanes per 32 values (a float4 each), max and sum by a fixed butterfly.
- * Each thread issues Q8_QPT loads before using any. PLANES: a row's
- * segments are split in two planes of cap / 2 bytes (each segment's first
- * 16 staged bytes in the first, its last 16 in the second), so lanes that
- * read consecutive segments' halves meet no bank conflict. */
+ * Each thread issues Q8_QPT loads before using any. PLANES (the pipelined
+ * kernel's layout): a row's segments are split in two planes of cap / 2
+ * bytes (each segment's first 16 staged bytes in the first, its last 16 in
+ * the second), so lanes that read consecutive segments' halves meet no bank
+ * conflict, and each segment's scale and sum are a pair at xd (one 8-byte
+ * read; xs unused). */
 #define Q8_QPT 4
 template <int BITS, int ROWS, bool PLANES = false>
 __device__ __forceinline__ void q8_stage(int8_t *xq, float *xd, float *xs, int cap, const float *x, int K, int k0,
@@ -80,7 +82,12 @@ __device__ __forceinline__ void q8_stage(int8_t *xq, float *xd, float *xs, int c
                                        : (size_t)seg * QG_SEG + p;
                     d[at] = (int8_t)__float2int_rn(f[c] * inv);
                 }
-                if (e == 0) xd[m * (cap / QG_SEG) + seg] = amax / 127.0f, xs[m * (cap / QG_SEG) + seg] = sum;
+                if (e == 0 && PLANES) {
+                    float2 *ds = (float2 *)xd + m * (cap / QG_SEG) + seg;
+                    *ds = make_float2(amax / 127.0f, sum);
+                } else if (e == 0) {
+                    xd[m * (cap / QG_SEG) + seg] = amax / 127.0f, xs[m * (cap / QG_SEG) + seg] = sum;
+                }
             }
         }
     }
@@ -437,75 +444,85 @@ struct qp_args {
     int items;     /* the set's rows, or an MLP's N */
 };
 
-template <int SDT> __device__ __forceinline__ float qp_scalar(const uint8_t *p, int i) {
-    if (SDT == EM_F32) return ((const float *)p)[i];
-    if (SDT == EM_F16) return cuda_f16(((const uint16_t *)p)[i]);
-    return cuda_bf16(((const uint16_t *)p)[i]);
+template <int SDT> __device__ __forceinline__ float qp_scalar(const uint8_t *p) {
+    if (SDT == EM_F32) return *(const float *)p;
+    if (SDT == EM_F16) return cuda_f16(*(const uint16_t *)p);
+    return cuda_bf16(*(const uint16_t *)p);
 }
 
-/* One weight row of the warp's run: where its codes, scales and biases
- * start; its matrix g of the set (SwiGLU: 0 the gate, 1 the up
- * projection) and row n there, where its sums go. */
-struct qp_row {
-    const uint4 *w;
-    const uint8_t *sc, *bi;
-    int g, n;
-};
-
-template <int BITS, int SDT, bool SWI> __device__ __forceinline__ qp_row qp_row_at(const qp_args &a, int item, int half) {
-    constexpr int ES = SDT == EM_F32 ? 4 : 2;
-    qp_row r;
-    r.g = SWI ? half : gemv_set_find(a.set, item);
-    r.n = SWI ? item : item - a.set.start[r.g];
-    r.w = (const uint4 *)((const uint32_t *)a.set.w[r.g] + (size_t)r.n * ((size_t)a.K / 32 * BITS));
-    r.sc = (const uint8_t *)a.set.scales[r.g] + (size_t)r.n * a.gpr * ES;
-    r.bi = (const uint8_t *)a.set.biases[r.g] + (size_t)r.n * a.gpr * ES;
-    return r;
-}
-
-/* A warp's walk over its rows' lines: line i of row (item, half). */
+/* A warp's walk over its rows' lines: line i of row (item, half) of matrix
+ * g of the set (SwiGLU: half 0 the gate, 1 the up projection), seg the
+ * lane's segment of the row there. */
 struct qp_walk {
-    int item, half, i;
+    int item, half, g, i, seg;
 };
 
-template <bool SWI> __device__ __forceinline__ bool qp_next(qp_walk &c, const qp_args &a) {
+template <bool SWI> __device__ __forceinline__ qp_walk qp_walk_at(const qp_args &a, int item, int lane) {
+    qp_walk c = {item, 0, SWI ? 0 : gemv_set_find(a.set, item), 0, lane};
+    return c;
+}
+
+/* Steps c one line on; true where that starts a new row. */
+template <bool SWI> __device__ __forceinline__ bool qp_next(qp_walk &c, const qp_args &a, int lane) {
+    c.seg += 32;
     if (++c.i < a.lpr) return false;
-    c.i = 0;
-    if (SWI && !c.half) c.half = 1;
-    else c.half = 0, c.item++;
-    return true; /* a new row */
+    c.i = 0, c.seg = lane;
+    if (SWI) {
+        c.item += c.half, c.half ^= 1, c.g = c.half;
+    } else {
+        c.item++;
+        if (c.g + 1 < a.set.count && c.item >= a.set.start[c.g + 1]) c.g++;
+    }
+    return true;
+}
+
+/* Where a lane copies from for the line c: its codes, and (lanes whose
+ * 16-byte chunk of a line's scales, part 0, or biases, part 1, exists) its
+ * chunk of those. Stepped on by a line's bytes within a row. */
+struct qp_src {
+    const uint8_t *w, *s;
+};
+
+template <int BITS, int SDT, bool SWI>
+__device__ __forceinline__ qp_src qp_src_at(const qp_args &a, const qp_walk &c, int lane) {
+    constexpr int ES = SDT == EM_F32 ? 4 : 2;
+    int n = SWI ? c.item : c.item - a.set.start[c.g];
+    qp_src s;
+    s.w = (const uint8_t *)a.set.w[c.g] + (size_t)n * ((size_t)a.K / 2 * BITS / 4) + lane * (BITS * 4);
+    s.s = (const uint8_t *)((lane >> 4) ? a.set.biases[c.g] : a.set.scales[c.g]) + (size_t)n * a.gpr * ES +
+          (lane & 15) * 16;
+    return s;
 }
 
 template <int BITS, int SDT, int ROWS, bool SWI>
 __global__ void __launch_bounds__(QP_WARPS * 32, 1) qgemv_i8_pipe_kernel(qp_args a) {
-    constexpr int L = qp_geom<BITS>::LINES, SEGB = qp_geom<BITS>::SEGB;
+    constexpr int L = qp_geom<BITS>::LINES, SEGB = qp_geom<BITS>::SEGB, LB = 32 * SEGB;
+    constexpr int ES = SDT == EM_F32 ? 4 : 2;
     extern __shared__ __align__(16) uint8_t qp_smem[];
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    uint8_t *codes = qp_smem + (size_t)warp * L * 32 * SEGB;
-    uint8_t *scls = qp_smem + (size_t)QP_WARPS * L * 32 * SEGB + (size_t)warp * L * 2 * a.scb;
-    int8_t *xq = (int8_t *)(qp_smem + (size_t)QP_WARPS * L * (32 * SEGB + 2 * a.scb));
-    float *xd = (float *)(xq + (size_t)ROWS * a.K), *xs = xd + (size_t)ROWS * a.nseg;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    /* the warp's rings, at the lane's place: codes, then scales and biases */
+    uint8_t *const codes = qp_smem + (size_t)warp * L * LB + lane * SEGB;
+    uint8_t *const scls = qp_smem + (size_t)QP_WARPS * L * LB + (size_t)warp * L * 2 * a.scb;
+    int8_t *const xq = (int8_t *)(qp_smem + (size_t)QP_WARPS * L * (LB + 2 * a.scb));
+    float *const xd = (float *)(xq + (size_t)ROWS * a.K);
     long long W = (long long)gridDim.x * QP_WARPS, gw = (long long)blockIdx.x * QP_WARPS + warp;
     int it0 = (int)(gw * a.items / W), it1 = (int)((gw + 1) * a.items / W);
     int lines = (it1 - it0) * a.lpr * (SWI ? 2 : 1);
-    /* the lane's scale chunk: lanes 0-15 copy scales, 16-31 biases */
-    int part = lane >> 4, chunk = (lane & 15) * 16;
-    qp_walk ld = {it0, 0, 0};
-    qp_row lr = lines ? qp_row_at<BITS, SDT, SWI>(a, it0, 0) : qp_row{};
+    const int chunk = (lane & 15) * 16, spart = (lane >> 4) * a.scb + chunk;
+    qp_walk ld = qp_walk_at<SWI>(a, it0, lane);
+    qp_src src = lines ? qp_src_at<BITS, SDT, SWI>(a, ld, lane) : qp_src{};
     int issued = 0;
     auto issue = [&](int slot) {
         if (issued < lines) {
-            int seg = ld.i * 32 + lane, bytes = ld.i == a.lpr - 1 ? a.last : a.scb;
-            bool ok = seg < a.nseg;
-            const uint4 *src = lr.w + (size_t)(ok ? seg : 0) * (BITS / 4);
-            uint8_t *dst = codes + (size_t)slot * 32 * SEGB + lane * SEGB;
-            cp_async16(dst, src, ok);
-            if (BITS == 8) cp_async16(dst + 16, src + 1, ok);
-            if (chunk < bytes)
-                cp_async16(scls + (size_t)slot * 2 * a.scb + part * a.scb + chunk,
-                           (part ? lr.bi : lr.sc) + (size_t)ld.i * a.scb + chunk, true);
+            bool ok = ld.seg < a.nseg; /* a row's last line may be partial */
+            uint8_t *dst = codes + slot * LB;
+            const uint8_t *from = ok ? src.w : (const uint8_t *)a.x;
+            cp_async16(dst, from, ok);
+            if (BITS == 8) cp_async16(dst + 16, from + 16, ok);
+            if (chunk < (ld.i == a.lpr - 1 ? a.last : a.scb)) cp_async16(scls + slot * 2 * a.scb + spart, src.s, true);
+            src.w += LB, src.s += a.scb;
             issued++;
-            if (qp_next<SWI>(ld, a) && issued < lines) lr = qp_row_at<BITS, SDT, SWI>(a, ld.item, ld.half);
+            if (qp_next<SWI>(ld, a, lane) && issued < lines) src = qp_src_at<BITS, SDT, SWI>(a, ld, lane);
         }
         cp_async_commit();
     };
@@ -513,11 +530,12 @@ __global__ void __launch_bounds__(QP_WARPS * 32, 1) qgemv_i8_pipe_kernel(qp_args
 #pragma unroll
     for (int s = 0; s < L - 1; s++) issue(s);
     cuda_pdl_enter();
-    q8_stage<BITS, ROWS, true>(xq, xd, xs, a.K, a.x, a.K, 0, a.K, a.M);
+    q8_stage<BITS, ROWS, true>(xq, xd, NULL, a.K, a.x, a.K, 0, a.K, a.M);
     __syncthreads();
-    qp_walk cu = {it0, 0, 0};
-    qp_row cr = lines ? qp_row_at<BITS, SDT, SWI>(a, it0, 0) : qp_row{};
-    int gl = lane >> (a.lg - 5); /* the lane's group within a line */
+    qp_walk cu = qp_walk_at<SWI>(a, it0, lane);
+    const int goff = (lane >> (a.lg - 5)) * ES; /* the lane's group's scale within a line */
+    const int8_t *const xl = xq + lane * 16;
+    const float2 *const dl = (const float2 *)xd + lane;
     float acc[ROWS], gate[ROWS];
 #pragma unroll
     for (int m = 0; m < ROWS; m++) acc[m] = gate[m] = 0.0f;
@@ -525,10 +543,9 @@ __global__ void __launch_bounds__(QP_WARPS * 32, 1) qgemv_i8_pipe_kernel(qp_args
         int slot = t % L;
         cp_async_wait_groups<L - 2>();
         __syncwarp(); /* the other lanes' copies of this line are visible, and every lane is done with the line before */
-        int seg = cu.i * 32 + lane;
-        if (seg < a.nseg) {
-            const uint4 *cw = (const uint4 *)(codes + (size_t)slot * 32 * SEGB + lane * SEGB);
-            const uint8_t *sl = scls + (size_t)slot * 2 * a.scb;
+        if (cu.seg < a.nseg) {
+            const uint4 *cw = (const uint4 *)(codes + slot * LB);
+            const uint8_t *sl = scls + slot * 2 * a.scb + goff;
             uint32_t w[BITS];
             uint4 v = cw[0];
             w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
@@ -536,15 +553,15 @@ __global__ void __launch_bounds__(QP_WARPS * 32, 1) qgemv_i8_pipe_kernel(qp_args
                 uint4 u = cw[1];
                 w[4 % BITS] = u.x, w[5 % BITS] = u.y, w[6 % BITS] = u.z, w[7 % BITS] = u.w;
             }
-            float sc = qp_scalar<SDT>(sl, gl), bi = qp_scalar<SDT>(sl + a.scb, gl);
+            float sc = qp_scalar<SDT>(sl), bi = qp_scalar<SDT>(sl + a.scb);
             float b = BITS == 8 ? fmaf(128.0f, sc, bi) : bi;
 #pragma unroll
             for (int m = 0; m < ROWS; m++) {
                 if (m >= a.M) break;
-                float dx = xd[m * a.nseg + seg], sx = xs[m * a.nseg + seg];
-                const int8_t *xseg = xq + (size_t)m * a.K + (size_t)seg * 16;
-                int d = q8_dot_x<BITS>(w, *(const uint4 *)xseg, *(const uint4 *)(xseg + a.K / 2));
-                acc[m] = fmaf(sc * dx, (float)d, fmaf(b, sx, acc[m]));
+                float2 ds = dl[m * a.nseg + cu.i * 32];
+                const int8_t *xs = xl + m * a.K + cu.i * 512;
+                int d = q8_dot_x<BITS>(w, *(const uint4 *)xs, *(const uint4 *)(xs + a.K / 2));
+                acc[m] = fmaf(sc * ds.x, (float)d, fmaf(b, ds.y, acc[m]));
             }
         }
         /* the slot refilled next was read in the line before, which every
@@ -561,20 +578,20 @@ __global__ void __launch_bounds__(QP_WARPS * 32, 1) qgemv_i8_pipe_kernel(qp_args
 #pragma unroll
                 for (int m = 0; m < ROWS; m++)
                     if (lane == m && m < a.M) {
-                        float gv = gate[m] + (bg ? bg[cr.n] : 0.0f), up = acc[m] + (bu ? bu[cr.n] : 0.0f);
-                        a.set.y[0][(size_t)m * a.items + cr.n] = gv / (1.0f + expf(-gv)) * up;
+                        float gv = gate[m] + (bg ? bg[cu.item] : 0.0f), up = acc[m] + (bu ? bu[cu.item] : 0.0f);
+                        a.set.y[0][(size_t)m * a.items + cu.item] = gv / (1.0f + expf(-gv)) * up;
                     }
             } else {
-                const float *bias = a.set.bias[cr.g];
-                int Ng = a.set.start[cr.g + 1] - a.set.start[cr.g];
+                const float *bias = a.set.bias[cu.g];
+                int n = cu.item - a.set.start[cu.g], Ng = a.set.start[cu.g + 1] - a.set.start[cu.g];
 #pragma unroll
                 for (int m = 0; m < ROWS; m++)
-                    if (lane == m && m < a.M) a.set.y[cr.g][(size_t)m * Ng + cr.n] = acc[m] + (bias ? bias[cr.n] : 0.0f);
+                    if (lane == m && m < a.M) a.set.y[cu.g][(size_t)m * Ng + n] = acc[m] + (bias ? bias[n] : 0.0f);
             }
 #pragma unroll
             for (int m = 0; m < ROWS; m++) acc[m] = 0.0f;
         }
-        if (qp_next<SWI>(cu, a) && t + 1 < lines) cr = qp_row_at<BITS, SDT, SWI>(a, cu.item, cu.half);
+        qp_next<SWI>(cu, a, lane);
     }
 }
 
