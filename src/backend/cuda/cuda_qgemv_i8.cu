@@ -424,13 +424,15 @@ static void qgemv_i8_stream(cuda_backend *cb, float *y, const float *x, int M, c
  * shares to within a row, and takes its rows' lines in order. A lane so
  * sums segments l, l + 32, ... of a row in ascending order, and the warp
  * sums the lanes by the butterfly: qgemv_i8_kernel's sums, bit for bit. */
+#ifndef QP_WARPS
 #define QP_WARPS 32 /* a block, one block a multiprocessor (16: the 8B head 129 against 112 us) */
+#endif
 
 /* A lane takes one segment a line: two for 4-bit codes (1 KB lines, half
  * the loop's bookkeeping a segment) was measured slower on the H200, 77
  * against 58 us for the 8B shape's layer. */
 template <int BITS> struct qp_geom {
-    static constexpr int LINES = BITS == 4 ? 8 : 4; /* the ring: 4 KB of codes a warp */
+    static constexpr int LINES = (BITS == 4 ? 8 : 4) * 32 / QP_WARPS; /* the ring: 4 KB of codes a warp at 32 warps */
     static constexpr int SEGB = BITS * 4;           /* bytes of a lane's codes a line */
 };
 
@@ -444,10 +446,31 @@ struct qp_args {
     int items;     /* the set's rows, or an MLP's N */
 };
 
-template <int SDT> __device__ __forceinline__ float qp_scalar(const uint8_t *p) {
-    if (SDT == EM_F32) return *(const float *)p;
-    if (SDT == EM_F16) return cuda_f16(*(const uint16_t *)p);
-    return cuda_bf16(*(const uint16_t *)p);
+/* Shared memory by 32-bit address: the loop's places stay plain integers
+ * that a line steps on, with no generic-to-shared conversion a line. */
+__device__ __forceinline__ unsigned qp_sa(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ uint4 qp_ld16(unsigned a) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ float2 qp_ld8(unsigned a) {
+    float2 v;
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ void qp_copy16(unsigned dst, const void *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src));
+}
+template <int SDT> __device__ __forceinline__ float qp_scalar(unsigned a) {
+    if (SDT == EM_F32) {
+        float v;
+        asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(a));
+        return v;
+    }
+    unsigned short h;
+    asm volatile("ld.shared.u16 %0, [%1];" : "=h"(h) : "r"(a));
+    return SDT == EM_F16 ? cuda_f16(h) : cuda_bf16(h);
 }
 
 /* A warp's walk over its rows' lines: line i of row (item, half) of matrix
@@ -500,98 +523,109 @@ __global__ void __launch_bounds__(QP_WARPS * 32, 1) qgemv_i8_pipe_kernel(qp_args
     constexpr int ES = SDT == EM_F32 ? 4 : 2;
     extern __shared__ __align__(16) uint8_t qp_smem[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    /* the warp's rings, at the lane's place: codes, then scales and biases */
-    uint8_t *const codes = qp_smem + (size_t)warp * L * LB + lane * SEGB;
-    uint8_t *const scls = qp_smem + (size_t)QP_WARPS * L * LB + (size_t)warp * L * 2 * a.scb;
     int8_t *const xq = (int8_t *)(qp_smem + (size_t)QP_WARPS * L * (LB + 2 * a.scb));
     float *const xd = (float *)(xq + (size_t)ROWS * a.K);
+    /* the warp's rings at the lane's place (codes; scales and biases, a
+     * slot 2 scb bytes) and the lane's place in the staged x */
+    const unsigned codes = qp_sa(qp_smem) + warp * L * LB + lane * SEGB, sb2 = 2 * a.scb;
+    const unsigned scls = qp_sa(qp_smem) + QP_WARPS * L * LB + warp * L * sb2;
+    const unsigned xl = qp_sa(xq) + lane * 16, dl = qp_sa(xd) + lane * 8;
     long long W = (long long)gridDim.x * QP_WARPS, gw = (long long)blockIdx.x * QP_WARPS + warp;
     int it0 = (int)(gw * a.items / W), it1 = (int)((gw + 1) * a.items / W);
-    int lines = (it1 - it0) * a.lpr * (SWI ? 2 : 1);
-    const int chunk = (lane & 15) * 16, spart = (lane >> 4) * a.scb + chunk;
+    const int lines = (it1 - it0) * a.lpr * (SWI ? 2 : 1);
+    /* the lane's chunk of a line's scales (lanes 0-15) or biases (16-31),
+     * copied where the line has it */
+    const int chunk = (lane & 15) * 16;
+    const unsigned sdst = scls + (lane >> 4) * a.scb + chunk;
+    const bool copy_full = chunk < a.scb, copy_last = chunk < a.last;
     qp_walk ld = qp_walk_at<SWI>(a, it0, lane);
     qp_src src = lines ? qp_src_at<BITS, SDT, SWI>(a, ld, lane) : qp_src{};
-    int issued = 0;
-    auto issue = [&](int slot) {
-        if (issued < lines) {
-            bool ok = ld.seg < a.nseg; /* a row's last line may be partial */
-            uint8_t *dst = codes + slot * LB;
-            const uint8_t *from = ok ? src.w : (const uint8_t *)a.x;
-            cp_async16(dst, from, ok);
-            if (BITS == 8) cp_async16(dst + 16, from + 16, ok);
-            if (chunk < (ld.i == a.lpr - 1 ? a.last : a.scb)) cp_async16(scls + slot * 2 * a.scb + spart, src.s, true);
+    /* queues line `line`'s copies into ring slot `slot` (a group, empty
+     * past the last line, so the waits count alike) */
+    auto issue = [&](int slot, int line) {
+        if (line < lines) {
+            if (ld.seg < a.nseg) { /* a row's last line may be partial: what lies past it is never read */
+                qp_copy16(codes + slot * LB, src.w);
+                if (BITS == 8) qp_copy16(codes + slot * LB + 16, src.w + 16);
+            }
+            if (ld.i == a.lpr - 1 ? copy_last : copy_full) qp_copy16(sdst + slot * sb2, src.s);
             src.w += LB, src.s += a.scb;
-            issued++;
-            if (qp_next<SWI>(ld, a, lane) && issued < lines) src = qp_src_at<BITS, SDT, SWI>(a, ld, lane);
+            if (qp_next<SWI>(ld, a, lane) && line + 1 < lines) src = qp_src_at<BITS, SDT, SWI>(a, ld, lane);
         }
         cp_async_commit();
     };
     /* the weights never depend on the kernel before this one */
 #pragma unroll
-    for (int s = 0; s < L - 1; s++) issue(s);
+    for (int s = 0; s < L - 1; s++) issue(s, s);
     cuda_pdl_enter();
     q8_stage<BITS, ROWS, true>(xq, xd, NULL, a.K, a.x, a.K, 0, a.K, a.M);
     __syncthreads();
     qp_walk cu = qp_walk_at<SWI>(a, it0, lane);
-    const int goff = (lane >> (a.lg - 5)) * ES; /* the lane's group's scale within a line */
-    const int8_t *const xl = xq + lane * 16;
-    const float2 *const dl = (const float2 *)xd + lane;
+    const unsigned srd = scls + (lane >> (a.lg - 5)) * ES; /* the lane's group's scale in a slot */
+    unsigned xa = xl, da = dl;                               /* the line's x and (scale, sum) pairs */
     float acc[ROWS], gate[ROWS];
 #pragma unroll
     for (int m = 0; m < ROWS; m++) acc[m] = gate[m] = 0.0f;
-    for (int t = 0; t < lines; t++) {
-        int slot = t % L;
-        cp_async_wait_groups<L - 2>();
-        __syncwarp(); /* the other lanes' copies of this line are visible, and every lane is done with the line before */
-        if (cu.seg < a.nseg) {
-            const uint4 *cw = (const uint4 *)(codes + slot * LB);
-            const uint8_t *sl = scls + slot * 2 * a.scb + goff;
-            uint32_t w[BITS];
-            uint4 v = cw[0];
-            w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
-            if (BITS == 8) {
-                uint4 u = cw[1];
-                w[4 % BITS] = u.x, w[5 % BITS] = u.y, w[6 % BITS] = u.z, w[7 % BITS] = u.w;
-            }
-            float sc = qp_scalar<SDT>(sl), bi = qp_scalar<SDT>(sl + a.scb);
-            float b = BITS == 8 ? fmaf(128.0f, sc, bi) : bi;
+    /* L lines an iteration, so that every ring slot is a constant */
+    for (int t0 = 0; t0 < lines; t0 += L) {
 #pragma unroll
-            for (int m = 0; m < ROWS; m++) {
-                if (m >= a.M) break;
-                float2 ds = dl[m * a.nseg + cu.i * 32];
-                const int8_t *xs = xl + m * a.K + cu.i * 512;
-                int d = q8_dot_x<BITS>(w, *(const uint4 *)xs, *(const uint4 *)(xs + a.K / 2));
-                acc[m] = fmaf(sc * ds.x, (float)d, fmaf(b, ds.y, acc[m]));
+        for (int s = 0; s < L; s++) {
+            int t = t0 + s;
+            if (t >= lines) break;
+            cp_async_wait_groups<L - 2>();
+            __syncwarp(); /* the other lanes' copies of this line are visible, and every lane is done with the line before */
+            if (cu.seg < a.nseg) {
+                uint32_t w[BITS];
+                uint4 v = qp_ld16(codes + s * LB);
+                w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+                if (BITS == 8) {
+                    uint4 u = qp_ld16(codes + s * LB + 16);
+                    w[4 % BITS] = u.x, w[5 % BITS] = u.y, w[6 % BITS] = u.z, w[7 % BITS] = u.w;
+                }
+                float sc = qp_scalar<SDT>(srd + s * sb2), bi = qp_scalar<SDT>(srd + s * sb2 + a.scb);
+                float b = BITS == 8 ? fmaf(128.0f, sc, bi) : bi;
+#pragma unroll
+                for (int m = 0; m < ROWS; m++) {
+                    if (m >= a.M) break;
+                    float2 ds = qp_ld8(da + m * a.nseg * 8);
+                    unsigned xm = xa + m * a.K;
+                    uint4 x0 = qp_ld16(xm), x1 = qp_ld16(xm + a.K / 2);
+                    int d = q8_dot_x<BITS>(w, x0, x1);
+                    acc[m] = fmaf(sc * ds.x, (float)d, fmaf(b, ds.y, acc[m]));
+                }
             }
+            /* the slot refilled next was read in the line before, which
+             * every lane finished before the barrier above */
+            issue((s + L - 1) % L, t + L - 1);
+            xa += 512, da += 256;
+            if (cu.i == a.lpr - 1) { /* the row's sums are complete */
+                xa = xl, da = dl;
+                float(*a2)[ROWS] = (float(*)[ROWS])acc;
+                cuda_warp_sums<1, ROWS>(a2);
+                if (SWI && cu.half == 0) {
+#pragma unroll
+                    for (int m = 0; m < ROWS; m++) gate[m] = acc[m];
+                } else if (SWI) {
+                    const float *bg = a.set.bias[0], *bu = a.set.bias[1];
+#pragma unroll
+                    for (int m = 0; m < ROWS; m++)
+                        if (lane == m && m < a.M) {
+                            float gv = gate[m] + (bg ? bg[cu.item] : 0.0f), up = acc[m] + (bu ? bu[cu.item] : 0.0f);
+                            a.set.y[0][(size_t)m * a.items + cu.item] = gv / (1.0f + expf(-gv)) * up;
+                        }
+                } else {
+                    const float *bias = a.set.bias[cu.g];
+                    int n = cu.item - a.set.start[cu.g], Ng = a.set.start[cu.g + 1] - a.set.start[cu.g];
+#pragma unroll
+                    for (int m = 0; m < ROWS; m++)
+                        if (lane == m && m < a.M)
+                            a.set.y[cu.g][(size_t)m * Ng + n] = acc[m] + (bias ? bias[n] : 0.0f);
+                }
+#pragma unroll
+                for (int m = 0; m < ROWS; m++) acc[m] = 0.0f;
+            }
+            qp_next<SWI>(cu, a, lane);
         }
-        /* the slot refilled next was read in the line before, which every
-         * lane finished before the barrier above */
-        issue((t + L - 1) % L);
-        if (cu.i == a.lpr - 1) { /* the row's sums are complete */
-            float(*a2)[ROWS] = (float(*)[ROWS])acc;
-            cuda_warp_sums<1, ROWS>(a2);
-            if (SWI && cu.half == 0) {
-#pragma unroll
-                for (int m = 0; m < ROWS; m++) gate[m] = acc[m];
-            } else if (SWI) {
-                const float *bg = a.set.bias[0], *bu = a.set.bias[1];
-#pragma unroll
-                for (int m = 0; m < ROWS; m++)
-                    if (lane == m && m < a.M) {
-                        float gv = gate[m] + (bg ? bg[cu.item] : 0.0f), up = acc[m] + (bu ? bu[cu.item] : 0.0f);
-                        a.set.y[0][(size_t)m * a.items + cu.item] = gv / (1.0f + expf(-gv)) * up;
-                    }
-            } else {
-                const float *bias = a.set.bias[cu.g];
-                int n = cu.item - a.set.start[cu.g], Ng = a.set.start[cu.g + 1] - a.set.start[cu.g];
-#pragma unroll
-                for (int m = 0; m < ROWS; m++)
-                    if (lane == m && m < a.M) a.set.y[cu.g][(size_t)m * Ng + n] = acc[m] + (bias ? bias[n] : 0.0f);
-            }
-#pragma unroll
-            for (int m = 0; m < ROWS; m++) acc[m] = 0.0f;
-        }
-        qp_next<SWI>(cu, a, lane);
     }
 }
 
