@@ -444,6 +444,7 @@ struct qp_args {
     int last;      /* bytes of scales of a row's last line */
     int gpr, scb;  /* groups of a row; bytes of a whole line's scales */
     int items;     /* the set's rows, or an MLP's N */
+    int flat;      /* rows are whole lines: a matrix's next row starts where a row's last line ends */
 };
 
 /* Shared memory by 32-bit address: the loop's places stay plain integers
@@ -550,7 +551,11 @@ __global__ void __launch_bounds__(QP_WARPS * 32, 1) qgemv_i8_pipe_kernel(qp_args
             }
             if (ld.i == a.lpr - 1 ? copy_last : copy_full) qp_copy16(sdst + slot * sb2, src.s);
             src.w += LB, src.s += a.scb;
-            if (qp_next<SWI>(ld, a, lane) && line + 1 < lines) src = qp_src_at<BITS, SDT, SWI>(a, ld, lane);
+            /* a new row: its sources follow on from the last line's, unless
+             * it is the other half of a SwiGLU unit or in the next matrix */
+            if (qp_next<SWI>(ld, a, lane) && line + 1 < lines &&
+                (SWI || !a.flat || ld.item == a.set.start[ld.g]))
+                src = qp_src_at<BITS, SDT, SWI>(a, ld, lane);
         }
         cp_async_commit();
     };
@@ -684,6 +689,7 @@ static bool qp_launch(cuda_backend *cb, const gemv_set &set, const em_weight *w0
     a.nseg = a.K / QG_SEG, a.lpr = (a.nseg + 31) / 32, a.gpr = a.K / w0->group_size;
     a.scb = (1024 >> a.lg) * es, a.last = (a.gpr - (a.lpr - 1) * (1024 >> a.lg)) * es;
     a.items = SWI ? set.start[1] : set.start[set.count];
+    a.flat = a.nseg % 32 == 0;
     if (!qp_balanced(cb, a.items)) return false;
     if (w0->scale_dtype == EM_BF16) qp_launch_sdt<BITS, EM_BF16, ROWS, SWI>(cb, a, smem);
     else if (w0->scale_dtype == EM_F16) qp_launch_sdt<BITS, EM_F16, ROWS, SWI>(cb, a, smem);
