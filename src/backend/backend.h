@@ -153,12 +153,6 @@ typedef struct em_backend_ops {
      * (NULL: always the calls). */
     bool (*matmul_swiglu)(em_backend *be, float *out, const float *x, int M, const em_weight *wg,
                           const em_weight *wu, const float *bg, const float *bu, em_math math);
-    /* A hint, with no effect on any result: start bringing the n weights
-     * (in order, whole, as much of them as the device's cache holds: the
-     * last one taken may be a prefix of its rows) toward the compute
-     * units, because the memory would otherwise idle until their product
-     * runs (a decode step's attention, norms). Optional (NULL: nothing). */
-    void (*prefetch)(em_backend *be, const em_weight *const *ws, int n);
     /* y = x / rms(x) * (gain + gain_offset) over rows of n. y may equal x. */
     void (*rmsnorm)(em_backend *be, float *y, const float *x, const float *gain, int rows, int n, float eps,
                     float gain_offset);

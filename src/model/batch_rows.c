@@ -94,15 +94,6 @@ void row_runs_matmul_group(em_backend *be, const row_runs *r, int n, float *cons
     }
 }
 
-void rows_prefetch(em_backend *be, int rows, const em_weight *a, const em_weight *b, const em_weight *c,
-                   const em_weight *d) {
-    if (!be->ops->prefetch || rows > ROWS_PREFETCH_MAX) return;
-    const em_weight *ws[4] = {a, b, c, d};
-    int n = 0;
-    while (n < 4 && ws[n]) n++;
-    if (n) be->ops->prefetch(be, ws, n);
-}
-
 bool row_runs_matmul_swiglu(em_backend *be, const row_runs *r, float *out, const float *in,
                             const em_weight *const *ws, const float *const *biases) {
     if (!be->ops->matmul_swiglu || r->n != 1 || r->start[0] != 0) return false;

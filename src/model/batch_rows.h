@@ -51,16 +51,6 @@ void row_runs_matmul_group(em_backend *be, const row_runs *r, int n, float *cons
 bool row_runs_matmul_swiglu(em_backend *be, const row_runs *r, float *out, const float *in,
                             const em_weight *const *ws, const float *const *biases);
 
-/* Steps of at most this many rows stream their weights (decode, short
- * verify spans): there the next products' weights are worth prefetching. */
-#define ROWS_PREFETCH_MAX 8
-
-/* Names the (up to four; NULL ends them) weights whose products come next
- * to a backend that can fetch them while the operations between run, when
- * the step has at most ROWS_PREFETCH_MAX rows. A hint: no result changes. */
-void rows_prefetch(em_backend *be, int rows, const em_weight *a, const em_weight *b, const em_weight *c,
-                   const em_weight *d);
-
 /* FAST when every run of the batch is FAST (what a whole-batch operation
  * such as attention may then assume), else EXACT. */
 em_math row_runs_common_math(const row_runs *r);

@@ -232,7 +232,6 @@ static void attention_block(em_model *m, dense_impl *d, dense_layer *L, int laye
     const em_weight *wqkv[3] = {&L->wq, &L->wk, &L->wv};
     const float *bqkv[3] = {L->bq, L->bk, L->bv};
     row_runs_matmul_group(m->be, &d->runs, 3, qkv, d->h, wqkv, bqkv);
-    rows_prefetch(m->be, T, &L->wo, &L->wg, &L->wu, NULL); /* while rope and attention run */
     if (L->q_norm) {
         op->rmsnorm(be, d->q, d->q, L->q_norm, T * c->n_heads, c->head_dim, (float)c->rms_eps, 0.0f);
         op->rmsnorm(be, d->k, d->k, L->k_norm, T * c->n_kv_heads, c->head_dim, (float)c->rms_eps, 0.0f);
@@ -271,7 +270,6 @@ static void mlp_block(em_model *m, dense_impl *d, dense_layer *L, int T) {
     const model_config *c = &m->cfg;
     em_backend *be = m->be;
     const em_backend_ops *op = be->ops;
-    rows_prefetch(be, T, &L->wg, &L->wu, &L->wd, NULL); /* while the norm runs */
     residual_norm(m, d, L->mlp_norm, T, true);
     float *gu[2] = {d->gate, d->up};
     const em_weight *wgu[2] = {&L->wg, &L->wu};
@@ -307,9 +305,6 @@ static void forward_ops(em_model *m, dense_impl *d, const em_batch *b, int T, fl
     for (int l = 0; l < c->n_layers; l++) {
         attention_block(m, d, &d->layers[l], l, b, T, l > 0);
         mlp_block(m, d, &d->layers[l], T);
-        const dense_layer *next = l + 1 < c->n_layers ? &d->layers[l + 1] : NULL;
-        if (next) rows_prefetch(be, T, &next->wq, &next->wk, &next->wv, &next->wo);
-        else rows_prefetch(be, T, &d->head, NULL, NULL, NULL);
     }
     be->ops->add(be, d->x, d->h, (size_t)T * c->hidden);
     int rows = batch_gather_logit_rows(m->be, b, d->x, d->h, c->hidden);

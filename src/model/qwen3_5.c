@@ -278,7 +278,6 @@ void q35_mlp(em_model *m, q35_impl *d, q35_layer *L, int T) {
     const model_config *c = &m->cfg;
     em_backend *be = m->be;
     const em_backend_ops *op = be->ops;
-    rows_prefetch(be, T, &L->wg, &L->wu, &L->wd, NULL); /* while the norm runs */
     op->rmsnorm(be, d->h, d->x, L->mlp_norm, T, c->hidden, (float)c->rms_eps, 0.0f);
     float *gu[2] = {d->mg, d->mu};
     const em_weight *wgu[2] = {&L->wg, &L->wu};
@@ -295,9 +294,6 @@ void q35_attention_layer(em_model *m, q35_impl *d, q35_layer *L, const q35_span 
     const model_config *c = &m->cfg;
     em_backend *be = m->be;
     be->ops->rmsnorm(be, d->h, d->x, L->attn_norm, T, c->hidden, (float)c->rms_eps, 0.0f);
-    /* the mixer's output projection and the MLP's first products: fetched
-     * beside the input projections, ready after the mixer's small steps */
-    rows_prefetch(be, T, L->linear ? &L->gdn.w_out : &L->attn.wo, &L->wg, &L->wu, NULL);
     if (L->linear) {
         q35_gdn_run r = q35_gdn_run_of(m, d);
         q35_gdn_block(&r, &L->gdn, L->slot, sp, n_spans, T);
@@ -378,13 +374,7 @@ static em_status q35_forward(em_model *m, const em_batch *b, float *logits) {
     if (st == EM_OK) {
         em_backend *be = m->be;
         be->ops->embed(be, d->x, &d->embed, d->ids, T);
-        for (int l = 0; l < c->n_layers; l++) {
-            q35_attention_layer(m, d, &d->layers[l], sp, b->n_spans, T);
-            const q35_layer *n = l + 1 < c->n_layers ? &d->layers[l + 1] : NULL;
-            if (!n) rows_prefetch(be, T, &d->head, NULL, NULL, NULL);
-            else if (n->linear) rows_prefetch(be, T, &n->gdn.w_qkv, &n->gdn.w_z, &n->gdn.w_b, &n->gdn.w_a);
-            else rows_prefetch(be, T, &n->attn.wq, &n->attn.wk, &n->attn.wv, NULL);
-        }
+        for (int l = 0; l < c->n_layers; l++) q35_attention_layer(m, d, &d->layers[l], sp, b->n_spans, T);
         for (int s = 0; s < b->n_spans; s++) m->kv->seqs[b->spans[s].seq].len += b->spans[s].n;
         /* every row normed: the MTP head reads the hidden state of each token */
         be->ops->rmsnorm(be, d->hid, d->x, d->final_norm, T, c->hidden, (float)c->rms_eps, 0.0f);

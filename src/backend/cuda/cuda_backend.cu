@@ -403,7 +403,6 @@ static em_backend_ops make_ops(void) {
     o.matmul = cuda_matmul;
     o.matmul_group = cuda_matmul_group;
     o.matmul_swiglu = cuda_matmul_swiglu;
-    o.prefetch = cuda_prefetch;
     o.rmsnorm = cuda_rmsnorm;
     o.add_rmsnorm = cuda_add_rmsnorm;
     o.rope = cuda_rope;
@@ -497,9 +496,6 @@ extern "C" em_status cuda_backend_create(int device, em_backend **out) {
     cb->device = device;
     cb->n_sm = prop.multiProcessorCount;
     cb->smem_optin = (int)prop.sharedMemPerBlockOptin;
-    /* half the L2: what one prefetch brings stays there beside the step's
-     * other traffic until its product reads it */
-    if (em_config_flag(em_config_global(), EMC_CUDA_PREFETCH) && prop.major >= 9) cb->prefetch_budget = (size_t)prop.l2CacheSize / 2;
     cuda_pdl_allowed = prop.major >= 9 && em_config_flag(em_config_global(), EMC_CUDA_PDL);
     cb->skinny_on = prop.major >= 8 && em_config_flag(em_config_global(), EMC_CUDA_SKINNY); /* mma.sync bf16 */
     cb->qpipe_on = prop.major >= 8 && em_config_flag(em_config_global(), EMC_CUDA_QPIPE); /* cp.async */

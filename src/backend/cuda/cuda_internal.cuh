@@ -113,7 +113,6 @@ typedef struct cuda_backend {
     bool skinny_on; /* EMBER_CUDA_SKINNY: the skinny GEMM (cuda_skinny.cu) */
     bool qpipe_on;  /* EMBER_CUDA_QPIPE: the pipelined int8 GEMV (cuda_qgemv_i8.cu) */
     int n_sm;
-    size_t prefetch_budget; /* bytes one prefetch brings into L2 (0: EMBER_CUDA_PREFETCH off) */
     int smem_optin; /* the most dynamic shared memory a block may opt in to */
     cuda_graphs graphs;
     /* first failure of a queued operation; reported by download */
@@ -393,7 +392,6 @@ void cuda_attention(em_backend *be, float *out, const float *q, const em_kv_view
                     int n_heads, int n_kv, int head_dim, float scale, int window);
 void cuda_rmsnorm(em_backend *be, float *y, const float *x, const float *gain, int rows, int n, float eps,
                   float gain_offset);
-void cuda_prefetch(em_backend *be, const em_weight *const *ws, int n);
 void cuda_add_rmsnorm(em_backend *be, float *x, const float *h, float *y, const float *gain, int rows, int n, float eps,
                       float gain_offset);
 void cuda_rope_qk(em_backend *be, float *q, float *k, int rows, int n_heads, int n_kv_heads, int head_dim,
