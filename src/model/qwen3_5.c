@@ -196,8 +196,13 @@ em_status q35_workspace(em_model *m, q35_impl *d, int T) {
 em_status q35_logits(em_model *m, q35_impl *d, const em_batch *b, float *logits, const float *h, int rows,
                      const em_weight *head) {
     em_backend *be = m->be;
+    /* the trunk's arithmetic: FAST steps (decode, and the verify spans of
+     * speculation, whose few-row FAST products give each row the bits of a
+     * single-row step) read the head at the weights' streaming speed; an
+     * EXACT model or request keeps it EXACT */
+    em_math math = row_runs_common_math(&d->runs);
     if (be->ops->host_memory) {
-        be->ops->matmul(be, logits, h, rows, head, NULL, EM_MATH_EXACT);
+        be->ops->matmul(be, logits, h, rows, head, NULL, math);
         return model_logits_out(m, b, logits, rows, logits);
     }
     if (rows > d->cap_logit_rows) {
@@ -209,7 +214,7 @@ em_status q35_logits(em_model *m, q35_impl *d, const em_batch *b, float *logits,
             return em_fail(EM_ERR_NOMEM, "out of %s memory for %d rows of logits", be->desc, rows);
         d->cap_logit_rows = rows;
     }
-    be->ops->matmul(be, d->logits, h, rows, head, NULL, EM_MATH_EXACT);
+    be->ops->matmul(be, d->logits, h, rows, head, NULL, math);
     return model_logits_out(m, b, d->logits, rows, logits);
 }
 
