@@ -196,10 +196,10 @@ em_status q35_workspace(em_model *m, q35_impl *d, int T) {
 em_status q35_logits(em_model *m, q35_impl *d, const em_batch *b, float *logits, const float *h, int rows,
                      const em_weight *head) {
     em_backend *be = m->be;
-    /* the trunk's arithmetic: FAST steps (decode, and the verify spans of
-     * speculation, whose few-row FAST products give each row the bits of a
-     * single-row step) read the head at the weights' streaming speed; an
-     * EXACT model or request keeps it EXACT */
+    /* the trunk's arithmetic, as the dense family's head: FAST steps
+     * (decode) read the head through the FAST few-row products at the
+     * weights' streaming speed; EXACT rows (an EXACT model or request,
+     * speculation's journaled verify spans) keep it EXACT */
     em_math math = row_runs_common_math(&d->runs);
     if (be->ops->host_memory) {
         be->ops->matmul(be, logits, h, rows, head, NULL, math);

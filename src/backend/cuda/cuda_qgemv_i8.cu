@@ -413,8 +413,10 @@ static void qgemv_i8_stream(cuda_backend *cb, float *y, const float *x, int M, c
  * whatever its arithmetic is doing, and the first lines' loads go out
  * before the kernel waits for the one before it. Measured on the H200
  * against the register-resident kernel above, the stream is then bound by
- * instructions, so the loop is lean: one line an iteration, the row's
- * pointers set once a row, the scale dtype a template argument.
+ * instructions (ncu: 0.9 issued a scheduler a cycle), so the loop is lean:
+ * L lines an iteration (every ring slot a constant), shared memory by
+ * 32-bit address, copy sources stepped a line and set afresh only where a
+ * row starts another matrix, the scale dtype a template argument.
  *
  * A line is 32 consecutive segments of one weight row, lane l the l-th
  * (512 bytes of 4-bit codes, 1 KB of 8-bit ones), with the line's scales
@@ -425,7 +427,9 @@ static void qgemv_i8_stream(cuda_backend *cb, float *y, const float *x, int M, c
  * sums segments l, l + 32, ... of a row in ascending order, and the warp
  * sums the lanes by the butterfly: qgemv_i8_kernel's sums, bit for bit. */
 #ifndef QP_WARPS
-#define QP_WARPS 32 /* a block, one block a multiprocessor (16: the 8B head 129 against 112 us) */
+/* a block, one block a multiprocessor; 16 with twice the ring measured
+ * slower on the H200 (8B 4-bit layer 58 against 54 us, head 106 against 95) */
+#define QP_WARPS 32
 #endif
 
 /* A lane takes one segment a line: two for 4-bit codes (1 KB lines, half
