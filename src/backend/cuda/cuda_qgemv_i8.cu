@@ -42,17 +42,9 @@ template <int BITS> __device__ __forceinline__ int q8_pos(int k) {
  * kernel's layout): a row's segments are split in two planes of cap / 2
  * bytes (each segment's first 16 staged bytes in the first, its last 16 in
  * the second), so lanes that read consecutive segments' halves meet no bank
- * conflict, and each segment's record at xd holds its scale and sum (one
- * read; xs unused) and, for 8-bit codes, the sum of its int8 values
- * (qp_rec). */
+ * conflict, and each segment's scale and sum are a pair at xd (one 8-byte
+ * read; xs unused). */
 #define Q8_QPT 4
-
-/* Bytes of a segment's record in the pipelined kernel's staging: its
- * scale and sum, and for 8-bit codes the sum of its int8 activations (the
- * codes are then dotted unsigned, and 128 times that sum taken off). */
-template <int BITS> struct qp_rec {
-    static constexpr int BYTES = BITS == 8 ? 16 : 8;
-};
 template <int BITS, int ROWS, bool PLANES = false>
 __device__ __forceinline__ void q8_stage(int8_t *xq, float *xd, float *xs, int cap, const float *x, int K, int k0,
                                          int kc, int mr) {
@@ -78,28 +70,21 @@ __device__ __forceinline__ void q8_stage(int8_t *xq, float *xd, float *xs, int c
                     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
                     sum += __shfl_xor_sync(0xffffffffu, sum, o);
                 }
-                float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-                float f[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
-                int r[4], isum = 0;
-#pragma unroll
-                for (int c = 0; c < 4; c++) r[c] = __float2int_rn(f[c] * inv), isum += r[c];
-                if (PLANES && BITS == 8)
-#pragma unroll
-                    for (int o = 1; o < 8; o <<= 1) isum += __shfl_xor_sync(0xffffffffu, isum, o);
                 if (i >= quads) continue;
+                float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
                 int k = i * 4, seg = k / QG_SEG, e = k % QG_SEG;
                 int8_t *d = xq + (size_t)m * cap;
+                float f[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
 #pragma unroll
                 for (int c = 0; c < 4; c++) {
                     int p = q8_pos<BITS>(e + c);
                     size_t at = PLANES ? (size_t)(p >> 4) * (cap / 2) + (size_t)seg * 16 + (p & 15)
                                        : (size_t)seg * QG_SEG + p;
-                    d[at] = (int8_t)r[c];
+                    d[at] = (int8_t)__float2int_rn(f[c] * inv);
                 }
                 if (e == 0 && PLANES) {
-                    char *rec = (char *)xd + ((size_t)m * (cap / QG_SEG) + seg) * qp_rec<BITS>::BYTES;
-                    if (BITS == 8) *(float4 *)rec = make_float4(amax / 127.0f, sum, __int_as_float(isum), 0.0f);
-                    else *(float2 *)rec = make_float2(amax / 127.0f, sum);
+                    float2 *ds = (float2 *)xd + m * (cap / QG_SEG) + seg;
+                    *ds = make_float2(amax / 127.0f, sum);
                 } else if (e == 0) {
                     xd[m * (cap / QG_SEG) + seg] = amax / 127.0f, xs[m * (cap / QG_SEG) + seg] = sum;
                 }
@@ -135,17 +120,6 @@ template <int BITS> __device__ __forceinline__ int q8_dot_x(const uint32_t *w, c
 #pragma unroll
         for (int j = 0; j < 8; j++) d = __dp4a((int)(w[j] ^ 0x80808080u), xv[j], d);
     }
-    return d;
-}
-
-/* sum(x8 * q) over a segment of 8-bit codes taken unsigned (the pipelined
- * kernel takes 128 times the segment's sum of x8 off it: the same integer
- * as q8_dot_x's centred codes, without centring each word). */
-__device__ __forceinline__ int q8_dot_u8(const uint32_t *w, const uint4 &a, const uint4 &b) {
-    int xv[8] = {(int)a.x, (int)a.y, (int)a.z, (int)a.w, (int)b.x, (int)b.y, (int)b.z, (int)b.w};
-    int d = 0;
-#pragma unroll
-    for (int j = 0; j < 8; j++) d = dp4a_us(w[j], xv[j], d);
     return d;
 }
 
@@ -560,8 +534,7 @@ __global__ void __launch_bounds__(QP_WARPS * 32, 1) qgemv_i8_pipe_kernel(qp_args
      * slot 2 scb bytes) and the lane's place in the staged x */
     const unsigned codes = qp_sa(qp_smem) + warp * L * LB + lane * SEGB, sb2 = 2 * a.scb;
     const unsigned scls = qp_sa(qp_smem) + QP_WARPS * L * LB + warp * L * sb2;
-    constexpr int RB = qp_rec<BITS>::BYTES;
-    const unsigned xl = qp_sa(xq) + lane * 16, dl = qp_sa(xd) + lane * RB;
+    const unsigned xl = qp_sa(xq) + lane * 16, dl = qp_sa(xd) + lane * 8;
     long long W = (long long)gridDim.x * QP_WARPS, gw = (long long)blockIdx.x * QP_WARPS + warp;
     int it0 = (int)(gw * a.items / W), it1 = (int)((gw + 1) * a.items / W);
     const int lines = (it1 - it0) * a.lpr * (SWI ? 2 : 1);
@@ -623,25 +596,17 @@ __global__ void __launch_bounds__(QP_WARPS * 32, 1) qgemv_i8_pipe_kernel(qp_args
 #pragma unroll
                 for (int m = 0; m < ROWS; m++) {
                     if (m >= a.M) break;
+                    float2 ds = qp_ld8(da + m * a.nseg * 8);
                     unsigned xm = xa + m * a.K;
                     uint4 x0 = qp_ld16(xm), x1 = qp_ld16(xm + a.K / 2);
-                    float2 ds;
-                    int d;
-                    if (BITS == 8) {
-                        uint4 rec = qp_ld16(da + m * a.nseg * RB);
-                        ds = make_float2(__uint_as_float(rec.x), __uint_as_float(rec.y));
-                        d = q8_dot_u8(w, x0, x1) - 128 * (int)rec.z;
-                    } else {
-                        ds = qp_ld8(da + m * a.nseg * RB);
-                        d = q8_dot_x<BITS>(w, x0, x1);
-                    }
+                    int d = q8_dot_x<BITS>(w, x0, x1);
                     acc[m] = fmaf(sc * ds.x, (float)d, fmaf(b, ds.y, acc[m]));
                 }
             }
             /* the slot refilled next was read in the line before, which
              * every lane finished before the barrier above */
             issue((s + L - 1) % L, t + L - 1);
-            xa += 512, da += 32 * RB;
+            xa += 512, da += 256;
             if (cu.i == a.lpr - 1) { /* the row's sums are complete */
                 xa = xl, da = dl;
                 float(*a2)[ROWS] = (float(*)[ROWS])acc;
@@ -683,7 +648,7 @@ static size_t qp_smem_bytes(const cuda_backend *cb, const gemv_set &set, const e
         if (((uintptr_t)set.scales[i] | (uintptr_t)set.biases[i]) & 15) return 0;
     size_t scb = (size_t)(1024 / w0->group_size * es);
     size_t bytes = (size_t)QP_WARPS * qp_geom<BITS>::LINES * (32 * qp_geom<BITS>::SEGB + 2 * scb) +
-                   (size_t)rows * ((size_t)K + (size_t)K / QG_SEG * qp_rec<BITS>::BYTES);
+                   (size_t)rows * ((size_t)K + (size_t)K / QG_SEG * 8);
     return bytes <= (size_t)cb->smem_optin ? bytes : 0;
 }
 
