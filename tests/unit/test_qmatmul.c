@@ -10,6 +10,7 @@
 #include "tensor/affine.h"
 
 #include <stdint.h>
+#include <string.h>
 
 static uint64_t rs = 99;
 static uint32_t rnd32(void) {
@@ -130,6 +131,46 @@ static void invariance(em_backend *be, int bits, int group) {
     free_weight(&w);
 }
 
+/* matmul_group and matmul_swiglu (FAST few-row int8 sets: x rounded once,
+ * one pool job) give every output the bits matmul (and swiglu) give it;
+ * weight rows of several blocks and of none, with biases. */
+static void fused_sets(em_backend *be, int bits, int group, int M) {
+    enum { K = 640, NG = 4 };
+    int rows[NG] = {1100, 37, 300, 1100};
+    em_weight w[NG];
+    float *x = malloc(sizeof(float) * M * K), *bias[NG], *ya[NG], *yb[NG];
+    for (int i = 0; i < M * K; i++) x[i] = frand();
+    for (int g = 0; g < NG; g++) {
+        w[g] = random_weight(rows[g], K, bits, group);
+        bias[g] = malloc(sizeof(float) * rows[g]);
+        ya[g] = malloc(sizeof(float) * M * rows[g]);
+        yb[g] = malloc(sizeof(float) * M * rows[g]);
+        for (int n = 0; n < rows[g]; n++) bias[g][n] = frand();
+    }
+    const em_weight *ws[NG] = {&w[0], &w[1], &w[2], &w[3]};
+    const float *bs[NG] = {bias[0], NULL, bias[2], bias[3]};
+    be->ops->matmul_group(be, 3, ya, x, M, ws, bs, EM_MATH_FAST);
+    int bad = 0;
+    for (int g = 0; g < 3; g++) {
+        be->ops->matmul(be, yb[g], x, M, ws[g], bs[g], EM_MATH_FAST);
+        bad += memcmp(ya[g], yb[g], sizeof(float) * M * rows[g]) != 0;
+    }
+    CHECKF(bad == 0, "%s bits=%d g=%d M=%d: %d of matmul_group's products differ from matmul",
+           ((cpu_backend *)be->impl)->k->isa, bits, group, M, bad);
+    /* gate w[0], up w[3] (same rows): fused against the two products and swiglu */
+    float *out = malloc(sizeof(float) * M * rows[0]), *want = malloc(sizeof(float) * M * rows[0]);
+    CHECK(be->ops->matmul_swiglu(be, out, x, M, ws[0], ws[3], bs[0], bs[3], EM_MATH_FAST));
+    be->ops->matmul(be, ya[0], x, M, ws[0], bs[0], EM_MATH_FAST);
+    be->ops->matmul(be, ya[3], x, M, ws[3], bs[3], EM_MATH_FAST);
+    be->ops->swiglu(be, want, ya[0], ya[3], M, rows[0], rows[0]);
+    CHECKF(!memcmp(out, want, sizeof(float) * M * rows[0]), "%s bits=%d g=%d M=%d: matmul_swiglu differs",
+           ((cpu_backend *)be->impl)->k->isa, bits, group, M);
+    /* not its case (EXACT): nothing done */
+    CHECK(!be->ops->matmul_swiglu(be, out, x, M, ws[0], ws[3], bs[0], bs[3], EM_MATH_EXACT));
+    for (int g = 0; g < NG; g++) free_weight(&w[g]), free(bias[g]), free(ya[g]), free(yb[g]);
+    free(x), free(out), free(want);
+}
+
 /* The same scales and biases stored as bf16, f16 and f32 (values exact in
  * all three) give the same bits, over rows of several windows of 16 groups:
  * the int8 kernels read every dtype right. */
@@ -215,6 +256,7 @@ int main(void) {
                         check(be, int8_rows[r][0], int8_rows[r][1], groupv[g] * mult, int8_bits[b], groupv[g],
                               EM_MATH_FAST);
                     scale_dtypes(be, int8_bits[b], groupv[g], int8_rows[r][0]);
+                    if (tables[t]->qtile_i8) fused_sets(be, int8_bits[b], groupv[g], 1 + 2 * r);
                 }
         if (getenv("EMBER_BENCH"))
             for (int b = 0; b < 6; b++) {

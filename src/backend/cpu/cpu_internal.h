@@ -153,7 +153,18 @@ float *cpu_scratch(cpu_backend *cb, int t, size_t n);
 
 /* Quantized weights (w->bits > 0): quant_matmul.c. */
 void cpu_qmatmul(em_backend *be, float *y, const float *x, int M, const em_weight *w, const float *bias, em_math math);
+/* FAST few-row products of n 4-/8-bit weights of one width and group (x
+ * rounded to int8 once, the blocks of all in one pool job); false: not
+ * such a case, nothing done. */
+bool cpu_qmatmul_group(em_backend *be, int n, float *const *ys, const float *x, int M, const em_weight *const *ws,
+                       const float *const *biases, em_math math);
+/* The same for an MLP's gate and up, storing silu(gate) * up; false:
+ * nothing done. */
+bool cpu_qmatmul_swiglu(em_backend *be, float *out, const float *x, int M, const em_weight *wg, const em_weight *wu,
+                        const float *bg, const float *bu, em_math math);
 void cpu_matmul(em_backend *be, float *y, const float *x, int M, const em_weight *w, const float *bias, em_math math);
+void cpu_matmul_group(em_backend *be, int n, float *const *ys, const float *x, int M, const em_weight *const *ws,
+                      const float *const *biases, em_math math);
 void cpu_attention(em_backend *be, float *out, const float *q, const em_kv_view *kv, const int32_t *pos, int n,
                    int n_heads, int n_kv, int head_dim, float scale, int window);
 /* cpu_gdn.c */

@@ -181,6 +181,13 @@ void cpu_matmul(em_backend *be, float *y, const float *x, int M, const em_weight
     em_pool_for(cb->pool, n_blocks, matmul_block, &j);
 }
 
+/* Quantized few-row FAST sets in one job (quant_matmul.c); else each alone. */
+void cpu_matmul_group(em_backend *be, int n, float *const *ys, const float *x, int M, const em_weight *const *ws,
+                      const float *const *biases, em_math math) {
+    if (cpu_qmatmul_group(be, n, ys, x, M, ws, biases, math)) return;
+    for (int i = 0; i < n; i++) cpu_matmul(be, ys[i], x, M, ws[i], biases ? biases[i] : NULL, math);
+}
+
 size_t em_weight_bytes(const em_weight *w) {
     if (w->bits) {
         size_t groups = (size_t)w->rows * (size_t)(w->cols / (w->group_size ? w->group_size : 1));

@@ -230,3 +230,114 @@ void cpu_qmatmul(em_backend *be, float *y, const float *x, int M, const em_weigh
     }
     em_pool_for(cb->pool, n_blocks, qblock, &j);
 }
+
+/* ---- Few-row FAST products of several weights of one input ----
+ *
+ * The q/k/v (or gate/up) projections of a decode step: x is rounded to
+ * int8 once, and every weight's row blocks go to the pool as one job, so
+ * the threads wait for the slowest once instead of once a weight. Each
+ * block is what cpu_qmatmul would run for its weight (the same rows a
+ * block, the same tile), so every output gets the bits matmul gives it. */
+
+/* Whether cpu_qmatmul would take the int8 path for all n weights with one
+ * rounding of x: 4- or 8-bit codes of one width and group, FAST, few rows. */
+static bool qgroup_ok(const cpu_backend *cb, int n, const em_weight *const *ws, int M, em_math math) {
+    if (math != EM_MATH_FAST || M >= QI8_MAX_M || !cb->k->qtile_i8 || n < 1) return false;
+    for (int i = 0; i < n; i++)
+        if ((ws[i]->bits != 4 && ws[i]->bits != 8) || ws[i]->bits != ws[0]->bits ||
+            ws[i]->group_size != ws[0]->group_size || ws[i]->cols != ws[0]->cols)
+            return false;
+    return true;
+}
+
+typedef struct qgroup {
+    qjob j[EM_MATMUL_GROUP_MAX];
+    int first[EM_MATMUL_GROUP_MAX + 1]; /* weight i's blocks are tasks first[i] .. first[i+1]-1 */
+    int n;
+    /* matmul_swiglu: gate (j[0]) and up (j[1]) blocks paired, a task's
+     * rows of both written to the thread's scratch, then silu * up */
+    float *swi_out;
+    size_t swi_scratch; /* floats of scratch a task needs */
+} qgroup;
+
+/* Sets up g for the n weights against x already rounded into *xq. */
+static int qgroup_plan(qgroup *g, cpu_backend *cb, int n_threads, int n, float *const *ys, const float *x,
+                       const cpu_xq8 *xq, int M, const em_weight *const *ws, const float *const *biases) {
+    g->n = n;
+    g->first[0] = 0;
+    for (int i = 0; i < n; i++) {
+        qjob *j = &g->j[i];
+        *j = (qjob){.cb = cb, .w = ws[i], .x = x, .xq = xq, .M = M, .N = (int)ws[i]->rows, .K = (int)ws[i]->cols,
+                    .fused = true, .y = ys[i], .bias = biases ? biases[i] : NULL};
+        j->rows_per_block = qblock_rows(j, n_threads);
+        g->first[i + 1] = g->first[i] + (j->N + j->rows_per_block - 1) / j->rows_per_block;
+    }
+    return g->first[n];
+}
+
+static void qgroup_block(void *ctx, int task, int thread) {
+    const qgroup *g = ctx;
+    int i = 0;
+    while (i + 1 < g->n && task >= g->first[i + 1]) i++;
+    qblock((void *)&g->j[i], task - g->first[i], thread);
+}
+
+bool cpu_qmatmul_group(em_backend *be, int n, float *const *ys, const float *x, int M, const em_weight *const *ws,
+                       const float *const *biases, em_math math) {
+    cpu_backend *cb = be->impl;
+    cpu_xq8 xq;
+    if (n > EM_MATMUL_GROUP_MAX || !qgroup_ok(cb, n, ws, M, math) ||
+        !quantize_rows(cb, x, M, (int)ws[0]->cols, ws[0]->group_size, cb->k->qi8_run(ws[0]->bits, ws[0]->group_size),
+                       &xq))
+        return false;
+    qgroup g;
+    int tasks = qgroup_plan(&g, cb, be->n_threads, n, ys, x, &xq, M, ws, biases);
+    em_pool_for(cb->pool, tasks, qgroup_block, &g);
+    return true;
+}
+
+/* A SwiGLU task: rows [n0, n1) of the gate and of the up projection into
+ * the thread's scratch (M rows of each, the block's width apart), then
+ * out = silu(gate) * up there (silu_mul is elementwise: the bits of the
+ * whole-row swiglu). */
+static void qswiglu_block(void *ctx, int task, int thread) {
+    const qgroup *g = ctx;
+    const qjob *jg = &g->j[0], *ju = &g->j[1];
+    int N = jg->N, n0 = task * jg->rows_per_block, n1 = n0 + jg->rows_per_block < N ? n0 + jg->rows_per_block : N;
+    int w = n1 - n0;
+    float *s = cpu_scratch(jg->cb, thread, g->swi_scratch), *gs = s, *us = s + (size_t)jg->M * (size_t)w;
+    jg->cb->k->qtile_i8(jg->xq, 0, jg->M, jg->w, n0, w, gs, (size_t)w);
+    ju->cb->k->qtile_i8(ju->xq, 0, ju->M, ju->w, n0, w, us, (size_t)w);
+    for (int m = 0; m < jg->M; m++) {
+        float *gr = gs + (size_t)m * w, *ur = us + (size_t)m * w;
+        if (jg->bias)
+            for (int i = 0; i < w; i++) gr[i] += jg->bias[n0 + i];
+        if (ju->bias)
+            for (int i = 0; i < w; i++) ur[i] += ju->bias[n0 + i];
+        jg->cb->k->silu_mul(g->swi_out + (size_t)m * N + n0, gr, ur, w);
+    }
+}
+
+bool cpu_qmatmul_swiglu(em_backend *be, float *out, const float *x, int M, const em_weight *wg, const em_weight *wu,
+                        const float *bg, const float *bu, em_math math) {
+    cpu_backend *cb = be->impl;
+    const em_weight *ws[2] = {wg, wu};
+    const float *bs[2] = {bg, bu};
+    float *ys[2] = {out, out};
+    cpu_xq8 xq;
+    if (wg->rows != wu->rows || !qgroup_ok(cb, 2, ws, M, math)) return false;
+    qgroup g;
+    if (!quantize_rows(cb, x, M, (int)wg->cols, wg->group_size, cb->k->qi8_run(wg->bits, wg->group_size), &xq))
+        return false;
+    qgroup_plan(&g, cb, be->n_threads, 2, ys, x, &xq, M, ws, bs);
+    /* blocks of both at the gate's height, a whole number of 16 rows */
+    int rows = g.j[0].rows_per_block & ~15;
+    g.j[0].rows_per_block = g.j[1].rows_per_block = rows < 16 ? 16 : rows;
+    g.swi_out = out;
+    g.swi_scratch = 2 * (size_t)M * (size_t)g.j[0].rows_per_block;
+    /* every thread's scratch up front: a worker cannot report a failure */
+    for (int t = 0; t < be->n_threads; t++)
+        if (!cpu_scratch(cb, t, g.swi_scratch)) return false;
+    em_pool_for(cb->pool, (g.j[0].N + g.j[0].rows_per_block - 1) / g.j[0].rows_per_block, qswiglu_block, &g);
+    return true;
+}
