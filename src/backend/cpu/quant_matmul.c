@@ -157,6 +157,13 @@ static void run_dequantized(const qjob *j, int n0, int n1, int thread) {
     }
 }
 
+/* y[m * ldy + i] += bias[n0 + i] for M rows of w outputs (no bias: nothing). */
+static void add_bias(float *y, size_t ldy, int M, const float *bias, int n0, int w) {
+    if (!bias) return;
+    for (int m = 0; m < M; m++)
+        for (int i = 0; i < w; i++) y[(size_t)m * ldy + i] += bias[n0 + i];
+}
+
 static void qblock(void *ctx, int task, int thread) {
     const qjob *j = ctx;
     int n0 = task * j->rows_per_block;
@@ -164,9 +171,7 @@ static void qblock(void *ctx, int task, int thread) {
     if (j->xq) run_i8(j, n0, n1);
     else if (j->fused) run_fused(j, n0, n1);
     else run_dequantized(j, n0, n1, thread);
-    if (j->bias)
-        for (int m = 0; m < j->M; m++)
-            for (int n = n0; n < n1; n++) j->y[(size_t)m * j->N + n] += j->bias[n];
+    add_bias(j->y + n0, (size_t)j->N, j->M, j->bias, n0, n1 - n0);
 }
 
 /* Fused: about 64 KB of packed weights per block, at least 8 blocks per
@@ -308,14 +313,10 @@ static void qswiglu_block(void *ctx, int task, int thread) {
     float *s = cpu_scratch(jg->cb, thread, g->swi_scratch), *gs = s, *us = s + (size_t)jg->M * (size_t)w;
     jg->cb->k->qtile_i8(jg->xq, 0, jg->M, jg->w, n0, w, gs, (size_t)w);
     ju->cb->k->qtile_i8(ju->xq, 0, ju->M, ju->w, n0, w, us, (size_t)w);
-    for (int m = 0; m < jg->M; m++) {
-        float *gr = gs + (size_t)m * w, *ur = us + (size_t)m * w;
-        if (jg->bias)
-            for (int i = 0; i < w; i++) gr[i] += jg->bias[n0 + i];
-        if (ju->bias)
-            for (int i = 0; i < w; i++) ur[i] += ju->bias[n0 + i];
-        jg->cb->k->silu_mul(g->swi_out + (size_t)m * N + n0, gr, ur, w);
-    }
+    add_bias(gs, (size_t)w, jg->M, jg->bias, n0, w);
+    add_bias(us, (size_t)w, ju->M, ju->bias, n0, w);
+    for (int m = 0; m < jg->M; m++)
+        jg->cb->k->silu_mul(g->swi_out + (size_t)m * N + n0, gs + (size_t)m * w, us + (size_t)m * w, w);
 }
 
 bool cpu_qmatmul_swiglu(em_backend *be, float *out, const float *x, int M, const em_weight *wg, const em_weight *wu,
@@ -323,7 +324,7 @@ bool cpu_qmatmul_swiglu(em_backend *be, float *out, const float *x, int M, const
     cpu_backend *cb = be->impl;
     const em_weight *ws[2] = {wg, wu};
     const float *bs[2] = {bg, bu};
-    float *ys[2] = {out, out};
+    float *ys[2] = {out, out}; /* unused: a task writes silu * up itself */
     cpu_xq8 xq;
     if (wg->rows != wu->rows || !qgroup_ok(cb, 2, ws, M, math)) return false;
     qgroup g;
