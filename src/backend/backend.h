@@ -195,6 +195,14 @@ typedef struct em_backend_ops {
     void (*rope_kv_write_spans)(em_backend *be, const em_kv_spans *s, float *q, float *k, const float *v,
                                 const int32_t *pos, int n_heads, int n_kv, int head_dim, int rot_dim,
                                 const float *inv_freq, float attn_factor);
+    /* rope_kv_write_spans, then attention_spans over the same spans, in
+     * one launch where the backend fuses them (decode steps): the cache
+     * and out are bitwise what the two calls give; q and k are scratch
+     * afterwards. False: nothing was queued, and the caller makes the two
+     * calls. Optional (NULL: the two calls). */
+    bool (*rope_attention_spans)(em_backend *be, float *out, const em_kv_spans *s, float *q, float *k,
+                                 const float *v, const int32_t *pos, int n_heads, int n_kv, int head_dim,
+                                 int rot_dim, const float *inv_freq, float attn_factor, float scale, int window);
 
     /* ---- step graphs (optional; NULL: never) ----
      * A device backend may record the operations of a step once and replay

@@ -220,6 +220,28 @@ static void rope_qk(em_model *m, dense_impl *d, int T) {
     op->rope(be, d->k, T, c->n_kv_heads, c->head_dim, d->rot_dim, d->pos, d->inv_freq, d->attn_factor);
 }
 
+/* Rotates the step's queries and keys, writes its keys and values into
+ * the cache and attends over the spans: one call where the backend fuses
+ * the three (decode steps), else the rotation with the cache write, then
+ * the attention. */
+static void attend_spans(em_model *m, dense_impl *d, const em_kv_spans *spans, int T, float scale, int window) {
+    const model_config *c = &m->cfg;
+    em_backend *be = m->be;
+    const em_backend_ops *op = be->ops;
+    if (op->rope_attention_spans &&
+        op->rope_attention_spans(be, d->att, spans, d->q, d->k, d->v, d->pos, c->n_heads, c->n_kv_heads, c->head_dim,
+                                 d->rot_dim, d->inv_freq, d->attn_factor, scale, window))
+        return;
+    if (op->rope_kv_write_spans) {
+        op->rope_kv_write_spans(be, spans, d->q, d->k, d->v, d->pos, c->n_heads, c->n_kv_heads, c->head_dim,
+                                d->rot_dim, d->inv_freq, d->attn_factor);
+    } else {
+        rope_qk(m, d, T);
+        op->kv_write_spans(be, spans, d->k, d->v, d->pos, c->n_kv_heads, c->head_dim);
+    }
+    op->attention_spans(be, d->att, d->q, spans, d->pos, c->n_heads, c->n_kv_heads, c->head_dim, scale, window);
+}
+
 /* Leaves the attention output projection in h, to be added to x. */
 static void attention_block(em_model *m, dense_impl *d, dense_layer *L, int layer, const em_batch *b, int T,
                             bool pending) {
@@ -240,15 +262,7 @@ static void attention_block(em_model *m, dense_impl *d, dense_layer *L, int laye
     if (op->attention_spans && op->kv_write_spans) {
         for (int s = 0; s < b->n_spans; s++) d->views[s] = kv_seq_view(m->kv, b->spans[s].seq, layer);
         em_kv_spans spans = {d->views, d->span_rows, b->n_spans, row_runs_common_math(&d->runs), d->min_table};
-        if (op->rope_kv_write_spans) {
-            op->rope_kv_write_spans(be, &spans, d->q, d->k, d->v, d->pos, c->n_heads, c->n_kv_heads, c->head_dim,
-                                    d->rot_dim, d->inv_freq, d->attn_factor);
-        } else {
-            rope_qk(m, d, T);
-            op->kv_write_spans(be, &spans, d->k, d->v, d->pos, c->n_kv_heads, c->head_dim);
-        }
-        op->attention_spans(be, d->att, d->q, &spans, d->pos, c->n_heads, c->n_kv_heads, c->head_dim, scale,
-                            L->window);
+        attend_spans(m, d, &spans, T, scale, L->window);
     } else {
         rope_qk(m, d, T);
         int row = 0;

@@ -1,6 +1,7 @@
 /* test_cuda_fused.c — the CUDA backend's fused operations give the bits of
  * the operations they fuse: rope_kv_write_spans (rotary embeddings and the
- * KV cache write, over spans with scattered blocks and partial rotary) and
+ * KV cache write, over spans with scattered blocks and partial rotary),
+ * rope_attention_spans (those and the attention of decode rows) and
  * matmul_swiglu (the gate and up GEMV and the SwiGLU, over float and 4-/8-bit
  * weights), and decline exactly
  * the shapes they leave to the separate operations; and the bf16 copies
@@ -90,6 +91,107 @@ static void test_rope_kv_write(void) {
     test_rope_kv_case(8, 2, 128, 32, pm, rm, 3); /* partial rotary, three spans */
     test_rope_kv_case(4, 4, 96, 96, pm, rm, 3);  /* head_dim not a power of two */
     test_rope_kv_case(6, 3, 32, 16, p1, r1, 1);
+}
+
+/* Decode rows (one a span) after prior[i] cached tokens, in pools of
+ * blocks of 16 scattered by a prime stride, attended twice from the same
+ * cached keys: once through rope_kv_write_spans + attention_spans, once
+ * through rope_attention_spans into a second pair of pools. The outputs
+ * and the pools must agree bit for bit. */
+static void test_rope_att_case(int n_heads, int n_kv, int hd, int rot, int window, const int *prior, int n_spans) {
+    const int bs = 16;
+    size_t row = (size_t)n_kv * hd, block = (size_t)bs * row;
+    int blocks = 0, len_max = 0;
+    for (int i = 0; i < n_spans; i++) {
+        blocks += (prior[i] + 1 + bs - 1) / bs;
+        len_max = prior[i] + 1 > len_max ? prior[i] + 1 : len_max;
+    }
+    size_t pool = (size_t)blocks * block;
+    float *cache = rand_f32(pool, 1.0f), *pools[4]; /* k, v of the separate calls; k, v of the fused one */
+    for (int i = 0; i < 4; i++) REQUIRE((pools[i] = up(cache, pool * 4)));
+    float **tables = calloc((size_t)n_spans * 4, sizeof *tables);
+    em_kv_view *va = calloc((size_t)n_spans, sizeof *va), *vb = calloc((size_t)n_spans, sizeof *vb);
+    int32_t *pos = malloc((size_t)n_spans * 4);
+    int *rows = malloc((size_t)n_spans * sizeof *rows);
+    for (int i = 0, slot = 0; i < n_spans; i++) {
+        int nb = (prior[i] + 1 + bs - 1) / bs;
+        float **t = (float **)tables + 4 * i;
+        for (int j = 0; j < 4; j++) t[j] = (float *)malloc((size_t)nb * sizeof(float *));
+        for (int b = 0; b < nb; b++, slot++) {
+            size_t at = (size_t)(((long long)slot * 7919) % blocks) * block;
+            for (int j = 0; j < 4; j++) ((float **)t[j])[b] = pools[j] + at;
+        }
+        va[i] = (em_kv_view){(float *const *)t[0], (float *const *)t[1], bs, nb};
+        vb[i] = (em_kv_view){(float *const *)t[2], (float *const *)t[3], bs, nb};
+        pos[i] = prior[i], rows[i] = 1;
+    }
+    size_t qn = (size_t)n_spans * n_heads * hd, kn = (size_t)n_spans * row;
+    float *q = rand_f32(qn, 2.0f), *k = rand_f32(kn, 2.0f), *v = rand_f32(kn, 1.0f);
+    float *inv = malloc((size_t)(rot / 2) * 4);
+    for (int i = 0; i < rot / 2; i++) inv[i] = powf(500000.0f, -2.0f * i / rot);
+    float *qa = up(q, qn * 4), *ka = up(k, kn * 4), *vd = up(v, kn * 4), *qb = up(q, qn * 4), *kb = up(k, kn * 4);
+    float *oa = gpu->ops->alloc(gpu, qn * 4), *ob = gpu->ops->alloc(gpu, qn * 4);
+    em_kv_spans sa = {va, rows, n_spans, EM_MATH_FAST, 0}, sb = {vb, rows, n_spans, EM_MATH_FAST, 0};
+    float scale = 1.0f / sqrtf((float)hd);
+    gpu->ops->rope_kv_write_spans(gpu, &sa, qa, ka, vd, pos, n_heads, n_kv, hd, rot, inv, 1.0f);
+    gpu->ops->attention_spans(gpu, oa, qa, &sa, pos, n_heads, n_kv, hd, scale, window);
+    bool fused = gpu->ops->rope_attention_spans(gpu, ob, &sb, qb, kb, vd, pos, n_heads, n_kv, hd, rot, inv, 1.0f,
+                                                 scale, window);
+    CHECKF(fused, "rope_attention_spans heads=%d kv=%d hd=%d rot=%d spans=%d: declined a decode step", n_heads, n_kv,
+           hd, rot, n_spans);
+    if (fused) {
+        float *a = down(oa, qn), *b = down(ob, qn);
+        CHECKF(!memcmp(a, b, qn * 4),
+               "rope_attention_spans heads=%d kv=%d hd=%d rot=%d window=%d spans=%d: out differs from the two calls",
+               n_heads, n_kv, hd, rot, window, n_spans);
+        float *p[4];
+        for (int i = 0; i < 4; i++) p[i] = down(pools[i], pool);
+        CHECKF(!memcmp(p[0], p[2], pool * 4) && !memcmp(p[1], p[3], pool * 4),
+               "rope_attention_spans heads=%d kv=%d hd=%d rot=%d spans=%d: the cache differs from rope_kv_write_spans",
+               n_heads, n_kv, hd, rot, n_spans);
+        CHECKF(memcmp(p[0], cache, pool * 4) != 0, "rope_attention_spans: no key was written");
+        for (int i = 0; i < 4; i++) free(p[i]);
+        free(a), free(b);
+    }
+    for (int i = 0; i < 4; i++) gpu->ops->free(gpu, pools[i]);
+    for (int i = 0; i < n_spans * 4; i++) free(tables[i]);
+    gpu->ops->free(gpu, qa), gpu->ops->free(gpu, ka), gpu->ops->free(gpu, vd), gpu->ops->free(gpu, qb);
+    gpu->ops->free(gpu, kb), gpu->ops->free(gpu, oa), gpu->ops->free(gpu, ob);
+    free(tables), free(va), free(vb), free(pos), free(rows), free(q), free(k), free(v), free(inv), free(cache);
+}
+
+/* A span of two rows is not a decode step: declined, nothing queued. */
+static void test_rope_att_declines(void) {
+    const int bs = 16, n_heads = 8, n_kv = 2, hd = 64;
+    size_t block = (size_t)bs * n_kv * hd;
+    float *kp = gpu->ops->alloc(gpu, block * 4), *vp = gpu->ops->alloc(gpu, block * 4);
+    float *kt[1] = {kp}, *vt[1] = {vp};
+    em_kv_view view = {kt, vt, bs, 1};
+    int rows = 2;
+    int32_t pos[2] = {3, 4};
+    em_kv_spans sp = {&view, &rows, 1, EM_MATH_FAST, 0};
+    float inv[32];
+    for (int i = 0; i < 32; i++) inv[i] = 1.0f;
+    float *q = gpu->ops->alloc(gpu, (size_t)2 * n_heads * hd * 4), *k = gpu->ops->alloc(gpu, (size_t)2 * n_kv * hd * 4);
+    float *out = gpu->ops->alloc(gpu, (size_t)2 * n_heads * hd * 4);
+    CHECKF(!gpu->ops->rope_attention_spans(gpu, out, &sp, q, k, k, pos, n_heads, n_kv, hd, hd, inv, 1.0f, 0.125f, 0),
+           "rope_attention_spans fused a span of two rows");
+    gpu->ops->free(gpu, kp), gpu->ops->free(gpu, vp), gpu->ops->free(gpu, q), gpu->ops->free(gpu, k);
+    gpu->ops->free(gpu, out);
+}
+
+static void test_rope_attention(void) {
+    REQUIRE(gpu->ops->rope_attention_spans);
+    int p1[] = {37}, p0[] = {0}, pl[] = {2047};
+    test_rope_att_case(32, 8, 64, 64, 0, p1, 1);    /* a 1B decode step */
+    test_rope_att_case(32, 8, 128, 128, 0, pl, 1); /* an 8B decode step after 2,047 tokens */
+    test_rope_att_case(32, 8, 128, 128, 0, p0, 1); /* the first token */
+    int pm[] = {0, 15, 100, 300, 7};
+    test_rope_att_case(8, 2, 128, 32, 0, pm, 5);   /* partial rotary, a batch of five */
+    test_rope_att_case(16, 16, 64, 64, 0, pm, 5);  /* one query head a kv head */
+    test_rope_att_case(64, 8, 32, 32, 0, pm, 5);   /* eight */
+    test_rope_att_case(32, 8, 64, 64, 20, pm, 5);  /* a sliding window */
+    test_rope_att_declines();
 }
 
 /* Runs matmul_group + swiglu and matmul_swiglu on the same inputs (x and
@@ -313,6 +415,7 @@ int main(void) {
     REQUIRE(cpu_backend_create(2, &cpu) == EM_OK);
     REQUIRE(cuda_backend_create(0, &gpu) == EM_OK);
     RUN(test_rope_kv_write);
+    RUN(test_rope_attention);
     RUN(test_matmul_swiglu);
     RUN(test_matmul_swiglu_quantized);
     RUN(test_twin);

@@ -199,8 +199,9 @@ static void attention_rows(cuda_backend *cb, float *out, const float *q, float *
     /* the per-row kernel merges its own splits where the counters reach */
     int *count = part && (size_t)m * (size_t)n_kv <= CUDA_ATT_COUNT_CAP ? cb->att_count : NULL;
     bool merged = false;
-    if (rows_kernel && cuda_attention_rows(cb->stream, (unsigned)m, splits, n_heads / n_kv, head_dim, out, ob, part,
-                                           count, q, base, toff, dpos, rmap, n, n_heads, n_kv, bs, scale, window))
+    cuda_rows_args a = {out, ob, part, count, q, base, toff, dpos, rmap, n, n_heads, n_kv, 0, window, scale,
+                        NULL, NULL, NULL, 0.0f, 0};
+    if (rows_kernel && cuda_attention_rows(cb->stream, (unsigned)m, splits, n_heads / n_kv, head_dim, bs, &a))
         merged = count != NULL;
     else
         cuda_launch(attention_kernel, dim3((unsigned)rows_heads, splits), ATT_THREADS, smem, cb->stream, 
@@ -319,6 +320,45 @@ void cuda_attention_spans(em_backend *be, float *out, const float *q, const em_k
     if (!cuda_stage_spans(cb, s, pos, 0, &base, &toff, &dpos, &n)) return;
     attention_rows(cb, out, q, base, toff, dpos, NULL, n, n, n_heads, n_kv, head_dim, s->views[0].block_size, scale,
                    window);
+}
+
+/* rope_kv_write_spans and attention_spans of decode rows (one a span, a
+ * step's worth) as one launch of the per-row kernel in its fused form
+ * (cuda_rows_args.k): no launch between the product that made q, k and v
+ * and the attention, whose cached keys are read while that product ends.
+ * False, with nothing queued, for any other batch or shape. */
+bool cuda_rope_attention_spans(em_backend *be, float *out, const em_kv_spans *s, float *q, float *k, const float *v,
+                               const int32_t *pos, int n_heads, int n_kv, int head_dim, int rot_dim,
+                               const float *inv_freq, float attn_factor, float scale, int window) {
+    int half = rot_dim / 2, m = s->n_spans;
+    if (!((cuda_backend *)be->impl)->fused_att || m <= 0 || m > ATT_SPLIT_MAX_ROWS || cuda_att_splits(m) != CUDA_ATT_SPLITS || n_kv <= 0 || n_heads % n_kv ||
+        half <= 0 || rot_dim > head_dim || head_dim % 2 || (size_t)m * (size_t)n_kv > CUDA_ATT_COUNT_CAP ||
+        ((uintptr_t)k | (uintptr_t)v) & 15 || !cuda_attention_rows_fits(head_dim, n_heads / n_kv, q, s->views[0].block_size))
+        return false;
+    for (int i = 0; i < m; i++)
+        if (s->rows[i] != 1) return false;
+    cuda_backend *cb = cuda_enter(be);
+    size_t fb = (size_t)half * sizeof *inv_freq;
+    float *const *base;
+    const int32_t *toff, *dpos;
+    int n;
+    if (!cuda_stage_spans(cb, s, pos, fb, &base, &toff, &dpos, &n)) return true; /* noted */
+    const float *dfreq = (const float *)cuda_stage_put(cb, inv_freq, fb);
+    if (!dfreq) return true;
+    cuda_stage_flush(cb);
+    size_t part_bytes = (size_t)m * n_heads * CUDA_ATT_SPLITS * ((size_t)head_dim + 2) * sizeof(float);
+    if (!cuda_scratch(cb, (void **)&cb->att_part, &cb->att_part_bytes, part_bytes)) return true;
+    __nv_bfloat16 *ob = cuda_twin_make(cb, out, m, n_heads * head_dim);
+    int bs = s->views[0].block_size;
+    if (cuda_graph_skip(cb, out, ob, q, k, v, base, cb->att_part, m, n_heads, n_kv, head_dim, half, bs, scale, window,
+                        attn_factor))
+        return true;
+    cuda_rows_args a = {out, ob, cb->att_part, cb->att_count, q, base, toff, dpos, NULL, n, n_heads, n_kv, 0, window,
+                        scale, k, v, dfreq, attn_factor, half};
+    if (!cuda_attention_rows(cb->stream, (unsigned)m, CUDA_ATT_SPLITS, n_heads / n_kv, head_dim, bs, &a))
+        cuda_note(cb, cudaErrorInvalidValue, "rope and attention: a shape the per-row kernel declined");
+    CUDA_LAUNCHED(cb, "rope and attention");
+    return true;
 }
 
 void cuda_attention(em_backend *be, float *out, const float *q, const em_kv_view *kv, const int32_t *pos, int n,

@@ -415,6 +415,7 @@ static em_backend_ops make_ops(void) {
     o.kv_write_spans = cuda_kv_write_spans;
     o.rope_kv_write_spans = cuda_rope_kv_write_spans;
     o.attention_spans = cuda_attention_spans;
+    o.rope_attention_spans = cuda_rope_attention_spans;
     o.graph_begin = cuda_graph_begin;
     o.graph_end = cuda_graph_end;
     o.graph_reset = cuda_graph_reset;
@@ -499,6 +500,7 @@ extern "C" em_status cuda_backend_create(int device, em_backend **out) {
     cuda_pdl_allowed = prop.major >= 9 && em_config_flag(em_config_global(), EMC_CUDA_PDL);
     cb->skinny_on = prop.major >= 8 && em_config_flag(em_config_global(), EMC_CUDA_SKINNY); /* mma.sync bf16 */
     cb->qpipe_on = prop.major >= 8 && em_config_flag(em_config_global(), EMC_CUDA_QPIPE); /* cp.async */
+    cb->fused_att = em_config_flag(em_config_global(), EMC_CUDA_FUSED_ATTENTION);
     snprintf(be->desc, sizeof be->desc, "cuda:%d (%.48s, %.0f GiB)", device, prop.name,
              (double)prop.totalGlobalMem / 1073741824.0);
     char why[256];

@@ -112,6 +112,7 @@ typedef struct cuda_backend {
     size_t wconv_bytes;
     bool skinny_on; /* EMBER_CUDA_SKINNY: the skinny GEMM (cuda_skinny.cu) */
     bool qpipe_on;  /* EMBER_CUDA_QPIPE: the pipelined int8 GEMV (cuda_qgemv_i8.cu) */
+    bool fused_att; /* EMBER_CUDA_FUSED_ATTENTION: rope_attention_spans fuses */
     int n_sm;
     int smem_optin; /* the most dynamic shared memory a block may opt in to */
     cuda_graphs graphs;
@@ -159,6 +160,25 @@ __device__ __forceinline__ void cuda_pdl_enter() {
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+
+/* RoPE, shared by the kernels that rotate (rope, rope_kv_write and the
+ * decode attention that rotates its own queries and key), so their bits
+ * agree. The rotation of pair i at position p: (cos, sin) times
+ * attn_factor. */
+__device__ __forceinline__ float2 rope_cs(int i, int p, const float *inv_freq, float attn_factor) {
+    float ang = (float)p * inv_freq[i]; /* in f32, as the reference computes position * inv_freq */
+    return make_float2(cosf(ang) * attn_factor, sinf(ang) * attn_factor);
+}
+
+/* Rotate-half on the pair (v[i], v[i + half]) by cs, in place; the
+ * rotated pair is also returned. */
+__device__ __forceinline__ float2 rope_apply(float *v, int i, int half, float2 cs) {
+    float a = v[i], b = v[i + half];
+    float2 r = make_float2(a * cs.x - b * cs.y, b * cs.x + a * cs.y);
+    v[i] = r.x;
+    v[i + half] = r.y;
+    return r;
 }
 
 /* 16 bytes global -> shared without passing through registers; with
@@ -449,6 +469,9 @@ void cuda_kv_write_spans(em_backend *be, const em_kv_spans *s, const float *k, c
                          int n_kv, int head_dim);
 void cuda_attention_spans(em_backend *be, float *out, const float *q, const em_kv_spans *s, const int32_t *pos,
                           int n_heads, int n_kv, int head_dim, float scale, int window);
+bool cuda_rope_attention_spans(em_backend *be, float *out, const em_kv_spans *s, float *q, float *k, const float *v,
+                               const int32_t *pos, int n_heads, int n_kv, int head_dim, int rot_dim,
+                               const float *inv_freq, float attn_factor, float scale, int window);
 /* Tiled attention for batches of many rows (cuda_attention_prefill.cu).
  * A plan (v, malloc'd) lists n_items work items of CUDA_TILE_FIELDS ints
  * (first row, rows, first key, last key, partial slot or -1, the offset of
@@ -619,13 +642,33 @@ __device__ __forceinline__ void att_key_range(int p, int window, bool split, int
  * splits' partials; else out; ob, when given, gets out's bf16 rounding:
  * cuda_twin_make). With count (rows * n_kv zeroed counters,
  * CUDA_ATT_SPLITS splits) the kernel also merges the partials into out;
- * without, attention_combine must. False when the shape is not covered
- * (cuda_attention_rows_fits; nothing queued). */
+ * without, attention_combine must.
+ * With k set (decode rows only: one row a sequence, rmap NULL), q, k and v
+ * are the rows' unrotated queries, keys and values: the kernel rotates
+ * them as rope_kv_write does (its bits), the block whose keys hold the
+ * row's own position writes that key and value into the cache and uses
+ * them from shared memory, and every other key is read from the cache
+ * before the kernel waits for the one before it. q and k are not written.
+ * False when the shape is not covered (cuda_attention_rows_fits; nothing
+ * queued). */
+typedef struct cuda_rows_args {
+    float *out;
+    __nv_bfloat16 *ob;
+    float *part;
+    int *count;
+    const float *q;
+    float *const *base;
+    const int32_t *toff, *pos, *rmap;
+    int n, n_heads, n_kv, bs_shift, window;
+    float scale;
+    /* the fused rotation and cache write (k NULL: none) */
+    const float *k, *v, *inv_freq;
+    float attn_factor;
+    int half; /* rotated pairs: rot_dim / 2 */
+} cuda_rows_args;
 bool cuda_attention_rows_fits(int hd, int group, const float *q, int bs);
-bool cuda_attention_rows(cudaStream_t st, unsigned rows, unsigned splits, int group, int hd, float *out,
-                         __nv_bfloat16 *ob, float *part, int *count, const float *q, float *const *base,
-                         const int32_t *toff, const int32_t *dpos, const int32_t *rmap, int n, int n_heads, int n_kv,
-                         int bs, float scale, int window);
+bool cuda_attention_rows(cudaStream_t st, unsigned rows, unsigned splits, int group, int hd, int bs,
+                         const cuda_rows_args *a);
 em_graph_mode cuda_graph_begin(em_backend *be, uint64_t key);
 em_status cuda_graph_end(em_backend *be, bool *ran);
 void cuda_graph_reset(em_backend *be);

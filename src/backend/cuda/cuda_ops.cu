@@ -143,22 +143,6 @@ void cuda_add_rmsnorm(em_backend *be, float *x, const float *h, float *y, const 
     CUDA_LAUNCHED(cb, "add_rmsnorm");
 }
 
-/* The rotation of pair i at position p: (cos, sin) times attn_factor. */
-__device__ __forceinline__ float2 rope_cs(int i, int p, const float *inv_freq, float attn_factor) {
-    float ang = (float)p * inv_freq[i]; /* in f32, as the reference computes position * inv_freq */
-    return make_float2(cosf(ang) * attn_factor, sinf(ang) * attn_factor);
-}
-
-/* Rotate-half on the pair (v[i], v[i + half]) by cs, in place; the
- * rotated pair is also returned. */
-__device__ __forceinline__ float2 rope_apply(float *v, int i, int half, float2 cs) {
-    float a = v[i], b = v[i + half];
-    float2 r = make_float2(a * cs.x - b * cs.y, b * cs.x + a * cs.y);
-    v[i] = r.x;
-    v[i + half] = r.y;
-    return r;
-}
-
 /* rope_apply at position p (rope_kernel and rope_kv_write_kernel share
  * these, so their bits agree). */
 __device__ __forceinline__ float2 rope_pair(float *v, int i, int half, int p, const float *inv_freq, float attn_factor) {
