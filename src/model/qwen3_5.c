@@ -279,11 +279,26 @@ void q35_gated_attention(const q35_attn_run *r, const q35_attn *A, int kv_layer,
 
 static em_kv_view cache_view(const void *kv, int seq, int layer) { return kv_seq_view(kv, seq, layer); }
 
+/* y = rmsnorm(x) * gain, after adding the last block's output (in h) to
+ * the residual stream x when `pending`: one fused operation where the
+ * backend has it (its bits are those of the add and the norm). */
+void q35_residual_norm(em_model *m, q35_impl *d, float *y, const float *gain, int T, bool pending) {
+    const model_config *c = &m->cfg;
+    em_backend *be = m->be;
+    const em_backend_ops *op = be->ops;
+    if (pending && op->add_rmsnorm) {
+        op->add_rmsnorm(be, d->x, d->h, y, gain, T, c->hidden, (float)c->rms_eps, 0.0f);
+        return;
+    }
+    if (pending) op->add(be, d->x, d->h, (size_t)T * c->hidden);
+    op->rmsnorm(be, y, d->x, gain, T, c->hidden, (float)c->rms_eps, 0.0f);
+}
+
 void q35_mlp(em_model *m, q35_impl *d, q35_layer *L, int T) {
     const model_config *c = &m->cfg;
     em_backend *be = m->be;
     const em_backend_ops *op = be->ops;
-    op->rmsnorm(be, d->h, d->x, L->mlp_norm, T, c->hidden, (float)c->rms_eps, 0.0f);
+    q35_residual_norm(m, d, d->h, L->mlp_norm, T, true);
     float *gu[2] = {d->mg, d->mu};
     const em_weight *wgu[2] = {&L->wg, &L->wu};
     const float *bgu[2] = {NULL, NULL};
@@ -292,13 +307,12 @@ void q35_mlp(em_model *m, q35_impl *d, q35_layer *L, int T) {
         op->swiglu(be, d->act, d->mg, d->mu, T, c->intermediate, c->intermediate);
     }
     row_runs_matmul(be, &d->runs, d->h, d->act, &L->wd, NULL);
-    op->add(be, d->x, d->h, (size_t)T * c->hidden);
 }
 
-void q35_attention_layer(em_model *m, q35_impl *d, q35_layer *L, const q35_span *sp, int n_spans, int T) {
+void q35_attention_layer(em_model *m, q35_impl *d, q35_layer *L, const q35_span *sp, int n_spans, int T, bool pending) {
     const model_config *c = &m->cfg;
     em_backend *be = m->be;
-    be->ops->rmsnorm(be, d->h, d->x, L->attn_norm, T, c->hidden, (float)c->rms_eps, 0.0f);
+    q35_residual_norm(m, d, d->h, L->attn_norm, T, pending);
     if (L->linear) {
         q35_gdn_run r = q35_gdn_run_of(m, d);
         q35_gdn_block(&r, &L->gdn, L->slot, sp, n_spans, T);
@@ -308,7 +322,6 @@ void q35_attention_layer(em_model *m, q35_impl *d, q35_layer *L, const q35_span 
                           cache_view, m->kv};
         q35_gated_attention(&r, &L->attn, L->slot, sp, n_spans, T);
     }
-    be->ops->add(be, d->x, d->h, (size_t)T * c->hidden);
     q35_mlp(m, d, L, T);
 }
 
@@ -379,10 +392,10 @@ static em_status q35_forward(em_model *m, const em_batch *b, float *logits) {
     if (st == EM_OK) {
         em_backend *be = m->be;
         be->ops->embed(be, d->x, &d->embed, d->ids, T);
-        for (int l = 0; l < c->n_layers; l++) q35_attention_layer(m, d, &d->layers[l], sp, b->n_spans, T);
+        for (int l = 0; l < c->n_layers; l++) q35_attention_layer(m, d, &d->layers[l], sp, b->n_spans, T, l > 0);
         for (int s = 0; s < b->n_spans; s++) m->kv->seqs[b->spans[s].seq].len += b->spans[s].n;
         /* every row normed: the MTP head reads the hidden state of each token */
-        be->ops->rmsnorm(be, d->hid, d->x, d->final_norm, T, c->hidden, (float)c->rms_eps, 0.0f);
+        q35_residual_norm(m, d, d->hid, d->final_norm, T, true);
         int rows = batch_gather_logit_rows(m->be, b, d->hid, d->h, c->hidden);
         if (rows) st = q35_logits(m, d, b, logits, d->h, rows, &d->head);
     }
