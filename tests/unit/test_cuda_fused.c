@@ -24,6 +24,35 @@ int main(void) {
 
 #include <stdint.h>
 
+/* Block tables of blocks of bs positions for n_spans sequences of
+ * prior[i] + rows[i] positions, over four pools of `blocks` blocks of
+ * `block` floats (k, v of one cache; k, v of another), scattered by a prime
+ * stride: va over pools 0 and 1, vb over 2 and 3, and pos the positions of
+ * the new rows. Returns the 4 * n_spans tables (free_tables frees them). */
+static float **scatter_views(int n_spans, const int *prior, const int *rows, int bs, size_t block, int blocks,
+                             float *const *pools, em_kv_view *va, em_kv_view *vb, int32_t *pos) {
+    float **tables = calloc((size_t)n_spans * 4, sizeof *tables);
+    REQUIRE(tables);
+    for (int i = 0, r = 0, slot = 0; i < n_spans; i++) {
+        int nb = (prior[i] + rows[i] + bs - 1) / bs;
+        float **t = (float **)tables + 4 * i;
+        for (int j = 0; j < 4; j++) REQUIRE((t[j] = (float *)malloc((size_t)nb * sizeof(float *))));
+        for (int b = 0; b < nb; b++, slot++) {
+            size_t at = (size_t)(((long long)slot * 7919) % blocks) * block;
+            for (int j = 0; j < 4; j++) ((float **)t[j])[b] = pools[j] + at;
+        }
+        va[i] = (em_kv_view){(float *const *)t[0], (float *const *)t[1], bs, nb};
+        vb[i] = (em_kv_view){(float *const *)t[2], (float *const *)t[3], bs, nb};
+        for (int j = 0; j < rows[i]; j++) pos[r++] = prior[i] + j;
+    }
+    return tables;
+}
+
+static void free_tables(float **tables, int n_spans) {
+    for (int i = 0; i < n_spans * 4; i++) free(tables[i]);
+    free(tables);
+}
+
 /* n_spans sequences with prior[i] cached tokens and rows[i] new ones, in a
  * pool of blocks of 16 scattered by a prime stride; the same rows written
  * twice, once through rope_qk + kv_write_spans and once through
@@ -37,21 +66,9 @@ static void test_rope_kv_case(int n_heads, int n_kv, int hd, int rot, const int 
     size_t pool = (size_t)blocks * block;
     float *pools[4]; /* k, v of the reference; k, v of the fused write */
     for (int i = 0; i < 4; i++) REQUIRE((pools[i] = gpu->ops->alloc(gpu, pool * 4)));
-    float **tables = calloc((size_t)n_spans * 4, sizeof *tables);
     em_kv_view *va = calloc((size_t)n_spans, sizeof *va), *vb = calloc((size_t)n_spans, sizeof *vb);
     int32_t *pos = malloc((size_t)n * 4);
-    for (int i = 0, r = 0, slot = 0; i < n_spans; i++) {
-        int nb = (prior[i] + rows[i] + bs - 1) / bs;
-        float **t = (float **)tables + 4 * i;
-        for (int j = 0; j < 4; j++) t[j] = (float *)malloc((size_t)nb * sizeof(float *));
-        for (int b = 0; b < nb; b++, slot++) {
-            size_t at = (size_t)(((long long)slot * 7919) % blocks) * block;
-            for (int j = 0; j < 4; j++) ((float **)t[j])[b] = pools[j] + at;
-        }
-        va[i] = (em_kv_view){(float *const *)t[0], (float *const *)t[1], bs, nb};
-        vb[i] = (em_kv_view){(float *const *)t[2], (float *const *)t[3], bs, nb};
-        for (int j = 0; j < rows[i]; j++) pos[r++] = prior[i] + j;
-    }
+    float **tables = scatter_views(n_spans, prior, rows, bs, block, blocks, pools, va, vb, pos);
     size_t qn = (size_t)n * n_heads * hd, kn = (size_t)n * row;
     float *q = rand_f32(qn, 2.0f), *k = rand_f32(kn, 2.0f), *v = rand_f32(kn, 1.0f);
     float *inv = malloc((size_t)(rot / 2) * 4);
@@ -75,10 +92,10 @@ static void test_rope_kv_case(int n_heads, int n_kv, int hd, int rot, const int 
     for (size_t i = 0; i < pool; i++) nz_k += p[2][i] != 0.0f, nz_v += p[3][i] != 0.0f;
     CHECKF(nz_k == kn && nz_v == kn, "rope_kv_write_spans: %zu keys and %zu values written, expected %zu", nz_k, nz_v, kn);
     for (int i = 0; i < 4; i++) free(h[i]), free(p[i]), gpu->ops->free(gpu, pools[i]);
-    for (int i = 0; i < n_spans * 4; i++) free(tables[i]);
+    free_tables(tables, n_spans);
     gpu->ops->free(gpu, qa), gpu->ops->free(gpu, ka), gpu->ops->free(gpu, vd), gpu->ops->free(gpu, qb);
     gpu->ops->free(gpu, kb);
-    free(tables), free(va), free(vb), free(pos), free(q), free(k), free(v), free(inv);
+    free(va), free(vb), free(pos), free(q), free(k), free(v), free(inv);
 }
 
 static void test_rope_kv_write(void) {
@@ -109,22 +126,11 @@ static void test_rope_att_case(int n_heads, int n_kv, int hd, int rot, int windo
     size_t pool = (size_t)blocks * block;
     float *cache = rand_f32(pool, 1.0f), *pools[4]; /* k, v of the separate calls; k, v of the fused one */
     for (int i = 0; i < 4; i++) REQUIRE((pools[i] = up(cache, pool * 4)));
-    float **tables = calloc((size_t)n_spans * 4, sizeof *tables);
     em_kv_view *va = calloc((size_t)n_spans, sizeof *va), *vb = calloc((size_t)n_spans, sizeof *vb);
     int32_t *pos = malloc((size_t)n_spans * 4);
     int *rows = malloc((size_t)n_spans * sizeof *rows);
-    for (int i = 0, slot = 0; i < n_spans; i++) {
-        int nb = (prior[i] + 1 + bs - 1) / bs;
-        float **t = (float **)tables + 4 * i;
-        for (int j = 0; j < 4; j++) t[j] = (float *)malloc((size_t)nb * sizeof(float *));
-        for (int b = 0; b < nb; b++, slot++) {
-            size_t at = (size_t)(((long long)slot * 7919) % blocks) * block;
-            for (int j = 0; j < 4; j++) ((float **)t[j])[b] = pools[j] + at;
-        }
-        va[i] = (em_kv_view){(float *const *)t[0], (float *const *)t[1], bs, nb};
-        vb[i] = (em_kv_view){(float *const *)t[2], (float *const *)t[3], bs, nb};
-        pos[i] = prior[i], rows[i] = 1;
-    }
+    for (int i = 0; i < n_spans; i++) rows[i] = 1;
+    float **tables = scatter_views(n_spans, prior, rows, bs, block, blocks, pools, va, vb, pos);
     size_t qn = (size_t)n_spans * n_heads * hd, kn = (size_t)n_spans * row;
     float *q = rand_f32(qn, 2.0f), *k = rand_f32(kn, 2.0f), *v = rand_f32(kn, 1.0f);
     float *inv = malloc((size_t)(rot / 2) * 4);
@@ -154,10 +160,10 @@ static void test_rope_att_case(int n_heads, int n_kv, int hd, int rot, int windo
         free(a), free(b);
     }
     for (int i = 0; i < 4; i++) gpu->ops->free(gpu, pools[i]);
-    for (int i = 0; i < n_spans * 4; i++) free(tables[i]);
+    free_tables(tables, n_spans);
     gpu->ops->free(gpu, qa), gpu->ops->free(gpu, ka), gpu->ops->free(gpu, vd), gpu->ops->free(gpu, qb);
     gpu->ops->free(gpu, kb), gpu->ops->free(gpu, oa), gpu->ops->free(gpu, ob);
-    free(tables), free(va), free(vb), free(pos), free(rows), free(q), free(k), free(v), free(inv), free(cache);
+    free(va), free(vb), free(pos), free(rows), free(q), free(k), free(v), free(inv), free(cache);
 }
 
 /* A span of two rows is not a decode step: declined, nothing queued. */
