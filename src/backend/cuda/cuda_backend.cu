@@ -499,7 +499,7 @@ extern "C" em_status cuda_backend_create(int device, em_backend **out) {
     cb->smem_optin = (int)prop.sharedMemPerBlockOptin;
     cuda_pdl_allowed = prop.major >= 9 && em_config_flag(em_config_global(), EMC_CUDA_PDL);
     cb->skinny_on = prop.major >= 8 && em_config_flag(em_config_global(), EMC_CUDA_SKINNY); /* mma.sync bf16 */
-    cb->qpipe_on = prop.major >= 8 && em_config_flag(em_config_global(), EMC_CUDA_QPIPE); /* cp.async */
+    cb->qpipe_on = prop.major >= 9 && em_config_flag(em_config_global(), EMC_CUDA_QPIPE); /* bulk copies */
     cb->fused_att = em_config_flag(em_config_global(), EMC_CUDA_FUSED_ATTENTION);
     snprintf(be->desc, sizeof be->desc, "cuda:%d (%.48s, %.0f GiB)", device, prop.name,
              (double)prop.totalGlobalMem / 1073741824.0);

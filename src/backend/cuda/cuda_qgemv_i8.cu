@@ -408,36 +408,49 @@ static void qgemv_i8_stream(cuda_backend *cb, float *y, const float *x, int M, c
  *
  * One or two activation rows, x staged whole per block as above, but the
  * weights reach the warps through shared memory: each warp keeps a ring of
- * qp_geom::LINES lines of copies in flight (cp.async: no registers held while
- * they travel), so a multiprocessor has over 100 KB of weights on the way
- * whatever its arithmetic is doing, and the first lines' loads go out
- * before the kernel waits for the one before it. Measured on the H200
- * against the register-resident kernel above, the stream is then bound by
- * instructions (ncu: 0.9 issued a scheduler a cycle), so the loop is lean:
- * L lines an iteration (every ring slot a constant), shared memory by
- * 32-bit address, copy sources stepped a line and set afresh only where a
- * row starts another matrix, the scale dtype a template argument.
+ * qp_geom::NS stages of its rows in flight, a stage being SL lines of one
+ * row with their scales and biases, so a multiprocessor has over 100 KB of
+ * weights on the way whatever its arithmetic is doing, and the first
+ * stages go out before the kernel waits for the one before it.
+ *
+ * A stage is three bulk copies (cp.async.bulk: the codes, the scales, the
+ * biases; a row's lines, scales and biases are each contiguous in memory)
+ * that one lane issues and a transaction barrier counts in. An earlier
+ * form had every lane copy its 16 bytes of each line (cp.async), about as
+ * many issue slots as the dot products (ncu: 0.9 issued a scheduler a
+ * cycle); the bulk copies took the 8B 4-bit decode from 500 to 513 tok/s
+ * on the H200, its 8-bit from 350 to 357, the 1B 4-bit 1,546 to 1,590.
  *
  * A line is 32 consecutive segments of one weight row, lane l the l-th
- * (512 bytes of 4-bit codes, 1 KB of 8-bit ones), with the line's scales
- * and biases (copied 16 bytes a lane). A row of K inputs is ceil(K / 1024)
- * lines. Each warp owns a run of whole rows (the set's rows in order, or
- * an MLP's gate row n then up row n), the warps of the grid getting equal
- * shares to within a row, and takes its rows' lines in order. A lane so
- * sums segments l, l + 32, ... of a row in ascending order, and the warp
- * sums the lanes by the butterfly: qgemv_i8_kernel's sums, bit for bit. */
+ * (512 bytes of 4-bit codes, 1 KB of 8-bit ones). A row of K inputs is
+ * ceil(K / 1024) lines, its stages ceil(lines / SL) (a stage never spans
+ * two rows). Each warp owns a run of whole rows (the set's rows in order,
+ * or an MLP's gate row n then up row n), the warps of the grid getting
+ * equal shares to within a row, and takes its rows' lines in order. A lane
+ * so sums segments l, l + 32, ... of a row in ascending order, and the
+ * warp sums the lanes by the butterfly: qgemv_i8_kernel's sums, bit for
+ * bit. */
 #ifndef QP_WARPS
 /* a block, one block a multiprocessor; 16 with twice the ring measured
  * slower on the H200 (8B 4-bit layer 58 against 54 us, head 106 against 95) */
 #define QP_WARPS 32
 #endif
+/* Lines a stage (2 KB of codes either way), measured on the H200 against
+ * halves of them (8B 4-bit decode 513 against 477 tok/s; 8-bit 357 against
+ * 354, the 1B's 1,353 against 1,312); 16 warps a block with the same
+ * stages lost at 4 bits (479 tok/s) what they gained at 8. */
+#ifndef QP_SL4
+#define QP_SL4 4
+#endif
+#ifndef QP_SL8
+#define QP_SL8 2
+#endif
 
-/* A lane takes one segment a line: two for 4-bit codes (1 KB lines, half
- * the loop's bookkeeping a segment) was measured slower on the H200, 77
- * against 58 us for the 8B shape's layer. */
 template <int BITS> struct qp_geom {
-    static constexpr int LINES = (BITS == 4 ? 8 : 4) * 32 / QP_WARPS; /* the ring: 4 KB of codes a warp at 32 warps */
-    static constexpr int SEGB = BITS * 4;           /* bytes of a lane's codes a line */
+    static constexpr int SL = BITS == 4 ? QP_SL4 : QP_SL8;                /* lines a stage */
+    static constexpr int NS = (BITS == 4 ? 8 : 4) * 32 / QP_WARPS / SL; /* stages a ring: 4 KB of codes a warp */
+    static constexpr int SEGB = BITS * 4;                                 /* bytes of a lane's codes a line */
+    static constexpr int LB = 32 * SEGB;                                  /* bytes of a line's codes */
 };
 
 struct qp_args {
@@ -445,14 +458,12 @@ struct qp_args {
     const float *x;
     int M, K, lg;  /* activation rows, inputs, log2 of the group size */
     int nseg, lpr; /* segments and lines of a row */
-    int last;      /* bytes of scales of a row's last line */
-    int gpr, scb;  /* groups of a row; bytes of a whole line's scales */
+    int rowb, rsb; /* bytes of a row's codes, and of its scales */
+    int scb;       /* bytes of a whole line's scales */
     int items;     /* the set's rows, or an MLP's N */
-    int flat;      /* rows are whole lines: a matrix's next row starts where a row's last line ends */
 };
 
-/* Shared memory by 32-bit address: the loop's places stay plain integers
- * that a line steps on, with no generic-to-shared conversion a line. */
+/* Shared memory by 32-bit address: the loop's places stay plain integers. */
 __device__ __forceinline__ unsigned qp_sa(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
 __device__ __forceinline__ uint4 qp_ld16(unsigned a) {
     uint4 v;
@@ -463,9 +474,6 @@ __device__ __forceinline__ float2 qp_ld8(unsigned a) {
     float2 v;
     asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(a));
     return v;
-}
-__device__ __forceinline__ void qp_copy16(unsigned dst, const void *src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src));
 }
 template <int SDT> __device__ __forceinline__ float qp_scalar(unsigned a) {
     if (SDT == EM_F32) {
@@ -478,163 +486,179 @@ template <int SDT> __device__ __forceinline__ float qp_scalar(unsigned a) {
     return SDT == EM_F16 ? cuda_f16(h) : cuda_bf16(h);
 }
 
-/* A warp's walk over its rows' lines: line i of row (item, half) of matrix
- * g of the set (SwiGLU: half 0 the gate, 1 the up projection), seg the
- * lane's segment of the row there. */
-struct qp_walk {
-    int item, half, g, i, seg;
-};
-
-template <bool SWI> __device__ __forceinline__ qp_walk qp_walk_at(const qp_args &a, int item, int lane) {
-    qp_walk c = {item, 0, SWI ? 0 : gemv_set_find(a.set, item), 0, lane};
-    return c;
+/* The transaction barriers and bulk copies of sm_90 (the host takes this
+ * kernel only there: cuda_backend.cu's qpipe_on). */
+__device__ __forceinline__ void qp_bar_init(unsigned bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+#endif
+}
+__device__ __forceinline__ void qp_bar_fence() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void qp_bar_expect(unsigned bar, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+#endif
+}
+__device__ __forceinline__ void qp_bulk(unsigned dst, const void *src, unsigned bytes, unsigned bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+#endif
+}
+__device__ __forceinline__ void qp_bar_wait(unsigned bar, unsigned parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    unsigned done;
+    do {
+        asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                     "selp.u32 %0, 1, 0, p;\n\t}"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!done);
+#endif
 }
 
-/* Steps c one line on; true where that starts a new row. */
-template <bool SWI> __device__ __forceinline__ bool qp_next(qp_walk &c, const qp_args &a, int lane) {
-    c.seg += 32;
-    if (++c.i < a.lpr) return false;
-    c.i = 0, c.seg = lane;
-    if (SWI) {
-        c.item += c.half, c.half ^= 1, c.g = c.half;
-    } else {
-        c.item++;
-        if (c.g + 1 < a.set.count && c.item >= a.set.start[c.g + 1]) c.g++;
+/* A warp's walk over its rows: row (item, half) of matrix g of the set
+ * (SwiGLU: half 0 the gate, 1 the up projection); next() steps one row. */
+struct qp_row {
+    int item, half, g;
+    template <bool SWI> __device__ __forceinline__ void next(const qp_args &a) {
+        if (SWI) {
+            item += half, half ^= 1, g = half;
+        } else {
+            item++;
+            if (g + 1 < a.set.count && item >= a.set.start[g + 1]) g++;
+        }
     }
-    return true;
-}
-
-/* Where a lane copies from for the line c: its codes, and (lanes whose
- * 16-byte chunk of a line's scales, part 0, or biases, part 1, exists) its
- * chunk of those. Stepped on by a line's bytes within a row. */
-struct qp_src {
-    const uint8_t *w, *s;
 };
 
+template <bool SWI> __device__ __forceinline__ qp_row qp_row_at(const qp_args &a, int item) {
+    qp_row r = {item, 0, SWI ? 0 : gemv_set_find(a.set, item)};
+    return r;
+}
+
+/* Lane 0's side: queues stage (row r, lines j0 ..) into ring slot s, the
+ * three copies counted in by the slot's barrier. */
 template <int BITS, int SDT, bool SWI>
-__device__ __forceinline__ qp_src qp_src_at(const qp_args &a, const qp_walk &c, int lane) {
-    constexpr int ES = SDT == EM_F32 ? 4 : 2;
-    int n = SWI ? c.item : c.item - a.set.start[c.g];
-    qp_src s;
-    s.w = (const uint8_t *)a.set.w[c.g] + (size_t)n * ((size_t)a.K / 2 * BITS / 4) + lane * (BITS * 4);
-    s.s = (const uint8_t *)((lane >> 4) ? a.set.biases[c.g] : a.set.scales[c.g]) + (size_t)n * a.gpr * ES +
-          (lane & 15) * 16;
-    return s;
+__device__ __forceinline__ void qp_issue(const qp_args &a, const qp_row &r, int j0, unsigned codes, unsigned scls,
+                                         unsigned bar) {
+    constexpr int ES = SDT == EM_F32 ? 4 : 2, LB = qp_geom<BITS>::LB, SL = qp_geom<BITS>::SL;
+    int n = SWI ? r.item : r.item - a.set.start[r.g];
+    unsigned cb = (unsigned)min(SL * LB, a.rowb - j0 * LB), sb = (unsigned)min(SL * a.scb, a.rsb - j0 * a.scb);
+    size_t so = (size_t)n * a.rsb + (size_t)j0 * a.scb;
+    qp_bar_expect(bar, cb + 2 * sb);
+    qp_bulk(codes, (const uint8_t *)a.set.w[r.g] + (size_t)n * a.rowb + (size_t)j0 * LB, cb, bar);
+    qp_bulk(scls, (const uint8_t *)a.set.scales[r.g] + so, sb, bar);
+    qp_bulk(scls + SL * a.scb, (const uint8_t *)a.set.biases[r.g] + so, sb, bar);
+    (void)ES;
 }
 
 template <int BITS, int SDT, int ROWS, bool SWI>
 __global__ void __launch_bounds__(QP_WARPS * 32, 1) qgemv_i8_pipe_kernel(qp_args a) {
-    constexpr int L = qp_geom<BITS>::LINES, SEGB = qp_geom<BITS>::SEGB, LB = 32 * SEGB;
-    constexpr int ES = SDT == EM_F32 ? 4 : 2;
+    constexpr int SL = qp_geom<BITS>::SL, NS = qp_geom<BITS>::NS, SEGB = qp_geom<BITS>::SEGB;
+    constexpr int LB = qp_geom<BITS>::LB, ES = SDT == EM_F32 ? 4 : 2;
+    static_assert((NS & (NS - 1)) == 0, "a ring of a power of two stages");
     extern __shared__ __align__(16) uint8_t qp_smem[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    int8_t *const xq = (int8_t *)(qp_smem + (size_t)QP_WARPS * L * (LB + 2 * a.scb));
+    /* per warp: NS stages of codes, NS of (scales, biases), NS barriers */
+    const int ssb = 2 * SL * a.scb; /* a stage's scales and biases */
+    const unsigned ring = qp_sa(qp_smem) + warp * NS * (SL * LB);
+    const unsigned sring = qp_sa(qp_smem) + QP_WARPS * NS * (SL * LB) + warp * NS * ssb;
+    const unsigned bars = qp_sa(qp_smem) + QP_WARPS * NS * (SL * LB + ssb) + warp * NS * 8;
+    int8_t *const xq = (int8_t *)(qp_smem + (size_t)QP_WARPS * NS * (SL * LB + ssb + 8));
     float *const xd = (float *)(xq + (size_t)ROWS * a.K);
-    /* the warp's rings at the lane's place (codes; scales and biases, a
-     * slot 2 scb bytes) and the lane's place in the staged x */
-    const unsigned codes = qp_sa(qp_smem) + warp * L * LB + lane * SEGB, sb2 = 2 * a.scb;
-    const unsigned scls = qp_sa(qp_smem) + QP_WARPS * L * LB + warp * L * sb2;
-    const unsigned xl = qp_sa(xq) + lane * 16, dl = qp_sa(xd) + lane * 8;
     long long W = (long long)gridDim.x * QP_WARPS, gw = (long long)blockIdx.x * QP_WARPS + warp;
     int it0 = (int)(gw * a.items / W), it1 = (int)((gw + 1) * a.items / W);
-    const int lines = (it1 - it0) * a.lpr * (SWI ? 2 : 1);
-    /* the lane's chunk of a line's scales (lanes 0-15) or biases (16-31),
-     * copied where the line has it */
-    const int chunk = (lane & 15) * 16;
-    const unsigned sdst = scls + (lane >> 4) * a.scb + chunk;
-    const bool copy_full = chunk < a.scb, copy_last = chunk < a.last;
-    qp_walk ld = qp_walk_at<SWI>(a, it0, lane);
-    qp_src src = lines ? qp_src_at<BITS, SDT, SWI>(a, ld, lane) : qp_src{};
-    /* queues line `line`'s copies into ring slot `slot` (a group, empty
-     * past the last line, so the waits count alike) */
-    auto issue = [&](int slot, int line) {
-        if (line < lines) {
-            if (ld.seg < a.nseg) { /* a row's last line may be partial: what lies past it is never read */
-                qp_copy16(codes + slot * LB, src.w);
-                if (BITS == 8) qp_copy16(codes + slot * LB + 16, src.w + 16);
-            }
-            if (ld.i == a.lpr - 1 ? copy_last : copy_full) qp_copy16(sdst + slot * sb2, src.s);
-            src.w += LB, src.s += a.scb;
-            /* a new row: its sources follow on from the last line's, unless
-             * it is the other half of a SwiGLU unit or in the next matrix */
-            if (qp_next<SWI>(ld, a, lane) && line + 1 < lines &&
-                (SWI || !a.flat || ld.item == a.set.start[ld.g]))
-                src = qp_src_at<BITS, SDT, SWI>(a, ld, lane);
+    const int spr = (a.lpr + SL - 1) / SL;              /* stages a row */
+    const int stages = (it1 - it0) * (SWI ? 2 : 1) * spr; /* the warp's */
+    /* lane 0 queues stage k (row pr, lines pj ..) into slot k % NS */
+    qp_row pr = qp_row_at<SWI>(a, it0);
+    int pj = 0, pk = 0;
+    auto issue = [&]() {
+        if (pk < stages) {
+            int s = pk & (NS - 1);
+            qp_issue<BITS, SDT, SWI>(a, pr, pj, ring + s * (SL * LB), sring + s * ssb, bars + s * 8);
+            if ((pj += SL) >= a.lpr) pj = 0, pr.next<SWI>(a);
         }
-        cp_async_commit();
+        pk++;
     };
-    /* the weights never depend on the kernel before this one */
-#pragma unroll
-    for (int s = 0; s < L - 1; s++) issue(s, s);
+    if (lane == 0) {
+        for (int s = 0; s < NS; s++) qp_bar_init(bars + s * 8);
+        qp_bar_fence();
+        /* the weights never depend on the kernel before this one */
+        for (int s = 0; s < NS; s++) issue();
+    }
     cuda_pdl_enter();
     q8_stage<BITS, ROWS, true>(xq, xd, NULL, a.K, a.x, a.K, 0, a.K, a.M);
     __syncthreads();
-    qp_walk cu = qp_walk_at<SWI>(a, it0, lane);
-    const unsigned srd = scls + (lane >> (a.lg - 5)) * ES; /* the lane's group's scale in a slot */
-    unsigned xa = xl, da = dl;                               /* the line's x and (scale, sum) pairs */
+    const unsigned xl = qp_sa(xq) + lane * 16, dl = qp_sa(xd) + lane * 8; /* the lane's place in the staged x */
+    const unsigned sl = (lane >> (a.lg - 5)) * ES;                        /* its group's scale in a line's */
+    qp_row cr = qp_row_at<SWI>(a, it0);
     float acc[ROWS], gate[ROWS];
 #pragma unroll
     for (int m = 0; m < ROWS; m++) acc[m] = gate[m] = 0.0f;
-    /* L lines an iteration, so that every ring slot is a constant */
-    for (int t0 = 0; t0 < lines; t0 += L) {
+    int k = 0;
+    for (int rows = stages / spr; rows > 0; rows--) {
+        for (int j0 = 0; j0 < a.lpr; j0 += SL, k++) {
+            const int s = k & (NS - 1);
+            const unsigned codes = ring + s * (SL * LB) + lane * SEGB, scl = sring + s * ssb + sl;
+            qp_bar_wait(bars + s * 8, (unsigned)(k / NS) & 1u);
 #pragma unroll
-        for (int s = 0; s < L; s++) {
-            int t = t0 + s;
-            if (t >= lines) break;
-            cp_async_wait_groups<L - 2>();
-            __syncwarp(); /* the other lanes' copies of this line are visible, and every lane is done with the line before */
-            if (cu.seg < a.nseg) {
+            for (int jj = 0; jj < SL; jj++) {
+                const int j = j0 + jj;
+                if (SL > 1 && j >= a.lpr) break;
+                if (j * 32 + lane >= a.nseg) continue; /* past a row's partial last line */
                 uint32_t w[BITS];
-                uint4 v = qp_ld16(codes + s * LB);
+                uint4 v = qp_ld16(codes + jj * LB);
                 w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
                 if (BITS == 8) {
-                    uint4 u = qp_ld16(codes + s * LB + 16);
+                    uint4 u = qp_ld16(codes + jj * LB + 16);
                     w[4 % BITS] = u.x, w[5 % BITS] = u.y, w[6 % BITS] = u.z, w[7 % BITS] = u.w;
                 }
-                float sc = qp_scalar<SDT>(srd + s * sb2), bi = qp_scalar<SDT>(srd + s * sb2 + a.scb);
+                float sc = qp_scalar<SDT>(scl + jj * a.scb), bi = qp_scalar<SDT>(scl + (SL + jj) * a.scb);
                 float b = BITS == 8 ? fmaf(128.0f, sc, bi) : bi;
 #pragma unroll
                 for (int m = 0; m < ROWS; m++) {
                     if (m >= a.M) break;
-                    float2 ds = qp_ld8(da + m * a.nseg * 8);
-                    unsigned xm = xa + m * a.K;
+                    float2 ds = qp_ld8(dl + j * 256 + m * a.nseg * 8);
+                    unsigned xm = xl + j * 512 + m * a.K;
                     uint4 x0 = qp_ld16(xm), x1 = qp_ld16(xm + a.K / 2);
                     int d = q8_dot_x<BITS>(w, x0, x1);
                     acc[m] = fmaf(sc * ds.x, (float)d, fmaf(b, ds.y, acc[m]));
                 }
             }
-            /* the slot refilled next was read in the line before, which
-             * every lane finished before the barrier above */
-            issue((s + L - 1) % L, t + L - 1);
-            xa += 512, da += 256;
-            if (cu.i == a.lpr - 1) { /* the row's sums are complete */
-                xa = xl, da = dl;
-                float(*a2)[ROWS] = (float(*)[ROWS])acc;
-                cuda_warp_sums<1, ROWS>(a2);
-                if (SWI && cu.half == 0) {
-#pragma unroll
-                    for (int m = 0; m < ROWS; m++) gate[m] = acc[m];
-                } else if (SWI) {
-                    const float *bg = a.set.bias[0], *bu = a.set.bias[1];
-#pragma unroll
-                    for (int m = 0; m < ROWS; m++)
-                        if (lane == m && m < a.M) {
-                            float gv = gate[m] + (bg ? bg[cu.item] : 0.0f), up = acc[m] + (bu ? bu[cu.item] : 0.0f);
-                            a.set.y[0][(size_t)m * a.items + cu.item] = gv / (1.0f + expf(-gv)) * up;
-                        }
-                } else {
-                    const float *bias = a.set.bias[cu.g];
-                    int n = cu.item - a.set.start[cu.g], Ng = a.set.start[cu.g + 1] - a.set.start[cu.g];
-#pragma unroll
-                    for (int m = 0; m < ROWS; m++)
-                        if (lane == m && m < a.M)
-                            a.set.y[cu.g][(size_t)m * Ng + n] = acc[m] + (bias ? bias[n] : 0.0f);
-                }
-#pragma unroll
-                for (int m = 0; m < ROWS; m++) acc[m] = 0.0f;
-            }
-            qp_next<SWI>(cu, a, lane);
+            __syncwarp(); /* every lane is done with the slot before it is refilled */
+            if (lane == 0) issue();
         }
+        /* the row's sums are complete */
+        float(*a2)[ROWS] = (float(*)[ROWS])acc;
+        cuda_warp_sums<1, ROWS>(a2);
+        if (SWI && cr.half == 0) {
+#pragma unroll
+            for (int m = 0; m < ROWS; m++) gate[m] = acc[m];
+        } else if (SWI) {
+            const float *bg = a.set.bias[0], *bu = a.set.bias[1];
+#pragma unroll
+            for (int m = 0; m < ROWS; m++)
+                if (lane == m && m < a.M) {
+                    float gv = gate[m] + (bg ? bg[cr.item] : 0.0f), up = acc[m] + (bu ? bu[cr.item] : 0.0f);
+                    a.set.y[0][(size_t)m * a.items + cr.item] = gv / (1.0f + expf(-gv)) * up;
+                }
+        } else {
+            const float *bias = a.set.bias[cr.g];
+            int n = cr.item - a.set.start[cr.g], Ng = a.set.start[cr.g + 1] - a.set.start[cr.g];
+#pragma unroll
+            for (int m = 0; m < ROWS; m++)
+                if (lane == m && m < a.M) a.set.y[cr.g][(size_t)m * Ng + n] = acc[m] + (bias ? bias[n] : 0.0f);
+        }
+#pragma unroll
+        for (int m = 0; m < ROWS; m++) acc[m] = 0.0f;
+        cr.next<SWI>(a);
     }
 }
 
@@ -645,9 +669,10 @@ static size_t qp_smem_bytes(const cuda_backend *cb, const gemv_set &set, const e
     int K = (int)w0->cols, es = (int)dtype_size(w0->scale_dtype), gpr = K / w0->group_size;
     if ((size_t)gpr * es % 16) return 0;
     for (int i = 0; i < set.count; i++)
-        if (((uintptr_t)set.scales[i] | (uintptr_t)set.biases[i]) & 15) return 0;
+        if (((uintptr_t)set.w[i] | (uintptr_t)set.scales[i] | (uintptr_t)set.biases[i]) & 15) return 0;
+    using G = qp_geom<BITS>;
     size_t scb = (size_t)(1024 / w0->group_size * es);
-    size_t bytes = (size_t)QP_WARPS * qp_geom<BITS>::LINES * (32 * qp_geom<BITS>::SEGB + 2 * scb) +
+    size_t bytes = (size_t)QP_WARPS * G::NS * (G::SL * (G::LB + 2 * scb) + 8) +
                    (size_t)rows * ((size_t)K + (size_t)K / QG_SEG * 8);
     return bytes <= (size_t)cb->smem_optin ? bytes : 0;
 }
@@ -690,10 +715,9 @@ static bool qp_launch(cuda_backend *cb, const gemv_set &set, const em_weight *w0
     a.set = set, a.x = x, a.M = M, a.K = (int)w0->cols;
     a.lg = w0->group_size == 32 ? 5 : w0->group_size == 64 ? 6 : 7;
     int es = (int)dtype_size(w0->scale_dtype);
-    a.nseg = a.K / QG_SEG, a.lpr = (a.nseg + 31) / 32, a.gpr = a.K / w0->group_size;
-    a.scb = (1024 >> a.lg) * es, a.last = (a.gpr - (a.lpr - 1) * (1024 >> a.lg)) * es;
+    a.nseg = a.K / QG_SEG, a.lpr = (a.nseg + 31) / 32;
+    a.scb = (1024 >> a.lg) * es, a.rsb = (a.K >> a.lg) * es, a.rowb = a.K / 8 * BITS;
     a.items = SWI ? set.start[1] : set.start[set.count];
-    a.flat = a.nseg % 32 == 0;
     if (!qp_balanced(cb, a.items)) return false;
     if (w0->scale_dtype == EM_BF16) qp_launch_sdt<BITS, EM_BF16, ROWS, SWI>(cb, a, smem);
     else if (w0->scale_dtype == EM_F16) qp_launch_sdt<BITS, EM_F16, ROWS, SWI>(cb, a, smem);
