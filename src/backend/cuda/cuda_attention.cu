@@ -331,7 +331,7 @@ bool cuda_rope_attention_spans(em_backend *be, float *out, const em_kv_spans *s,
                                const int32_t *pos, int n_heads, int n_kv, int head_dim, int rot_dim,
                                const float *inv_freq, float attn_factor, float scale, int window) {
     int half = rot_dim / 2, m = s->n_spans;
-    if (!((cuda_backend *)be->impl)->fused_att || m <= 0 || m > ATT_SPLIT_MAX_ROWS || cuda_att_splits(m) != CUDA_ATT_SPLITS || n_kv <= 0 || n_heads % n_kv ||
+    if (!((cuda_backend *)be->impl)->fused_att || m <= 0 || m > ATT_SPLIT_MAX_ROWS || n_kv <= 0 || n_heads % n_kv ||
         half <= 0 || rot_dim > head_dim || head_dim % 2 || (size_t)m * (size_t)n_kv > CUDA_ATT_COUNT_CAP ||
         ((uintptr_t)k | (uintptr_t)v) & 15 || !cuda_attention_rows_fits(head_dim, n_heads / n_kv, q, s->views[0].block_size))
         return false;
