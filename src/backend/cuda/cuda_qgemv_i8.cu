@@ -542,12 +542,13 @@ template <bool SWI> __device__ __forceinline__ qp_row qp_row_at(const qp_args &a
     return r;
 }
 
-/* Lane 0's side: queues stage (row r, lines j0 ..) into ring slot s, the
- * three copies counted in by the slot's barrier. */
-template <int BITS, int SDT, bool SWI>
+/* Lane 0's side: queues the stage of row r from line j0 into a ring slot
+ * (its codes at `codes`, scales then biases at `scls`), the three copies
+ * counted in by the slot's barrier. */
+template <int BITS, bool SWI>
 __device__ __forceinline__ void qp_issue(const qp_args &a, const qp_row &r, int j0, unsigned codes, unsigned scls,
                                          unsigned bar) {
-    constexpr int ES = SDT == EM_F32 ? 4 : 2, LB = qp_geom<BITS>::LB, SL = qp_geom<BITS>::SL;
+    constexpr int LB = qp_geom<BITS>::LB, SL = qp_geom<BITS>::SL;
     int n = SWI ? r.item : r.item - a.set.start[r.g];
     unsigned cb = (unsigned)min(SL * LB, a.rowb - j0 * LB), sb = (unsigned)min(SL * a.scb, a.rsb - j0 * a.scb);
     size_t so = (size_t)n * a.rsb + (size_t)j0 * a.scb;
@@ -555,7 +556,6 @@ __device__ __forceinline__ void qp_issue(const qp_args &a, const qp_row &r, int 
     qp_bulk(codes, (const uint8_t *)a.set.w[r.g] + (size_t)n * a.rowb + (size_t)j0 * LB, cb, bar);
     qp_bulk(scls, (const uint8_t *)a.set.scales[r.g] + so, sb, bar);
     qp_bulk(scls + SL * a.scb, (const uint8_t *)a.set.biases[r.g] + so, sb, bar);
-    (void)ES;
 }
 
 template <int BITS, int SDT, int ROWS, bool SWI>
@@ -582,7 +582,7 @@ __global__ void __launch_bounds__(QP_WARPS * 32, 1) qgemv_i8_pipe_kernel(qp_args
     auto issue = [&]() {
         if (pk < stages) {
             int s = pk & (NS - 1);
-            qp_issue<BITS, SDT, SWI>(a, pr, pj, ring + s * (SL * LB), sring + s * ssb, bars + s * 8);
+            qp_issue<BITS, SWI>(a, pr, pj, ring + s * (SL * LB), sring + s * ssb, bars + s * 8);
             if ((pj += SL) >= a.lpr) pj = 0, pr.next<SWI>(a);
         }
         pk++;
