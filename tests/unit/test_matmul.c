@@ -126,6 +126,17 @@ static void check_amx(em_backend *be, int M, int N, int K) {
     free(x); free(ya); free(yt); free(bias); free(w);
 }
 
+/* The roofline probe reads a real rate from its own buffer (huge pages
+ * where granted), and a size below its unit reads nothing. */
+static void check_probe(void) {
+    em_pool *pool = em_pool_create(2);
+    REQUIRE(pool != NULL);
+    double bw = cpu_read_bandwidth(pool, (size_t)64 << 20);
+    CHECKF(bw > 1e8 && bw < 1e13, "probe of 64 MB: %.3g B/s", bw);
+    CHECKF(cpu_read_bandwidth(pool, 1000) == 0, "probe of 1000 bytes: %.3g B/s", cpu_read_bandwidth(pool, 1000));
+    em_pool_free(pool);
+}
+
 /* Decode-shaped GEMV over more weights than the caches hold: bytes/s. */
 static void bench_gemv(em_backend *be) {
     enum { NMAT = 8, N = 8192, K = 2048 };
@@ -186,6 +197,7 @@ int main(void) {
     } else {
         fprintf(stderr, "no AMX tiles on this CPU: their checks skipped\n");
     }
+    check_probe();
     cpu_backend_free(be);
     return test_summary();
 }
