@@ -42,9 +42,9 @@ static void bench_help(void) {
            "  --batch B             decode B sequences together, one token each per step; decode\n"
            "                        tokens/s is then the aggregate of all B (default 1)\n"
            "  --warmup N            unmeasured runs first, the same prompt and at most 8 generated\n"
-           "                        tokens (default 1 on a GPU: its first run of a shape loads\n"
-           "                        kernels, picks GEMM algorithms and records decode steps; 0 on\n"
-           "                        the CPU)\n"
+           "                        tokens (default 1: on a GPU the first run of a shape loads\n"
+           "                        kernels, picks GEMM algorithms and records decode steps; on the\n"
+           "                        CPU it faults in the mapped weights and the scratch buffers)\n"
            "  --repeat N            measured runs; the best of them is reported (default 1)\n"
            "  --json                machine-readable output\n", cli_model_opts_help());
 }
@@ -240,7 +240,7 @@ static int cmd_bench(int argc, char **argv) {
     cli_model_opts mo;
     cli_model_opts_init(&mo, EM_PRECISION_FAST);
     const char *model = NULL, *prompt_file = NULL;
-    long n_prompt = 512, n_gen = 128, repeat = 1, draft_tokens = 2, batch = 1, warmup = -1, n_cached = 0, chunk = 0;
+    long n_prompt = 512, n_gen = 128, repeat = 1, draft_tokens = 2, batch = 1, warmup = 1, n_cached = 0, chunk = 0;
     bool json = false, spec = false;
     for (int i = 1; i < argc; i++) {
         int r = cli_model_opt(&mo, argc, argv, &i, "bench");
@@ -312,7 +312,6 @@ static int cmd_bench(int argc, char **argv) {
     em_status s = EM_OK;
     em_sampling sampling = cli_model_sampling(&mo, m);
     sampling.seed = 1, sampling.has_seed = 1;
-    if (warmup < 0) warmup = m->be->ops->host_memory ? 0 : 1;
     for (long k = 0; k < warmup && s == EM_OK; k++)
         s = run_once(m, prompt, (int)n_prompt, (int)n_cached, n_gen < 8 ? (int)n_gen : 8, spec ? (int)draft_tokens : 0, (int)batch,
                      (int)chunk, sampled ? &sampling : NULL, &r);

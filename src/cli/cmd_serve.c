@@ -65,6 +65,7 @@ typedef struct loader {
     srv_server *srv;
     em_model *model;
     atomic_int finished; /* 1 loaded, -1 failed */
+    atomic_int stopping; /* a signal came: what is left of the load is skipped */
 } loader;
 
 static void *load_main(void *arg) {
@@ -76,6 +77,7 @@ static void *load_main(void *arg) {
         atomic_store(&l->finished, -1);
         return NULL;
     }
+    if (atomic_load(&l->stopping)) return NULL;
     if (model_warmup(l->model, l->sched.prefill_chunk) != EM_OK || sched_start(l->model, &l->sched) != EM_OK) {
         fprintf(stderr, "ember serve: %s\n", em_last_error());
         srv_set_failed(l->srv);
@@ -258,9 +260,11 @@ static int cmd_serve(int argc, char **argv) {
         return CLI_FAIL;
     }
     bool ok = wait_for_signal(&set, &l);
-    srv_stop(srv);
-    /* A load still in progress cannot be interrupted; wait for it to end. */
+    /* A load still in progress cannot be interrupted: it ends (skipping the
+     * warm-up if it has not begun) before the server it reports to stops. */
+    atomic_store(&l.stopping, 1);
     pthread_join(th, NULL);
+    srv_stop(srv);
     em_model_free(l.model);
     if (ok) fprintf(stderr, "ember serve: stopped\n");
     return ok ? CLI_OK : CLI_FAIL;
