@@ -153,6 +153,15 @@ typedef struct em_backend_ops {
      * (NULL: always the calls). */
     bool (*matmul_swiglu)(em_backend *be, float *out, const float *x, int M, const em_weight *wg,
                           const em_weight *wu, const float *bg, const float *bu, em_math math);
+    /* A whole MLP: act = silu(x · wgᵀ + bg) * (x · wuᵀ + bu) ([M, wg->rows]),
+     * then y = act · wdᵀ + bd, with the bits of matmul_swiglu (or
+     * matmul_group and swiglu) then matmul; y may be x. A backend that runs
+     * some shapes as one operation returns true when it queued them; false
+     * means nothing was queued and the caller makes those calls. Optional
+     * (NULL: always the calls). */
+    bool (*matmul_mlp)(em_backend *be, float *y, float *act, const float *x, int M, const em_weight *wg,
+                       const em_weight *wu, const em_weight *wd, const float *bg, const float *bu, const float *bd,
+                       em_math math);
     /* y = x / rms(x) * (gain + gain_offset) over rows of n. y may equal x. */
     void (*rmsnorm)(em_backend *be, float *y, const float *x, const float *gain, int rows, int n, float eps,
                     float gain_offset);

@@ -49,6 +49,7 @@
     X(CUDA_SKINNY, "EMBER_CUDA_SKINNY", FLAG, "1", 0, 0, NULL, NULL, "FAST products of 3-32 rows over small bf16 matrices on the skinny tensor-core kernel instead of cuBLAS") \
     X(CUDA_FUSED_ATTENTION, "EMBER_CUDA_FUSED_ATTENTION", FLAG, "1", 0, 0, NULL, NULL, "decode steps rotate queries and keys, write the cache and attend in one kernel instead of two") \
     X(CUDA_QPIPE, "EMBER_CUDA_QPIPE", FLAG, "1", 0, 0, NULL, NULL, "FAST 4-/8-bit decode products of one or two rows on the pipelined kernel (weights through shared memory) instead of the register-resident one") \
+    X(CUDA_QMLP, "EMBER_CUDA_QMLP", VALUE, "auto", 0, 0, "auto|1|0", NULL, "a 4-/8-bit MLP of one or two decode rows (gate, up, SwiGLU, down) in one pipelined launch instead of two (sm_90+, with EMBER_CUDA_QPIPE): 1 wherever it applies, auto where the gate and up alone would not balance on the pipelined kernel") \
     X(SPIN_US, "EMBER_SPIN_US", NUMBER, "-1", -1, 1000000, NULL, NULL, "microseconds a server thread that expects work polls before it sleeps; -1 = 2000 on 4+ cores, else 0") \
     X(CPU_ISA, "EMBER_CPU_ISA", VALUE, "auto", 0, 0, "auto|portable|avx2|avx512|amx", NULL, "widest CPU kernels allowed") \
     X(PREFAULT, "EMBER_PREFAULT", FLAG, "0", 0, 0, NULL, "--prefault", "read every weight page while opening a model") \

@@ -100,6 +100,13 @@ bool row_runs_matmul_swiglu(em_backend *be, const row_runs *r, float *out, const
     return be->ops->matmul_swiglu(be, out, in, r->len[0], ws[0], ws[1], biases[0], biases[1], r->math[0]);
 }
 
+bool row_runs_matmul_mlp(em_backend *be, const row_runs *r, float *out, float *act, const float *in,
+                         const em_weight *const *ws, const float *const *biases) {
+    if (!be->ops->matmul_mlp || r->n != 1 || r->start[0] != 0) return false;
+    return be->ops->matmul_mlp(be, out, act, in, r->len[0], ws[0], ws[1], ws[2], biases[0], biases[1], biases[2],
+                               r->math[0]);
+}
+
 em_math row_runs_common_math(const row_runs *r) {
     for (int i = 0; i < r->n; i++)
         if (r->math[i] != EM_MATH_FAST) return EM_MATH_EXACT;

@@ -51,6 +51,13 @@ void row_runs_matmul_group(em_backend *be, const row_runs *r, int n, float *cons
 bool row_runs_matmul_swiglu(em_backend *be, const row_runs *r, float *out, const float *in,
                             const em_weight *const *ws, const float *const *biases);
 
+/* out = the MLP of in (ws = {wg, wu, wd}, biases the same; act its
+ * SwiGLU) in one backend call, when the batch is one run and the backend's
+ * matmul_mlp takes it; false: nothing was done, and the caller runs the
+ * SwiGLU and the down projection (which give the same bits). */
+bool row_runs_matmul_mlp(em_backend *be, const row_runs *r, float *out, float *act, const float *in,
+                         const em_weight *const *ws, const float *const *biases);
+
 /* FAST when every run of the batch is FAST (what a whole-batch operation
  * such as attention may then assume), else EXACT. */
 em_math row_runs_common_math(const row_runs *r);

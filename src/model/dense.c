@@ -285,6 +285,9 @@ static void mlp_block(em_model *m, dense_impl *d, dense_layer *L, int T) {
     em_backend *be = m->be;
     const em_backend_ops *op = be->ops;
     residual_norm(m, d, L->mlp_norm, T, true);
+    const em_weight *wmlp[3] = {&L->wg, &L->wu, &L->wd};
+    const float *bmlp[3] = {L->bg, L->bu, L->bd};
+    if (row_runs_matmul_mlp(m->be, &d->runs, d->h, d->act, d->h, wmlp, bmlp)) return;
     float *gu[2] = {d->gate, d->up};
     const em_weight *wgu[2] = {&L->wg, &L->wu};
     const float *bgu[2] = {L->bg, L->bu};

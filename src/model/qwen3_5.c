@@ -299,6 +299,9 @@ void q35_mlp(em_model *m, q35_impl *d, q35_layer *L, int T) {
     em_backend *be = m->be;
     const em_backend_ops *op = be->ops;
     q35_residual_norm(m, d, d->h, L->mlp_norm, T, true);
+    const em_weight *wmlp[3] = {&L->wg, &L->wu, &L->wd};
+    const float *bmlp[3] = {NULL, NULL, NULL};
+    if (row_runs_matmul_mlp(be, &d->runs, d->h, d->act, d->h, wmlp, bmlp)) return;
     float *gu[2] = {d->mg, d->mu};
     const em_weight *wgu[2] = {&L->wg, &L->wu};
     const float *bgu[2] = {NULL, NULL};

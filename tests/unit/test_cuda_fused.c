@@ -3,7 +3,7 @@
  * KV cache write, over spans with scattered blocks and partial rotary),
  * rope_attention_spans (those and the attention of decode rows) and
  * matmul_swiglu (the gate and up GEMV and the SwiGLU, over float and 4-/8-bit
- * weights), and decline exactly
+ * weights), matmul_mlp (those and the down projection, 4-/8-bit), and decline exactly
  * the shapes they leave to the separate operations; and the bf16 copies
  * that norms and swiglu write for the FAST matmul issued next give that
  * matmul the bits of its own rounding, and never a stale one. Skipped (77) when
@@ -11,6 +11,7 @@
 #include "test.h"
 
 #include "backend/backend.h"
+#include "base/config.h"
 
 #ifndef EMBER_HAVE_CUDA
 int main(void) {
@@ -23,6 +24,7 @@ int main(void) {
 #include "cuda_test_util.h"
 
 #include <stdint.h>
+#include <stdlib.h>
 
 /* Block tables of blocks of bs positions for n_spans sequences of
  * prior[i] + rows[i] positions, over four pools of `blocks` blocks of
@@ -321,6 +323,82 @@ static void test_matmul_swiglu_quantized(void) {
     test_qswiglu_case(4, 1, 64, 4096, false, EM_MATH_EXACT);
 }
 
+/* matmul_mlp against matmul_swiglu then matmul on the same device, bit
+ * for bit (the SwiGLU it leaves in act and the output), where it takes the
+ * shape (FAST rows of 4- or 8-bit weights, one or two); twice in a row, so
+ * the grid-wide barrier it uses is reused; `alias`: the output written over
+ * the input, as the models call it. Declines must queue nothing. */
+static void free_q(em_weight *w, void **host) {
+    gpu->ops->free(gpu, (void *)w->data), gpu->ops->free(gpu, (void *)w->scales), gpu->ops->free(gpu, (void *)w->biases);
+    for (int i = 0; i < 3; i++) free(host[i]);
+}
+
+static void test_qmlp_case(int bits, int M, int F, int H, bool with_bias, bool alias, em_math math, bool want) {
+    void *gh[3], *uh[3], *dh[3];
+    em_weight wg = qweight_up(F, H, bits, gh), wu = qweight_up(F, H, bits, uh), wd = qweight_up(H, F, bits, dh);
+    float *x = rand_f32((size_t)M * H, 1.0f);
+    float *bh[3] = {NULL, NULL, NULL}, *bd[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < 3 && with_bias; i++) bh[i] = rand_f32(i < 2 ? F : H, 0.5f), bd[i] = up(bh[i], (i < 2 ? F : H) * 4);
+    float *xd = up(x, (size_t)M * H * 4), *ya = gpu->ops->alloc(gpu, (size_t)M * H * 4);
+    float *acta = gpu->ops->alloc(gpu, (size_t)M * F * 4), *actb = gpu->ops->alloc(gpu, (size_t)M * F * 4);
+    float *yb = alias ? up(x, (size_t)M * H * 4) : gpu->ops->alloc(gpu, (size_t)M * H * 4);
+    REQUIRE(gpu->ops->matmul_swiglu(gpu, acta, xd, M, &wg, &wu, bd[0], bd[1], EM_MATH_FAST) || M > 2);
+    if (M <= 2) gpu->ops->matmul(gpu, ya, acta, M, &wd, bd[2], EM_MATH_FAST);
+    bool fused = true;
+    for (int rep = 0; rep < 2 && fused; rep++) {
+        if (alias && rep) gpu->ops->upload(gpu, yb, x, (size_t)M * H * 4);
+        fused = gpu->ops->matmul_mlp(gpu, yb, actb, alias ? yb : xd, M, &wg, &wu, &wd, bd[0], bd[1], bd[2], math);
+        CHECKF(fused == want, "matmul_mlp bits=%d M=%d F=%d H=%d math=%d: fused=%d, expected %d", bits, M, F, H,
+               (int)math, fused, want);
+        if (!fused) break;
+        float *a0 = down(acta, (size_t)M * F), *a1 = down(actb, (size_t)M * F);
+        float *y0 = down(ya, (size_t)M * H), *y1 = down(yb, (size_t)M * H);
+        CHECKF(!memcmp(a0, a1, (size_t)M * F * 4), "matmul_mlp bits=%d M=%d F=%d H=%d: its SwiGLU differs", bits, M, F,
+               H);
+        CHECKF(!memcmp(y0, y1, (size_t)M * H * 4),
+               "matmul_mlp bits=%d M=%d F=%d H=%d bias=%d alias=%d rep=%d: differs from matmul_swiglu + matmul", bits,
+               M, F, H, with_bias, alias, rep);
+        free(a0), free(a1), free(y0), free(y1);
+    }
+    free_q(&wg, gh), free_q(&wu, uh), free_q(&wd, dh);
+    for (int i = 0; i < 3 && with_bias; i++) free(bh[i]), gpu->ops->free(gpu, bd[i]);
+    gpu->ops->free(gpu, xd), gpu->ops->free(gpu, ya), gpu->ops->free(gpu, yb);
+    gpu->ops->free(gpu, acta), gpu->ops->free(gpu, actb);
+    free(x);
+}
+
+/* EMBER_CUDA_QMLP=auto leaves an MLP whose gate and up balance on their
+ * own (here 1,024 rows: at most one a warp on any GPU of 32 or more
+ * multiprocessors) to the separate launches. */
+static void test_mlp_auto(void) {
+    em_config *c = NULL;
+    const em_config *prev = em_config_retain(em_config_global());
+    em_config_override ov = {"EMBER_CUDA_QMLP", "auto"};
+    REQUIRE(em_config_with_overrides(prev, &ov, 1, EM_CFG_SRC_FLAG, &c) == EM_OK);
+    em_config_set_global(c);
+    em_backend *saved = gpu;
+    REQUIRE(cuda_backend_create(0, &gpu) == EM_OK);
+    test_qmlp_case(4, 1, 1024, 512, false, false, EM_MATH_FAST, false);
+    em_backend_free(gpu);
+    gpu = saved;
+    em_config_set_global(prev);
+    em_config_release((em_config *)prev), em_config_release(c);
+}
+
+static void test_matmul_mlp_quantized(void) {
+    REQUIRE(gpu->ops->matmul_mlp);
+    int bits[] = {4, 8};
+    for (int b = 0; b < 2; b++)
+        for (int M = 1; M <= 2; M++) {
+            test_qmlp_case(bits[b], M, 2560, 1024, M == 1, false, EM_MATH_FAST, true); /* rows of partial lines */
+            test_qmlp_case(bits[b], M, 8192, 2048, M == 2, true, EM_MATH_FAST, true);  /* the 1B shape */
+        }
+    test_qmlp_case(4, 1, 14336, 4096, false, true, EM_MATH_FAST, true); /* the 8B shape */
+    test_qmlp_case(4, 3, 1024, 512, false, false, EM_MATH_FAST, false); /* three rows */
+    test_qmlp_case(4, 1, 1024, 512, false, false, EM_MATH_EXACT, false);
+    test_mlp_auto();
+}
+
 /* A norm or swiglu that writes its output's bf16 rounding for the FAST
  * matmul issued next: that matmul's bits are those of a matmul that rounds
  * the activations itself (here: after an unrelated operation in between,
@@ -418,12 +496,14 @@ int main(void) {
         fprintf(stderr, "no CUDA device: skipped\n");
         return 77;
     }
+    setenv("EMBER_CUDA_QMLP", "1", 1); /* the one-launch MLP wherever it applies (read at first use) */
     REQUIRE(cpu_backend_create(2, &cpu) == EM_OK);
     REQUIRE(cuda_backend_create(0, &gpu) == EM_OK);
     RUN(test_rope_kv_write);
     RUN(test_rope_attention);
     RUN(test_matmul_swiglu);
     RUN(test_matmul_swiglu_quantized);
+    RUN(test_matmul_mlp_quantized);
     RUN(test_twin);
     em_backend_free(gpu);
     em_backend_free(cpu);

@@ -369,6 +369,7 @@ static void cuda_destroy(em_backend *be) {
         if (cb->wide) cudaFree(cb->wide);
         if (cb->att_part) cudaFree(cb->att_part);
         if (cb->att_count) cudaFree(cb->att_count);
+        if (cb->grid_bar) cudaFree(cb->grid_bar);
         if (cb->amax_part) cudaFree(cb->amax_part);
         if (cb->att_tile_part) cudaFree(cb->att_tile_part);
         if (cb->att_kv16) cudaFree(cb->att_kv16);
@@ -403,6 +404,7 @@ static em_backend_ops make_ops(void) {
     o.matmul = cuda_matmul;
     o.matmul_group = cuda_matmul_group;
     o.matmul_swiglu = cuda_matmul_swiglu;
+    o.matmul_mlp = cuda_qmatmul_mlp;
     o.rmsnorm = cuda_rmsnorm;
     o.add_rmsnorm = cuda_add_rmsnorm;
     o.rope = cuda_rope;
@@ -500,6 +502,8 @@ extern "C" em_status cuda_backend_create(int device, em_backend **out) {
     cuda_pdl_allowed = prop.major >= 9 && em_config_flag(em_config_global(), EMC_CUDA_PDL);
     cb->skinny_on = prop.major >= 8 && em_config_flag(em_config_global(), EMC_CUDA_SKINNY); /* mma.sync bf16 */
     cb->qpipe_on = prop.major >= 9 && em_config_flag(em_config_global(), EMC_CUDA_QPIPE); /* bulk copies */
+    const char *qmlp = em_config_str(em_config_global(), EMC_CUDA_QMLP);
+    cb->qmlp = !strcmp(qmlp, "1") ? 1 : !strcmp(qmlp, "0") ? 0 : 2;
     cb->fused_att = em_config_flag(em_config_global(), EMC_CUDA_FUSED_ATTENTION);
     snprintf(be->desc, sizeof be->desc, "cuda:%d (%.48s, %.0f GiB)", device, prop.name,
              (double)prop.totalGlobalMem / 1073741824.0);
@@ -517,7 +521,9 @@ extern "C" em_status cuda_backend_create(int device, em_backend **out) {
         (bs = cb->fn.set_math_mode(cb->blas, CUBLAS_DEFAULT_MATH)) != CUBLAS_STATUS_SUCCESS ||
         (bs = set_workspace(cb)) != CUBLAS_STATUS_SUCCESS || !stage_alloc(cb, STAGE_MIN_BYTES) ||
         (e = cudaMalloc((void **)&cb->att_count, CUDA_ATT_COUNT_CAP * sizeof(int))) != cudaSuccess ||
-        (e = cudaMemset(cb->att_count, 0, CUDA_ATT_COUNT_CAP * sizeof(int))) != cudaSuccess) {
+        (e = cudaMemset(cb->att_count, 0, CUDA_ATT_COUNT_CAP * sizeof(int))) != cudaSuccess ||
+        (e = cudaMalloc((void **)&cb->grid_bar, 2 * sizeof(unsigned))) != cudaSuccess ||
+        (e = cudaMemset(cb->grid_bar, 0, 2 * sizeof(unsigned))) != cudaSuccess) {
         em_status st = em_fail(EM_ERR_IO, "%s: cannot set up the stream and cuBLAS: %s", be->desc,
                                e != cudaSuccess ? cudaGetErrorString(e)
                                : bs != CUBLAS_STATUS_SUCCESS ? "cuBLAS initialisation failed"

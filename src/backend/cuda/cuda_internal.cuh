@@ -101,6 +101,7 @@ typedef struct cuda_backend {
     float *att_part; /* attention splits' partial results */
     size_t att_part_bytes;
     int *att_count; /* per (row, kv head): splits done (CUDA_ATT_COUNT_CAP, zero between launches) */
+    unsigned *grid_bar; /* a grid-wide barrier's count and generation (cuda_qgemv_pipe.cu; starts zeroed) */
     float *att_tile_part; /* the tiled attention's, for tiles whose keys are split */
     size_t att_tile_part_bytes;
     void *att_kv16; /* the FAST tiles' bf16 copy of a layer's keys and values (cuda_attention_fa.cu) */
@@ -111,7 +112,8 @@ typedef struct cuda_backend {
     void *wconv;
     size_t wconv_bytes;
     bool skinny_on; /* EMBER_CUDA_SKINNY: the skinny GEMM (cuda_skinny.cu) */
-    bool qpipe_on;  /* EMBER_CUDA_QPIPE: the pipelined int8 GEMV (cuda_qgemv_i8.cu) */
+    bool qpipe_on;  /* EMBER_CUDA_QPIPE: the pipelined int8 GEMV (cuda_qgemv_pipe.cu) */
+    int qmlp;       /* EMBER_CUDA_QMLP: a quantized MLP in one pipelined launch (cuda_qgemv_pipe.cu): 0 never, 1 where it applies, 2 auto */
     bool fused_att; /* EMBER_CUDA_FUSED_ATTENTION: rope_attention_spans fuses */
     int n_sm;
     int smem_optin; /* the most dynamic shared memory a block may opt in to */
@@ -404,6 +406,11 @@ void cuda_skinny(cuda_backend *cb, int n, float *const *ys, const em_weight *con
 /* cuda_qgemv_i8.cu: the int8 GEMV over a set of 4-/8-bit matrices alike (FAST,
  * M <= 2); false when it does not apply (nothing queued). */
 bool cuda_qgemv_i8_set(cuda_backend *cb, const gemv_set *s, const em_weight *w0, const float *x, int M);
+/* cuda_qgemv_pipe.cu: a quantized MLP of FAST decode rows (gate, up, SwiGLU,
+ * down) in one launch (backend.h's matmul_mlp); false: nothing queued. */
+bool cuda_qmatmul_mlp(em_backend *be, float *y, float *act, const float *x, int M, const em_weight *wg,
+                      const em_weight *wu, const em_weight *wd, const float *bg, const float *bu, const float *bd,
+                      em_math math);
 /* cuda_qgemv_i8.cu: gate and up of 4-/8-bit weights with their SwiGLU, for
  * FAST decode rows (cuda_matmul_swiglu hands quantized weights here). */
 bool cuda_qmatmul_swiglu(em_backend *be, float *out, const float *x, int M, const em_weight *wg, const em_weight *wu,
