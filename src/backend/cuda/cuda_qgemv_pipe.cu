@@ -421,6 +421,7 @@ bool cuda_qpipe_set(cuda_backend *cb, const gemv_set &set, const em_weight *w0, 
  * projection of the SwiGLU (qgemv_i8_pipe_kernel's MLP phase). The barrier
  * needs every block of the grid resident at once: the grid is at most one
  * block a multiprocessor, and the block must fit one alone. */
+
 /* The MLP's two phases over act (the SwiGLU) and y. */
 template <int BITS>
 static void qp_mlp_args(float *y, float *act, const float *x, int M, const em_weight *const *w,
@@ -463,16 +464,6 @@ static bool qp_mlp(em_backend *be, float *y, float *act, const float *x, int M, 
     return true;
 }
 
-/* EMBER_CUDA_QMLP=auto takes the one launch only where the gate and up
- * alone would not balance on the pipelined kernel (qp_balanced), and so
- * would run on the register-resident one: measured on the H200 against
- * two launches (ember bench --prompt-tokens 128 --gen-tokens 256, two runs
- * each), Qwen3.5-4B 4-bit (9,216 gate rows over 4,224 warps) 347-349 ->
- * 372-381 tok/s, while where both balance the one launch was no faster:
- * Llama-3.1-8B 4-bit 506-511 -> 493-498, 8-bit 355 -> 345-346, the 1B
- * 4-bit 1,579-1,602 -> 1,587-1,619. Its grid-wide barrier is then slower
- * than the dependency between two launches that it replaces. */
-
 /* Whether matmul_mlp's three weights can run as one launch: 4- or 8-bit
  * codes alike in bits, group and scale dtype, gate and up [F, H], down
  * [H, F], each as the int8 GEMV takes them. */
@@ -488,6 +479,16 @@ static bool qp_mlp_weights(const em_weight *const *w) {
     return w[1]->rows == g->rows && w[1]->cols == g->cols && w[2]->rows == g->cols && w[2]->cols == g->rows;
 }
 
+/* backend.h's matmul_mlp for 4- and 8-bit weights. EMBER_CUDA_QMLP=auto
+ * takes the one launch only where the gate and up alone would not balance
+ * on the pipelined kernel (qp_balanced), and so would run on the
+ * register-resident one: measured on the H200 against
+ * two launches (ember bench --prompt-tokens 128 --gen-tokens 256, two runs
+ * each), Qwen3.5-4B 4-bit (9,216 gate rows over 4,224 warps) 347-349 ->
+ * 372-381 tok/s, while where both balance the one launch was no faster:
+ * Llama-3.1-8B 4-bit 506-511 -> 493-498, 8-bit 355 -> 345-346, the 1B
+ * 4-bit 1,579-1,602 -> 1,587-1,619. Its grid-wide barrier is then slower
+ * than the dependency between two launches that it replaces. */
 bool cuda_qmatmul_mlp(em_backend *be, float *y, float *act, const float *x, int M, const em_weight *wg,
                       const em_weight *wu, const em_weight *wd, const float *bg, const float *bu, const float *bd,
                       em_math math) {
