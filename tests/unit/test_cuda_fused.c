@@ -289,6 +289,12 @@ static em_weight qweight_up(int N, int K, int bits, void **host) {
                        .name = "qw"};
 }
 
+/* Frees a weight from qweight_up and its host copies. */
+static void free_q(em_weight *w, void **host) {
+    gpu->ops->free(gpu, (void *)w->data), gpu->ops->free(gpu, (void *)w->scales), gpu->ops->free(gpu, (void *)w->biases);
+    for (int i = 0; i < 3; i++) free(host[i]);
+}
+
 static void test_qswiglu_case(int bits, int M, int N, int K, bool with_bias, em_math math) {
     void *gh[3], *uh[3];
     em_weight wg = qweight_up(N, K, bits, gh), wu = qweight_up(N, K, bits, uh);
@@ -304,11 +310,7 @@ static void test_qswiglu_case(int bits, int M, int N, int K, bool with_bias, em_
                with_bias);
         free(a), free(b);
     }
-    em_weight *qs[2] = {&wg, &wu};
-    for (int i = 0; i < 2; i++)
-        gpu->ops->free(gpu, (void *)qs[i]->data), gpu->ops->free(gpu, (void *)qs[i]->scales),
-            gpu->ops->free(gpu, (void *)qs[i]->biases);
-    for (int i = 0; i < 3; i++) free(gh[i]), free(uh[i]);
+    free_q(&wg, gh), free_q(&wu, uh);
     free(x), free(bgh), free(buh);
 }
 
@@ -328,11 +330,6 @@ static void test_matmul_swiglu_quantized(void) {
  * shape (FAST rows of 4- or 8-bit weights, one or two); twice in a row, so
  * the grid-wide barrier it uses is reused; `alias`: the output written over
  * the input, as the models call it. Declines must queue nothing. */
-static void free_q(em_weight *w, void **host) {
-    gpu->ops->free(gpu, (void *)w->data), gpu->ops->free(gpu, (void *)w->scales), gpu->ops->free(gpu, (void *)w->biases);
-    for (int i = 0; i < 3; i++) free(host[i]);
-}
-
 static void test_qmlp_case(int bits, int M, int F, int H, bool with_bias, bool alias, em_math math, bool want) {
     void *gh[3], *uh[3], *dh[3];
     em_weight wg = qweight_up(F, H, bits, gh), wu = qweight_up(F, H, bits, uh), wd = qweight_up(H, F, bits, dh);
