@@ -163,3 +163,69 @@ void em_pool_for(em_pool *p, int n_tasks, em_pool_fn fn, void *ctx) {
     atomic_store(&p->current, NULL);
     wait_until(&p->inside, 0, 1);
 }
+
+/* ---- em_pool_for_runs ---------------------------------------------------
+ * A run's next task (front) and end (back) share one 64-bit word, so the
+ * owner taking the front and a thief taking the back never both get the
+ * last task. */
+
+#define RUNS_MAX 64
+
+typedef struct runs_job {
+    em_pool_fn fn;
+    void *ctx;
+    int n_runs;
+    _Atomic unsigned long long run[RUNS_MAX]; /* front | back << 32 */
+} runs_job;
+
+static unsigned long long runs_pack(unsigned front, unsigned back) {
+    return (unsigned long long)front | (unsigned long long)back << 32;
+}
+
+/* Takes run r's first task (front) or last (!front); -1 when it is empty. */
+static int runs_take(runs_job *j, int r, int front) {
+    unsigned long long w = atomic_load(&j->run[r]);
+    for (;;) {
+        unsigned f = (unsigned)w, b = (unsigned)(w >> 32);
+        if (f >= b) return -1;
+        unsigned long long next = front ? runs_pack(f + 1, b) : runs_pack(f, b - 1);
+        if (atomic_compare_exchange_weak(&j->run[r], &w, next)) return front ? (int)f : (int)b - 1;
+    }
+}
+
+/* The run with the most tasks left, or -1 when all are empty. */
+static int runs_fullest(runs_job *j) {
+    int best = -1;
+    unsigned most = 0;
+    for (int r = 0; r < j->n_runs; r++) {
+        unsigned long long w = atomic_load(&j->run[r]);
+        unsigned f = (unsigned)w, b = (unsigned)(w >> 32);
+        if (b > f && b - f > most) most = b - f, best = r;
+    }
+    return best;
+}
+
+static void runs_task(void *ctx, int r, int thread) {
+    runs_job *j = ctx;
+    for (int t; (t = runs_take(j, r, 1)) >= 0;) j->fn(j->ctx, t, thread);
+    for (int v; (v = runs_fullest(j)) >= 0;) {
+        int t = runs_take(j, v, 0);
+        if (t >= 0) j->fn(j->ctx, t, thread);
+    }
+}
+
+void em_pool_for_runs(em_pool *p, int n_tasks, em_pool_fn fn, void *ctx) {
+    int n = em_pool_threads(p);
+    if (n > RUNS_MAX) n = RUNS_MAX;
+    if (n > n_tasks) n = n_tasks;
+    if (n <= 1) {
+        em_pool_for(p, n_tasks, fn, ctx);
+        return;
+    }
+    runs_job j = {.fn = fn, .ctx = ctx, .n_runs = n};
+    for (int r = 0; r < n; r++)
+        atomic_init(&j.run[r], runs_pack((unsigned)((long long)n_tasks * r / n),
+                                         (unsigned)((long long)n_tasks * (r + 1) / n)));
+    em_pool_for(p, n, runs_task, &j);
+}
+

@@ -17,6 +17,16 @@ static void count_task(void *ctx, int task, int thread) {
     atomic_fetch_add(&counter, 1);
 }
 
+typedef struct task_order {
+    int *order, *next;
+} task_order;
+
+static void order_task(void *ctx, int task, int thread) {
+    task_order *o = ctx;
+    (void)thread;
+    o->order[(*o->next)++] = task;
+}
+
 int main(void) {
     CHECK(em_fail(EM_ERR_FORMAT, "file %s: bad", "x") == EM_ERR_FORMAT);
     CHECK_STR(em_last_error(), "file x: bad");
@@ -52,6 +62,27 @@ int main(void) {
         for (int i = 0; i < 37; i++) ok &= marks[i] == 1;
         CHECK(ok);
     }
+    /* runs: every task once, whatever the count against the threads */
+    static const int counts[] = {0, 1, 2, 3, 4, 5, 37, 1000};
+    for (int round = 0; round < 50; round++)
+        for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+            int n = counts[c], marks[1000] = {0};
+            atomic_store(&counter, 0);
+            em_pool_for_runs(pool, n, count_task, marks);
+            int ok = atomic_load(&counter) == n;
+            for (int i = 0; i < n; i++) ok &= marks[i] == 1;
+            CHECK(ok);
+        }
     em_pool_free(pool);
+    /* one thread: the tasks in order */
+    em_pool *one = em_pool_create(1);
+    REQUIRE(one);
+    int order[9], next = 0;
+    task_order o = {order, &next};
+    em_pool_for_runs(one, 9, order_task, &o);
+    int in_order = next == 9;
+    for (int i = 0; i < 9 && in_order; i++) in_order = order[i] == i;
+    CHECK(in_order);
+    em_pool_free(one);
     return test_summary();
 }

@@ -264,10 +264,10 @@ QV_TARGET __attribute__((always_inline)) static inline void qv_rows_chunk(const 
  * x as rounded, err = sum(x - xr) over the group):
  * s * sum(xr * (q - 128)) + (b + 128 s) * sum(x)
  *     = s * sum(xr * q) + b * sum(x) + 128 s * err.
- * While a tile is read, the next one (the NR rows after it) is prefetched
- * into L2, each row's line one tile ahead of the line being read: rows of a
- * few KB end before the hardware streamer is up to speed (2048-wide 4-bit
- * rows, one core: 7.8 -> 15.7 GB/s, the core's streaming rate). */
+ * With `prefetch`, while a tile is read the next one (the NR rows after it)
+ * is prefetched into L2, each row's line one tile ahead of the line being
+ * read: the hardware prefetchers do not follow NR streams a row apart
+ * (2048-wide 4-bit rows, one core: 7.8 -> 15.7 GB/s). */
 QV_TARGET __attribute__((always_inline)) static inline void qv_tile_n(const cpu_xq8 *x, int m, const em_weight *w,
                                                                        int n0, float *y, const int NR, const int BITS,
                                                                        bool prefetch) {
@@ -316,13 +316,24 @@ int cpu_qi8_run_vnni(int bits, int group) {
     return bits == 4 ? 128 : 0;
 }
 
-/* Weight rows four at a time, then one by one; for each, the rows of x one
- * at a time (later ones find the weights in L1, and only the first
- * prefetches). */
+/* One row of x (decode): the weight rows one at a time, in order, so a
+ * block is one sequential stream that the hardware prefetchers follow
+ * without software prefetches. Four rows a tile read the block as four
+ * streams a row apart, which the prefetchers do not follow: the tile's
+ * own prefetches brought those to about 18 GB/s on one core against 25
+ * for one stream (2048-wide 4-bit rows). Several rows of x: weight rows four
+ * at a time, then one by one, and for each the rows of x one at a time
+ * (later ones find the weights in L1, and only the first prefetches): the
+ * tile then shares each chunk's activations over four weight rows, which
+ * pays once the product does mr times the arithmetic per byte. */
 QV_TARGET __attribute__((always_inline)) static inline void qv_rows(const cpu_xq8 *x, int m0, int mr, const em_weight *w,
                                                                      int n0, int nr, float *y, size_t ldy,
                                                                      const int BITS) {
     int n = 0;
+    if (mr == 1) {
+        for (; n < nr; n++) qv_tile_n(x, m0, w, n0 + n, y + n, 1, BITS, false);
+        return;
+    }
     for (; n + 4 <= nr; n += 4)
         for (int m = 0; m < mr; m++) qv_tile_n(x, m0 + m, w, n0 + n, y + (size_t)m * ldy + n, 4, BITS, m == 0);
     for (; n < nr; n++)
