@@ -49,7 +49,9 @@ static void matmul_block(void *ctx, int task, int thread) {
 /* Rows per block: about 512 KB of weights for prefill (each block streams
  * every activation row past it; 1B shape, bf16, 512-token prefill on 2
  * cores, runs alternated: 256 KB 155-168 tokens/s, 512 KB 166-179), and at
- * least 8 blocks per thread for decode so the stream stays balanced. */
+ * least 8 blocks per thread for decode, handed out by em_pool_for_runs so
+ * each thread reads a contiguous run of them as one stream, the small
+ * blocks only balancing the runs' ends. */
 static int block_rows(int M, int N, int K, size_t w_elem, int n_threads) {
     size_t row_bytes = (size_t)K * w_elem;
     int rows = (int)((512u << 10) / (row_bytes ? row_bytes : 1));
@@ -178,7 +180,8 @@ void cpu_matmul(em_backend *be, float *y, const float *x, int M, const em_weight
     }
     j.rows_per_block = block_rows(M, j.N, j.K, j.w_elem, be->n_threads);
     int n_blocks = (j.N + j.rows_per_block - 1) / j.rows_per_block;
-    em_pool_for(cb->pool, n_blocks, matmul_block, &j);
+    if (M <= 4) em_pool_for_runs(cb->pool, n_blocks, matmul_block, &j); /* a stream a thread: see block_rows */
+    else em_pool_for(cb->pool, n_blocks, matmul_block, &j);
 }
 
 /* Quantized few-row FAST sets in one job (quant_matmul.c); else each alone. */

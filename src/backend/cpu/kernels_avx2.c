@@ -1,5 +1,6 @@
 /* kernels_avx2.c — AVX2 + FMA (+F16C) dot-product tiles for machines without
- * AVX-512. Same 4x4 tiling as the AVX-512 kernels, 8 lanes, scalar K tail. */
+ * AVX-512. Same 4x4 tiling as the AVX-512 kernels (and the same prefetch of
+ * the next tile in decode), 8 lanes, scalar K tail. */
 #include "backend/cpu/cpu_internal.h"
 #include "backend/cpu/avx2_common.h"
 
@@ -27,6 +28,9 @@ AVX2_TARGET static inline __m256 ld_f32(const float *p) { return _mm256_loadu_ps
             _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) acc[m][n] = _mm256_setzero_ps();                           \
         int k = 0;                                                                                  \
         for (; k + 8 <= K; k += 8) {                                                                \
+            if (MR == 1 && NR == 4 && k % (64 / sizeof(WT)) == 0) /* see kernels_avx512.c */         \
+                _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++)                                \
+                    _mm_prefetch((const char *)((uintptr_t)(w + (size_t)n * ldw + k) + 4 * ldw * sizeof(WT)), _MM_HINT_NTA); \
             __m256 wr[4], xr[4];                                                                    \
             _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) wr[n] = WLOAD(w + (size_t)n * ldw + k);                    \
             _Pragma("GCC unroll 4") for (int m = 0; m < MR; m++) xr[m] = _mm256_loadu_ps(x + (size_t)m * ldx + k);          \

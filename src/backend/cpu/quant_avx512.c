@@ -321,7 +321,10 @@ int cpu_qi8_run_vnni(int bits, int group) {
  * without software prefetches. Four rows a tile read the block as four
  * streams a row apart, which the prefetchers do not follow: the tile's
  * own prefetches brought those to about 18 GB/s on one core against 25
- * for one stream (2048-wide 4-bit rows). Several rows of x: weight rows four
+ * for one stream (2048-wide 4-bit rows); with the hint that leaves the
+ * caches after use, four-row tiles read a layer faster in ember-gemv-bench
+ * but decoded slower (1B 4-bit, six alternated runs: 39.5-42.1 tokens/s
+ * against 41.1-44.3 one row at a time). Several rows of x: weight rows four
  * at a time, then one by one, and for each the rows of x one at a time
  * (later ones find the weights in L1, and only the first prefetches): the
  * tile then shares each chunk's activations over four weight rows, which
