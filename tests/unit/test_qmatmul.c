@@ -131,6 +131,29 @@ static void invariance(em_backend *be, int bits, int group) {
     free_weight(&w);
 }
 
+/* FAST few-row int8 products: a row gets the same bits alone (one weight
+ * row at a time), among 3 and among 7 (activation rows in pairs over
+ * four-row tiles, then one), over weight rows not a multiple of 4 and
+ * rows whose last window is short. */
+static void invariance_int8(em_backend *be, int bits, int group) {
+    enum { N = 14, MB = 7 };
+    int K = group * 17;
+    em_weight w = random_weight(N, K, bits, group);
+    float *x = malloc(sizeof(float) * MB * K), yb[MB * N], y3[3 * N], y1[N];
+    for (int i = 0; i < MB * K; i++) x[i] = frand();
+    be->ops->matmul(be, yb, x, MB, &w, NULL, EM_MATH_FAST);
+    be->ops->matmul(be, y3, x, 3, &w, NULL, EM_MATH_FAST);
+    int bad = 0;
+    for (int m = 0; m < MB; m++) {
+        be->ops->matmul(be, y1, x + (size_t)m * K, 1, &w, NULL, EM_MATH_FAST);
+        for (int n = 0; n < N; n++) bad += y1[n] != yb[m * N + n] || (m < 3 && y1[n] != y3[m * N + n]);
+    }
+    CHECKF(bad == 0, "%s bits=%d g=%d: %d FAST results depend on the batch", ((cpu_backend *)be->impl)->k->isa, bits,
+           group, bad);
+    free(x);
+    free_weight(&w);
+}
+
 /* matmul_group and matmul_swiglu (FAST few-row int8 sets: x rounded once,
  * one pool job) give every output the bits matmul (and swiglu) give it;
  * weight rows of several blocks and of none, with biases. */
@@ -258,6 +281,8 @@ int main(void) {
                     scale_dtypes(be, int8_bits[b], groupv[g], int8_rows[r][0]);
                     if (tables[t]->qtile_i8) fused_sets(be, int8_bits[b], groupv[g], 1 + 2 * r);
                 }
+        for (int b = 0; b < 2; b++)
+            for (int g = 0; g < 3; g++) invariance_int8(be, int8_bits[b], groupv[g]);
         if (getenv("EMBER_BENCH"))
             for (int b = 0; b < 6; b++) {
                 bench(be, bitsv[b], 1);

@@ -205,18 +205,29 @@ typedef struct qv_chunk {
     __m512 d;
 } qv_chunk;
 
-/* The integer dot products of one chunk of a weight row (128 values at 4
- * bits, 64 at 8; `bytes` bytes of them, fewer than 64 only at the row's end)
- * with the activations, one 32-bit sum per lane. At 4 bits the low nibbles
- * are the chunk's even positions and the high ones its odd positions; lane
- * j then sums values 8j..8j+7. At 8 bits lane j sums values 4j..4j+3. */
-QV_TARGET __attribute__((always_inline)) static inline __m512i qv_dot(const uint8_t *p, const qv_chunk *c, size_t bytes,
-                                                                       const int BITS, const bool TAIL) {
+/* One chunk of a weight row (128 values at 4 bits, 64 at 8; `bytes` bytes
+ * of them, fewer than 64 only at the row's end), split for VPDPBUSD: at 4
+ * bits the low nibbles (the chunk's even positions) in lo and the high
+ * ones (its odd positions) in hi, at 8 bits the codes in lo. */
+typedef struct qv_codes {
+    __m512i lo, hi;
+} qv_codes;
+
+QV_TARGET __attribute__((always_inline)) static inline qv_codes qv_unpack(const uint8_t *p, size_t bytes, const int BITS,
+                                                                          const bool TAIL) {
     __m512i v = TAIL ? _mm512_maskz_loadu_epi8(qv_mask(bytes), p) : _mm512_loadu_si512(p);
-    if (BITS == 8) return _mm512_dpbusd_epi32(_mm512_setzero_si512(), v, c->xe);
+    if (BITS == 8) return (qv_codes){v, v};
     __m512i m4 = _mm512_set1_epi8(0x0F);
-    __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-    return _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, c->xe), hi, c->xo);
+    return (qv_codes){_mm512_and_si512(v, m4), _mm512_and_si512(_mm512_srli_epi16(v, 4), m4)};
+}
+
+/* The integer dot products of a chunk's codes with the activations, one
+ * 32-bit sum per lane: at 4 bits lane j sums values 8j..8j+7, at 8 bits
+ * values 4j..4j+3. */
+QV_TARGET __attribute__((always_inline)) static inline __m512i qv_dot(const qv_codes *q, const qv_chunk *c,
+                                                                       const int BITS) {
+    if (BITS == 8) return _mm512_dpbusd_epi32(_mm512_setzero_si512(), q->lo, c->xe);
+    return _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), q->lo, c->xe), q->hi, c->xo);
 }
 
 /* The shared part of the chunk of `len` values at k (window from k0). */
@@ -242,16 +253,20 @@ QV_TARGET __attribute__((always_inline)) static inline qv_chunk qv_chunk_at(cons
     return c;
 }
 
-/* One chunk against NR weight rows at p (row stride rb): acc[n] gains each
- * lane's sum times its block scale times its group's weight scale. */
+/* One chunk against NR weight rows at p (row stride rb), for MR rows of
+ * activations (c[m]): acc[m][n] gains each lane's sum times its block scale
+ * times its group's weight scale. A row's codes are split once for all MR. */
 QV_TARGET __attribute__((always_inline)) static inline void qv_rows_chunk(const uint8_t *p, size_t rb, size_t bytes,
                                                                            const qv_chunk *c, const __m512 *S,
-                                                                           __m512 *acc, const int NR, const int BITS,
-                                                                           const bool TAIL) {
+                                                                           __m512 (*acc)[4], const int MR, const int NR,
+                                                                           const int BITS, const bool TAIL) {
     _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) {
-        __m512i i = qv_dot(p + (size_t)n * rb, c, bytes, BITS, TAIL);
-        __m512 ds = _mm512_mul_ps(c->d, _mm512_permutexvar_ps(c->gidx, S[n]));
-        acc[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), ds, acc[n]);
+        qv_codes q = qv_unpack(p + (size_t)n * rb, bytes, BITS, TAIL);
+        __m512 sg = _mm512_permutexvar_ps(c[0].gidx, S[n]); /* the lanes' groups are the rows' alike */
+        _Pragma("GCC unroll 2") for (int m = 0; m < MR; m++) {
+            __m512i i = qv_dot(&q, &c[m], BITS);
+            acc[m][n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(c[m].d, sg), acc[m][n]);
+        }
     }
 }
 
@@ -268,45 +283,62 @@ QV_TARGET __attribute__((always_inline)) static inline void qv_rows_chunk(const 
  * is prefetched into L2, each row's line one tile ahead of the line being
  * read: the hardware prefetchers do not follow NR streams a row apart
  * (2048-wide 4-bit rows, one core: 7.8 -> 15.7 GB/s). */
-QV_TARGET __attribute__((always_inline)) static inline void qv_tile_n(const cpu_xq8 *x, int m, const em_weight *w,
-                                                                       int n0, float *y, const int NR, const int BITS,
-                                                                       bool prefetch) {
+QV_TARGET __attribute__((always_inline)) static inline void qv_tile(const cpu_xq8 *x, int m0, const em_weight *w,
+                                                                     int n0, float *y, size_t ldy, const int MR,
+                                                                     const int NR, const int BITS, bool prefetch) {
     const int G = w->group_size, lg = G == 32 ? 5 : G == 64 ? 6 : 7;
     const size_t K = (size_t)w->cols, gpr = K / (size_t)G, CH = BITS == 4 ? 128 : 64;
     const size_t rb = K * BITS / 8, ahead = (size_t)NR * rb;
     const uint8_t *wr = (const uint8_t *)w->data + (size_t)n0 * rb;
-    const int8_t *xq = x->q + (size_t)m * K;
-    const float *xd = x->d + (size_t)m * (K / 32);
-    const float *xs = x->sum + (size_t)m * gpr, *xerr = x->err + (size_t)m * gpr;
+    const int8_t *xq[2];
+    const float *xd[2], *xs[2], *xerr[2];
+    _Pragma("GCC unroll 2") for (int m = 0; m < MR; m++) {
+        xq[m] = x->q + (size_t)(m0 + m) * K;
+        xd[m] = x->d + (size_t)(m0 + m) * (K / 32);
+        xs[m] = x->sum + (size_t)(m0 + m) * gpr;
+        xerr[m] = x->err + (size_t)(m0 + m) * gpr;
+    }
     /* the first value of each lane's share of a chunk */
     const __m512i lane_k = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                               _mm512_set1_epi32(BITS == 4 ? 8 : 4));
-    __m512 acc[4], bacc[4], S[4];
-    _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) acc[n] = bacc[n] = _mm512_setzero_ps();
+    __m512 acc[2][4], bacc[2][4], S[4];
+    _Pragma("GCC unroll 2") for (int m = 0; m < MR; m++)
+        _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) acc[m][n] = bacc[m][n] = _mm512_setzero_ps();
     for (size_t gw = 0; gw < gpr; gw += 16) {
         __mmask16 gm = (__mmask16)qv_mask(gpr - gw);
-        __m512 XS = _mm512_maskz_loadu_ps(gm, xs + gw);
-        __m512 XERR = _mm512_mul_ps(_mm512_maskz_loadu_ps(gm, xerr + gw), _mm512_set1_ps(128.0f));
+        __m512 XS[2], XERR[2];
+        _Pragma("GCC unroll 2") for (int m = 0; m < MR; m++) {
+            XS[m] = _mm512_maskz_loadu_ps(gm, xs[m] + gw);
+            XERR[m] = _mm512_mul_ps(_mm512_maskz_loadu_ps(gm, xerr[m] + gw), _mm512_set1_ps(128.0f));
+        }
         _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) {
             size_t gi = (size_t)(n0 + n) * gpr + gw;
             S[n] = qv_scalars(w->scales, w->scale_dtype, gi, gm);
-            bacc[n] = _mm512_fmadd_ps(qv_scalars(w->biases, w->scale_dtype, gi, gm), XS, bacc[n]);
-            if (BITS == 8) bacc[n] = _mm512_fmadd_ps(S[n], XERR, bacc[n]);
+            __m512 B = qv_scalars(w->biases, w->scale_dtype, gi, gm);
+            _Pragma("GCC unroll 2") for (int m = 0; m < MR; m++) {
+                bacc[m][n] = _mm512_fmadd_ps(B, XS[m], bacc[m][n]);
+                if (BITS == 8) bacc[m][n] = _mm512_fmadd_ps(S[n], XERR[m], bacc[m][n]);
+            }
         }
         size_t k0 = gw * (size_t)G, k1 = K - k0 < 16 * (size_t)G ? K : k0 + 16 * (size_t)G, k = k0;
+        qv_chunk c[2];
         for (; k + CH <= k1; k += CH) {
             const uint8_t *p = wr + k * BITS / 8;
             if (prefetch)
                 _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) qv_prefetch(p + (size_t)n * rb, ahead);
-            qv_chunk c = qv_chunk_at(xq, xd, k, k0, CH, lane_k, lg, BITS, false);
-            qv_rows_chunk(p, rb, 64, &c, S, acc, NR, BITS, false);
+            _Pragma("GCC unroll 2") for (int m = 0; m < MR; m++)
+                c[m] = qv_chunk_at(xq[m], xd[m], k, k0, CH, lane_k, lg, BITS, false);
+            qv_rows_chunk(p, rb, 64, c, S, acc, MR, NR, BITS, false);
         }
         if (k < k1) { /* the row's last chunk, short */
-            qv_chunk c = qv_chunk_at(xq, xd, k, k0, k1 - k, lane_k, lg, BITS, true);
-            qv_rows_chunk(wr + k * BITS / 8, rb, (k1 - k) * BITS / 8, &c, S, acc, NR, BITS, true);
+            _Pragma("GCC unroll 2") for (int m = 0; m < MR; m++)
+                c[m] = qv_chunk_at(xq[m], xd[m], k, k0, k1 - k, lane_k, lg, BITS, true);
+            qv_rows_chunk(wr + k * BITS / 8, rb, (k1 - k) * BITS / 8, c, S, acc, MR, NR, BITS, true);
         }
     }
-    _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) y[n] = _mm512_reduce_add_ps(_mm512_add_ps(acc[n], bacc[n]));
+    _Pragma("GCC unroll 2") for (int m = 0; m < MR; m++)
+        _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++)
+            y[(size_t)m * ldy + n] = _mm512_reduce_add_ps(_mm512_add_ps(acc[m][n], bacc[m][n]));
 }
 
 /* Runs of 128 at 4 bits, whatever the group (a chunk's lanes find their
@@ -325,22 +357,27 @@ int cpu_qi8_run_vnni(int bits, int group) {
  * caches after use, four-row tiles read a layer faster in ember-gemv-bench
  * but decoded slower (1B 4-bit, six alternated runs: 39.5-42.1 tokens/s
  * against 41.1-44.3 one row at a time). Several rows of x: weight rows four
- * at a time, then one by one, and for each the rows of x one at a time
- * (later ones find the weights in L1, and only the first prefetches): the
- * tile then shares each chunk's activations over four weight rows, which
- * pays once the product does mr times the arithmetic per byte. */
+ * at a time, then one by one, and for each the rows of x two at a time (a
+ * weight row's codes split once for both; later pairs find the weights in
+ * L1, and only the first prefetches): the tile then shares each chunk's
+ * activations over four weight rows, which pays once the product does mr
+ * times the arithmetic per byte (1B down projection, 2 cores, 2 and 4 rows
+ * of x: 28 and 19 GB/s one row of x at a time, 34-36 and 26 in pairs). */
 QV_TARGET __attribute__((always_inline)) static inline void qv_rows(const cpu_xq8 *x, int m0, int mr, const em_weight *w,
                                                                      int n0, int nr, float *y, size_t ldy,
                                                                      const int BITS) {
     int n = 0;
     if (mr == 1) {
-        for (; n < nr; n++) qv_tile_n(x, m0, w, n0 + n, y + n, 1, BITS, false);
+        for (; n < nr; n++) qv_tile(x, m0, w, n0 + n, y + n, ldy, 1, 1, BITS, false);
         return;
     }
-    for (; n + 4 <= nr; n += 4)
-        for (int m = 0; m < mr; m++) qv_tile_n(x, m0 + m, w, n0 + n, y + (size_t)m * ldy + n, 4, BITS, m == 0);
+    for (; n + 4 <= nr; n += 4) {
+        int m = 0;
+        for (; m + 2 <= mr; m += 2) qv_tile(x, m0 + m, w, n0 + n, y + (size_t)m * ldy + n, ldy, 2, 4, BITS, m == 0);
+        if (m < mr) qv_tile(x, m0 + m, w, n0 + n, y + (size_t)m * ldy + n, ldy, 1, 4, BITS, m == 0);
+    }
     for (; n < nr; n++)
-        for (int m = 0; m < mr; m++) qv_tile_n(x, m0 + m, w, n0 + n, y + (size_t)m * ldy + n, 1, BITS, m == 0);
+        for (int m = 0; m < mr; m++) qv_tile(x, m0 + m, w, n0 + n, y + (size_t)m * ldy + n, ldy, 1, 1, BITS, m == 0);
 }
 
 QV_TARGET void cpu_qtile_i8_vnni(const cpu_xq8 *x, int m0, int mr, const em_weight *w, int n0, int nr, float *y,
