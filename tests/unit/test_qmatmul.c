@@ -111,46 +111,28 @@ static void check(em_backend *be, int M, int N, int K, int bits, int group, em_m
     free(x); free(y); free(bias); free(wf);
 }
 
-/* A row's result does not depend on the batch it is in (EXACT): alone (the
- * fused decode tile), among 3 (fused, rows in pairs) and among 9 (rows
- * dequantized, then the f32 tile) it gets the same bits. */
-static void invariance(em_backend *be, int bits, int group) {
-    enum { N = 12, K = 256, MB = 9 };
-    em_weight w = random_weight(N, K, bits, group);
-    float x[MB * K], yb[MB * N], y3[3 * N], y1[N];
-    for (int i = 0; i < MB * K; i++) x[i] = frand();
-    be->ops->matmul(be, yb, x, MB, &w, NULL, EM_MATH_EXACT);
-    be->ops->matmul(be, y3, x, 3, &w, NULL, EM_MATH_EXACT);
-    int bad = 0;
-    for (int m = 0; m < MB; m++) {
-        be->ops->matmul(be, y1, x + (size_t)m * K, 1, &w, NULL, EM_MATH_EXACT);
-        for (int n = 0; n < N; n++) bad += y1[n] != yb[m * N + n] || (m < 3 && y1[n] != y3[m * N + n]);
-    }
-    CHECKF(bad == 0, "%s bits=%d g=%d: %d results depend on the batch", ((cpu_backend *)be->impl)->k->isa, bits, group,
-           bad);
-    free_weight(&w);
-}
-
-/* FAST few-row int8 products: a row gets the same bits alone (one weight
- * row at a time), among 3 and among 7 (activation rows in pairs over
- * four-row tiles, then one), over weight rows not a multiple of 4 and
+/* A row's result does not depend on the batch it is in. EXACT (N 12, K
+ * 256, 9 rows): alone (the fused decode tile), among 3 (fused, rows in
+ * pairs) and among 9 (rows dequantized, then the f32 tile) it gets the same
+ * bits. FAST few-row int8 products (N 14, K 17 groups, 7 rows): alone (one
+ * weight row at a time), among 3 and among 7 (activation rows in pairs
+ * over four-row tiles, then one), over weight rows not a multiple of 4 and
  * rows whose last window is short. */
-static void invariance_int8(em_backend *be, int bits, int group) {
-    enum { N = 14, MB = 7 };
-    int K = group * 17;
+static void invariance(em_backend *be, int bits, int group, em_math math, int N, int K, int MB) {
     em_weight w = random_weight(N, K, bits, group);
-    float *x = malloc(sizeof(float) * MB * K), yb[MB * N], y3[3 * N], y1[N];
+    float *x = malloc(sizeof(float) * MB * K), *yb = malloc(sizeof(float) * MB * N), *y3 = malloc(sizeof(float) * 3 * N),
+          *y1 = malloc(sizeof(float) * N);
     for (int i = 0; i < MB * K; i++) x[i] = frand();
-    be->ops->matmul(be, yb, x, MB, &w, NULL, EM_MATH_FAST);
-    be->ops->matmul(be, y3, x, 3, &w, NULL, EM_MATH_FAST);
+    be->ops->matmul(be, yb, x, MB, &w, NULL, math);
+    be->ops->matmul(be, y3, x, 3, &w, NULL, math);
     int bad = 0;
     for (int m = 0; m < MB; m++) {
-        be->ops->matmul(be, y1, x + (size_t)m * K, 1, &w, NULL, EM_MATH_FAST);
+        be->ops->matmul(be, y1, x + (size_t)m * K, 1, &w, NULL, math);
         for (int n = 0; n < N; n++) bad += y1[n] != yb[m * N + n] || (m < 3 && y1[n] != y3[m * N + n]);
     }
-    CHECKF(bad == 0, "%s bits=%d g=%d: %d FAST results depend on the batch", ((cpu_backend *)be->impl)->k->isa, bits,
-           group, bad);
-    free(x);
+    CHECKF(bad == 0, "%s bits=%d g=%d %s: %d results depend on the batch", ((cpu_backend *)be->impl)->k->isa, bits,
+           group, math == EM_MATH_FAST ? "fast" : "exact", bad);
+    free(x), free(yb), free(y3), free(y1);
     free_weight(&w);
 }
 
@@ -267,7 +249,7 @@ int main(void) {
                     check(be, shapes[s][0], shapes[s][1], K, bitsv[b], groupv[g], EM_MATH_FAST);
                 }
         for (int b = 0; b < 6; b++)
-            for (int g = 0; g < 3; g++) invariance(be, bitsv[b], groupv[g]);
+            for (int g = 0; g < 3; g++) invariance(be, bitsv[b], groupv[g], EM_MATH_EXACT, 12, 256, 9);
         /* FAST int8 decode over long rows: several windows of 16 groups,
          * every length of a row's last 128 (K = G*17: 32, 64 or none; G*35:
          * 96 at G=32), 1 and 2 rows, weight rows not a multiple of 4 */
@@ -282,7 +264,7 @@ int main(void) {
                     if (tables[t]->qtile_i8) fused_sets(be, int8_bits[b], groupv[g], 1 + 2 * r);
                 }
         for (int b = 0; b < 2; b++)
-            for (int g = 0; g < 3; g++) invariance_int8(be, int8_bits[b], groupv[g]);
+            for (int g = 0; g < 3; g++) invariance(be, int8_bits[b], groupv[g], EM_MATH_FAST, 14, groupv[g] * 17, 7);
         if (getenv("EMBER_BENCH"))
             for (int b = 0; b < 6; b++) {
                 bench(be, bitsv[b], 1);
