@@ -50,12 +50,16 @@ static void check(em_backend *be, int M, int N, int K, int bits, int group, em_m
     for (int i = 0; i < N; i++) bias[i] = frand();
     for (int n = 0; n < N; n++) affine_dequant(wq, sc, bi, EM_BF16, bits, group, K, n, 0, K, wf + (size_t)n * K);
     be->ops->matmul(be, y, x, M, &w, bias, math);
-    const cpu_kernels *kt = ((cpu_backend *)be->impl)->k;
-    /* FAST few-row products with 4-/8-bit weights round x to int8 per 32 */
-    bool int8 = math == EM_MATH_FAST && M < 16 && (bits == 4 || bits == 8) && kt->qtile_i8;
-    /* FAST products of 16+ rows may round x and w to bf16 (unit roundoff
-     * 2^-9 each): at most 2^-8 of sum |x*w| per output, checked with 2x room */
-    bool bf16 = math == EM_MATH_FAST && M >= 16;
+    const cpu_backend *cb = be->impl;
+    const cpu_kernels *kt = cb->k;
+    /* FAST products with 4-/8-bit weights round x to int8 per 32: few rows
+     * on the int8 GEMV, 16+ on the int8 GEMM where the kernels have one */
+    bool q48 = math == EM_MATH_FAST && (bits == 4 || bits == 8);
+    bool int8 = q48 && (M < 16 ? kt->qtile_i8 != NULL : kt->qgemm_i8 && !cb->amx);
+    /* other FAST products of 16+ rows may round x and w to bf16 (unit
+     * roundoff 2^-9 each): at most 2^-8 of sum |x*w| per output, checked
+     * with 2x room */
+    bool bf16 = math == EM_MATH_FAST && M >= 16 && !int8;
     double tol = int8 ? 0.03 * sqrt(K) : 2e-5 * sqrt(K) * 4;
     double worst = 0; /* the largest error as a fraction of its output's bound */
     for (int m = 0; m < M; m++)
@@ -133,6 +137,27 @@ static void invariance(em_backend *be, int bits, int group, em_math math, int N,
     CHECKF(bad == 0, "%s bits=%d g=%d %s: %d results depend on the batch", ((cpu_backend *)be->impl)->k->isa, bits,
            group, math == EM_MATH_FAST ? "fast" : "exact", bad);
     free(x), free(yb), free(y3), free(y1);
+    free_weight(&w);
+}
+
+/* The int8 GEMM (FAST, 16+ rows, 4-/8-bit weights) gives a row the same
+ * bits in any batch: rows 0..22 together (tiles of 6 rows over 45 weight
+ * rows: two panels and a partial one), rows 0..15 and rows 5..22 (each row
+ * in another place of its tile, or a tile of another height). */
+static void gemm_invariance(em_backend *be, int bits, int group) {
+    const int N = 45, K = group * 5, MB = 23;
+    em_weight w = random_weight(N, K, bits, group);
+    float *x = malloc(sizeof(float) * MB * K), *ya = malloc(sizeof(float) * MB * N), *yb = malloc(sizeof(float) * MB * N);
+    for (int i = 0; i < MB * K; i++) x[i] = frand();
+    be->ops->matmul(be, ya, x, MB, &w, NULL, EM_MATH_FAST);
+    be->ops->matmul(be, yb, x, 16, &w, NULL, EM_MATH_FAST);
+    int bad = 0;
+    for (int i = 0; i < 16 * N; i++) bad += ya[i] != yb[i];
+    be->ops->matmul(be, yb, x + (size_t)5 * K, MB - 5, &w, NULL, EM_MATH_FAST);
+    for (int i = 0; i < (MB - 5) * N; i++) bad += ya[(size_t)5 * N + i] != yb[i];
+    CHECKF(bad == 0, "%s int8 gemm bits=%d g=%d: %d results depend on the batch", ((cpu_backend *)be->impl)->k->isa,
+           bits, group, bad);
+    free(x), free(ya), free(yb);
     free_weight(&w);
 }
 
@@ -265,6 +290,17 @@ int main(void) {
                 }
         for (int b = 0; b < 2; b++)
             for (int g = 0; g < 3; g++) invariance(be, int8_bits[b], groupv[g], EM_MATH_FAST, 14, groupv[g] * 17, 7);
+        /* FAST many-row products: whole and partial panels of 16 weight
+         * rows, tiles of 6 activation rows and their remainders, rows of
+         * 4-bit codes whose bytes end mid-vector (K = 288 = 9 x 32) */
+        int gemm_shapes[][3] = {{16, 33, 3}, {23, 45, 5}, {29, 16, 2}, {16, 7, 9}};
+        for (int b = 0; b < 2; b++)
+            for (int g = 0; g < 3; g++) {
+                for (int s = 0; s < 4; s++)
+                    check(be, gemm_shapes[s][0], gemm_shapes[s][1], groupv[g] * gemm_shapes[s][2], int8_bits[b],
+                          groupv[g], EM_MATH_FAST);
+                gemm_invariance(be, int8_bits[b], groupv[g]);
+            }
         if (getenv("EMBER_BENCH"))
             for (int b = 0; b < 6; b++) {
                 bench(be, bitsv[b], 1);

@@ -48,6 +48,18 @@ typedef struct cpu_xq8 {
 typedef void (*qtile_i8_fn)(const cpu_xq8 *x, int m0, int mr, const em_weight *w, int n0, int nr, float *y,
                             size_t ldy);
 typedef int (*qi8_run_fn)(int bits, int group);
+/* qgemm_i8: FAST products of many rows (prefill) with 4- and 8-bit weights:
+ * M rows of x rounded to int8 in the natural order (cpu_xq8 run 0) against
+ * weight rows [n0, n0 + nr), written to y[m * ldy + n - n0]; scratch holds
+ * qgemm_i8_scratch_bytes(K, G, nr) bytes (the rows repacked). */
+typedef void (*qgemm_i8_fn)(const cpu_xq8 *x, int M, const em_weight *w, int n0, int nr, float *y, size_t ldy,
+                            void *scratch);
+/* Panels of 16 rows: the codes as bytes, the scales and biases as f32, and
+ * one panel's rows unpacked. */
+static inline size_t qgemm_i8_scratch_bytes(int K, int G, int rows) {
+    size_t panels = ((size_t)rows + 15) / 16;
+    return panels * 16 * (size_t)K + 2 * panels * 16 * (size_t)(K / G) * sizeof(float) + 16 * (size_t)K + 64;
+}
 /* One row x[0..K) rounded into the cpu_xq8 layout of `run`: q[0..K),
  * d[0..K/32), and per group of G sum[0..K/G) and err[0..K/G). Each value is
  * lrintf(x * 127 / amax) with amax its block's largest magnitude, d = amax /
@@ -65,6 +77,7 @@ typedef struct cpu_kernels {
     qtile_i8_fn qtile_i8;   /* NULL: FAST few-row products stay in f32 */
     qi8_run_fn qi8_run;     /* set with qtile_i8 */
     qi8_quantize_fn qi8_quantize; /* NULL: cpu_qi8_quantize_ref */
+    qgemm_i8_fn qgemm_i8;   /* NULL: FAST many-row products dequantize to bf16 */
     float (*dot)(const float *a, const float *b, int n);
     void (*axpy)(float *y, float a, const float *x, int n); /* y += a * x */
     /* Attention over rows at a fixed stride (one KV block's keys or values),
@@ -105,6 +118,8 @@ void cpu_qdequant_avx512(const em_weight *w, int64_t r, float *out);
 /* AVX-512 VNNI int8 kernel (quant_avx512.c, x86-64 only). */
 void cpu_qtile_i8_vnni(const cpu_xq8 *x, int m0, int mr, const em_weight *w, int n0, int nr, float *y, size_t ldy);
 int cpu_qi8_run_vnni(int bits, int group);
+void cpu_qgemm_i8_vnni(const cpu_xq8 *x, int M, const em_weight *w, int n0, int nr, float *y, size_t ldy,
+                       void *scratch);
 void cpu_qi8_quantize_avx512(const float *x, int K, int G, int run, int8_t *q, float *d, float *sum, float *err);
 
 /* AMX (gemm_amx.c). cpu_amx_request: true when the CPU has bf16 tiles and

@@ -183,20 +183,22 @@ AVX512_TARGET static void avx512_to_bf16(uint16_t *out, const float *x, size_t n
 }
 
 /* Without VNNI the int8 decode kernel is the AVX2 one (every AVX-512 CPU
- * has AVX2); with it, VPDPBUSD over 512-bit vectors. The attention helpers
+ * has AVX2) and prefill dequantizes to bf16; with it, VPDPBUSD over 512-bit
+ * vectors for both. The attention helpers
  * are the AVX2 ones: a KV block's keys and values are read 8 dims at a
  * time, and decode and prefill share them (the same arithmetic per row). */
-#define AVX512_TABLE(ISA, QI8, QI8_RUN)                                                                     \
+#define AVX512_TABLE(ISA, QI8, QI8_RUN, QGEMM)                                                              \
     {                                                                                                       \
         .isa = ISA, .tile_f32_bf16 = tile_f32_bf16, .tile_f32_f16 = tile_f32_f16, .tile_f32_f32 = tile_f32_f32, \
         .tile_bf16_bf16 = tile_bf16_bf16, .qtile = cpu_qtile_avx512, .qdequant = cpu_qdequant_avx512,       \
-        .qtile_i8 = QI8, .qi8_run = QI8_RUN, .qi8_quantize = cpu_qi8_quantize_avx512, .dot = avx512_dot, .axpy = avx512_axpy,                        \
+        .qtile_i8 = QI8, .qi8_run = QI8_RUN, .qi8_quantize = cpu_qi8_quantize_avx512, .qgemm_i8 = QGEMM,   \
+        .dot = avx512_dot, .axpy = avx512_axpy,                                                             \
         .silu_mul = avx512_silu_mul, .dots = cpu_dots_avx2, .axpy_rows = cpu_axpy_rows_avx2,                \
         .to_bf16 = avx512_to_bf16,                                                                          \
     }
 
-static const cpu_kernels avx512_kernels = AVX512_TABLE("avx512-bf16", cpu_qtile_i8_avx2, cpu_qi8_run_avx2);
-static const cpu_kernels avx512_vnni_kernels = AVX512_TABLE("avx512-vnni", cpu_qtile_i8_vnni, cpu_qi8_run_vnni);
+static const cpu_kernels avx512_kernels = AVX512_TABLE("avx512-bf16", cpu_qtile_i8_avx2, cpu_qi8_run_avx2, NULL);
+static const cpu_kernels avx512_vnni_kernels = AVX512_TABLE("avx512-vnni", cpu_qtile_i8_vnni, cpu_qi8_run_vnni, cpu_qgemm_i8_vnni);
 
 const cpu_kernels *cpu_kernels_avx512(void) { return &avx512_kernels; }
 const cpu_kernels *cpu_kernels_avx512_vnni(void) { return &avx512_vnni_kernels; }
