@@ -53,9 +53,10 @@ static void check(em_backend *be, int M, int N, int K, int bits, int group, em_m
     const cpu_backend *cb = be->impl;
     const cpu_kernels *kt = cb->k;
     /* FAST products with 4-/8-bit weights round x to int8 per 32: few rows
-     * on the int8 GEMV, 16+ on the int8 GEMM where the kernels have one */
-    bool q48 = math == EM_MATH_FAST && (bits == 4 || bits == 8);
-    bool int8 = q48 && (M < 16 ? kt->qtile_i8 != NULL : kt->qgemm_i8 && !cb->amx);
+     * on the int8 GEMV (below 16, or below 64 where the kernels have the
+     * int8 GEMM and no AMX takes 16+), more on the GEMM */
+    bool q48 = math == EM_MATH_FAST && (bits == 4 || bits == 8), gemm = kt->qgemm_i8 && !cb->amx;
+    bool int8 = q48 && (M < (gemm ? 64 : 16) ? kt->qtile_i8 != NULL : gemm);
     /* other FAST products of 16+ rows may round x and w to bf16 (unit
      * roundoff 2^-9 each): at most 2^-8 of sum |x*w| per output, checked
      * with 2x room */
@@ -140,21 +141,21 @@ static void invariance(em_backend *be, int bits, int group, em_math math, int N,
     free_weight(&w);
 }
 
-/* The int8 GEMM (FAST, 16+ rows, 4-/8-bit weights) gives a row the same
- * bits in any batch: rows 0..22 together (tiles of 6 rows over 45 weight
- * rows: two panels and a partial one), rows 0..15 and rows 5..22 (each row
+/* The int8 GEMM (FAST, 64+ rows, 4-/8-bit weights) gives a row the same
+ * bits in any batch: rows 0..70 together (tiles of 6 rows over 45 weight
+ * rows: two panels and a partial one), rows 0..63 and rows 7..70 (each row
  * in another place of its tile, or a tile of another height). */
 static void gemm_invariance(em_backend *be, int bits, int group) {
-    const int N = 45, K = group * 5, MB = 23;
+    const int N = 45, K = group * 5, MB = 71, SUB = 64, SHIFT = MB - SUB;
     em_weight w = random_weight(N, K, bits, group);
     float *x = malloc(sizeof(float) * MB * K), *ya = malloc(sizeof(float) * MB * N), *yb = malloc(sizeof(float) * MB * N);
     for (int i = 0; i < MB * K; i++) x[i] = frand();
     be->ops->matmul(be, ya, x, MB, &w, NULL, EM_MATH_FAST);
-    be->ops->matmul(be, yb, x, 16, &w, NULL, EM_MATH_FAST);
+    be->ops->matmul(be, yb, x, SUB, &w, NULL, EM_MATH_FAST);
     int bad = 0;
-    for (int i = 0; i < 16 * N; i++) bad += ya[i] != yb[i];
-    be->ops->matmul(be, yb, x + (size_t)5 * K, MB - 5, &w, NULL, EM_MATH_FAST);
-    for (int i = 0; i < (MB - 5) * N; i++) bad += ya[(size_t)5 * N + i] != yb[i];
+    for (int i = 0; i < SUB * N; i++) bad += ya[i] != yb[i];
+    be->ops->matmul(be, yb, x + (size_t)SHIFT * K, SUB, &w, NULL, EM_MATH_FAST);
+    for (int i = 0; i < SUB * N; i++) bad += ya[(size_t)SHIFT * N + i] != yb[i];
     CHECKF(bad == 0, "%s int8 gemm bits=%d g=%d: %d results depend on the batch", ((cpu_backend *)be->impl)->k->isa,
            bits, group, bad);
     free(x), free(ya), free(yb);
@@ -292,11 +293,13 @@ int main(void) {
             for (int g = 0; g < 3; g++) invariance(be, int8_bits[b], groupv[g], EM_MATH_FAST, 14, groupv[g] * 17, 7);
         /* FAST many-row products: whole and partial panels of 16 weight
          * rows, tiles of 6 activation rows and their remainders, rows of
-         * 4-bit codes whose bytes end mid-vector (K = 288 = 9 x 32) */
-        int gemm_shapes[][3] = {{16, 33, 3}, {23, 45, 5}, {29, 16, 2}, {16, 7, 9}};
+         * 4-bit codes whose bytes end mid-vector (K = 288 = 9 x 32); and
+         * 16 and 40 rows, which stay on the few-row kernels where the
+         * GEMM exists */
+        int gemm_shapes[][3] = {{64, 33, 3}, {71, 45, 5}, {77, 16, 2}, {64, 7, 9}, {16, 20, 3}, {40, 9, 2}};
         for (int b = 0; b < 2; b++)
             for (int g = 0; g < 3; g++) {
-                for (int s = 0; s < 4; s++)
+                for (int s = 0; s < 6; s++)
                     check(be, gemm_shapes[s][0], gemm_shapes[s][1], groupv[g] * gemm_shapes[s][2], int8_bits[b],
                           groupv[g], EM_MATH_FAST);
                 gemm_invariance(be, int8_bits[b], groupv[g]);

@@ -10,7 +10,7 @@
  * products with 4- or 8-bit weights round the activations to int8 (one
  * scale per 32) and use integer dot products where the kernel table has
  * them: few rows on the int8 GEMV (decode is then bound by memory, not by
- * dequantization), many on the int8 GEMM, whose blocks repack the codes
+ * dequantization), many (QI8_GEMM_MIN_M) on the int8 GEMM, whose blocks repack the codes
  * as bytes instead of dequantizing them (twice the products per
  * instruction of bf16: 1B shape, 512-token prefill on 2 cores, 4-bit
  * 182-213 -> 295-339 tokens/s, 8-bit 198-207 -> 274-303, runs alternated). */
@@ -24,8 +24,16 @@
 /* Batches below this use the fused tile (it dequantizes once per 4 rows). */
 #define QFUSED_MAX_M 8
 /* FAST batches below this use int8 activations (4- and 8-bit weights) on
- * the few-row kernels, larger ones on the int8 GEMM where there is one. */
+ * the few-row kernels; where the kernels have the int8 GEMM (and no AMX
+ * takes the larger batches), batches below QI8_GEMM_MIN_M do, and larger
+ * ones run on the GEMM, whose repacking of every block pays only over many
+ * rows (1B shape, 4-bit, 2 cores: batched decode of 16 and 32 sequences
+ * 137-148 and 148-162 tok/s on the few-row kernel, 63-77 and 128-131 on
+ * the GEMM, 57-61 and 89-93 on the bf16 path before it; prompts of 32 and
+ * 64 tokens 185-240 and 188-260 tok/s against 134-163 and 244-258 on the
+ * GEMM; of 128, 208-232 against 270-309). */
 #define QI8_MAX_M 16
+#define QI8_GEMM_MIN_M 64
 /* Codes a block of the int8 GEMM repacks: every row of x passes over it
  * while it stays in L2. */
 #define GEMM_BLOCK_BYTES (256u << 10)
@@ -58,6 +66,11 @@ static void run_fused(const qjob *j, int n0, int n1) {
 
 static void run_i8(const qjob *j, int n0, int n1) {
     j->cb->k->qtile_i8(j->xq, 0, j->M, j->w, n0, n1 - n0, j->y + n0, (size_t)j->N);
+}
+
+/* Rows from which FAST 4-/8-bit products leave the few-row int8 kernels. */
+static int qi8_rows_limit(const cpu_backend *cb) {
+    return cb->k->qgemm_i8 && !cb->amx ? QI8_GEMM_MIN_M : QI8_MAX_M;
 }
 
 /* Floats of scratch a block of the int8 GEMM needs. */
@@ -248,11 +261,11 @@ void cpu_qmatmul(em_backend *be, float *y, const float *x, int M, const em_weigh
     cpu_backend *cb = be->impl;
     qjob j = {.cb = cb, .w = w, .x = x, .M = M, .N = (int)w->rows, .K = (int)w->cols, .y = y, .bias = bias};
     cpu_xq8 xq;
-    if (math == EM_MATH_FAST && M >= QI8_MAX_M) {
+    if (math == EM_MATH_FAST && M >= qi8_rows_limit(cb)) {
         qjob g = j;
         if (qmatmul_gemm_i8(cb, be->n_threads, &g)) return;
     }
-    if (math == EM_MATH_FAST && M < QI8_MAX_M && (w->bits == 4 || w->bits == 8) && cb->k->qtile_i8 &&
+    if (math == EM_MATH_FAST && M < qi8_rows_limit(cb) && (w->bits == 4 || w->bits == 8) && cb->k->qtile_i8 &&
         quantize_rows(cb, x, M, j.K, w->group_size, cb->k->qi8_run(w->bits, w->group_size), &xq)) {
         j.xq = &xq;
         j.fused = true; /* blocks sized for a packed stream */
@@ -297,7 +310,7 @@ void cpu_qmatmul(em_backend *be, float *y, const float *x, int M, const em_weigh
 /* Whether cpu_qmatmul would take the int8 path for all n weights with one
  * rounding of x: 4- or 8-bit codes of one width and group, FAST, few rows. */
 static bool qgroup_ok(const cpu_backend *cb, int n, const em_weight *const *ws, int M, em_math math) {
-    if (math != EM_MATH_FAST || M >= QI8_MAX_M || !cb->k->qtile_i8 || n < 1) return false;
+    if (math != EM_MATH_FAST || M >= qi8_rows_limit(cb) || !cb->k->qtile_i8 || n < 1) return false;
     for (int i = 0; i < n; i++)
         if ((ws[i]->bits != 4 && ws[i]->bits != 8) || ws[i]->bits != ws[0]->bits ||
             ws[i]->group_size != ws[0]->group_size || ws[i]->cols != ws[0]->cols)
