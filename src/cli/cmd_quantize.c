@@ -23,6 +23,8 @@ static void quantize_help(void) {
            "                     first match wins; --bits/--group-size given after it override its defaults)\n"
            "  --rotate           fold norm gains and Hadamard rotations into the weights\n"
            "  --seed N           rotation seed (default 0)\n"
+           "  --rotate-keep N    keep at least N residual channels out of R1: those whose norm gains are\n"
+           "                     smallest (massive activations), which keep their basis and gains\n"
            "  --search           per group, pick the clipped range and refit the scale and bias that\n"
            "                     minimise the squared weight error as stored (MLX layout; slower)\n"
            "  --family NAME      automatic (default), llama or qwen3_5\n"
@@ -78,6 +80,11 @@ static int cmd_quantize(int argc, char **argv) {
         } else if (cli_arg_is(argv[i], "--seed")) {
             VALUE();
             if (!cli_parse_u64(v, &j.fold.seed)) { cli_error("quantize", "--seed needs a number"); return CLI_USAGE; }
+        } else if (cli_arg_is(argv[i], "--rotate-keep")) {
+            VALUE();
+            long k;
+            if (!cli_parse_int(v, 0, 1 << 20, &k)) { cli_error("quantize", "--rotate-keep needs a channel count"); return CLI_USAGE; }
+            j.fold.r1_keep = k;
         } else if (cli_arg_is(argv[i], "--family")) {
             VALUE();
             j.fold.family = v;
@@ -116,6 +123,10 @@ static int cmd_quantize(int argc, char **argv) {
     }
     if (!j.src || (!j.dst && !j.plan_only)) {
         cli_error("quantize", "SRC and DST are required (see --help)");
+        return CLI_USAGE;
+    }
+    if (j.fold.r1_keep > 0 && !j.fold.rotate) {
+        cli_error("quantize", "--rotate-keep applies to --rotate");
         return CLI_USAGE;
     }
     if (recipe && quant_recipe_load(recipe, &j.recipe) != EM_OK) {

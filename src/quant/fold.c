@@ -3,6 +3,7 @@
 
 #include "base/alloc.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -96,6 +97,7 @@ typedef struct ctx {
     size_t cap;
     char prefix[128];  /* text model prefix: "model." or "model.language_model." */
     float offset;      /* norm gain offset */
+    int64_t keep;      /* channels to keep out of R1, at least */
 } ctx;
 
 static const qsrc_tensor *need(ctx *c, const char *name) {
@@ -267,10 +269,94 @@ static em_status plan_mtp_misc(ctx *c, const qsrc_tensor *t, const qsrc_tensor *
                    t->name);
 }
 
+/* ---- channels kept out of R1 ----
+ *
+ * A residual channel that carries massive activations (a few channels whose
+ * values are tens of times the rest, which the model tames with small norm
+ * gains) is better left out of the rotation: rotated, it spreads into every
+ * input of every reader, and its small gain, folded in, shrinks its columns
+ * below the quantization step. Such channels keep their basis and their
+ * gains (the norms keep those entries), so Q = I on them and a Hadamard of
+ * order r1_n on the others. Which channels: those whose gain, relative to
+ * its norm's median, is smallest in any residual norm (the gains are read
+ * for this: a few vectors of `hidden`). */
+
+static int cmp_f(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* score[j] = min over the residual norms of |gain_j + offset| / median. */
+static em_status kept_scores(ctx *c, float *score) {
+    int64_t H = c->p->hidden;
+    float *g = em_mallocn((size_t)H * 2, sizeof *g);
+    if (!g) return em_fail(EM_ERR_NOMEM, "out of memory");
+    for (int64_t j = 0; j < H; j++) score[j] = 1e30f;
+    em_status st = EM_OK;
+    char fin[160];
+    snprintf(fin, sizeof fin, "%snorm.weight", c->prefix);
+    for (size_t i = 0; i < c->s->n && st == EM_OK; i++) {
+        const qsrc_tensor *t = &c->s->tensors[i];
+        int layer;
+        const char *rest;
+        bool mtp, res = !strcmp(t->name, fin) ||
+                        (layer_of(c, t->name, &layer, &rest, &mtp) && !mtp &&
+                         (!strcmp(rest, "input_layernorm.weight") || !strcmp(rest, "post_attention_layernorm.weight")));
+        if (!res || t->ndim != 1 || t->shape[0] != H) continue;
+        if ((st = qsrc_read(c->s, t, g)) != EM_OK) break;
+        for (int64_t j = 0; j < H; j++) g[H + j] = g[j] = fabsf(g[j] + c->offset);
+        qsort(g + H, (size_t)H, sizeof *g, cmp_f);
+        float med = g[H + H / 2] > 0 ? g[H + H / 2] : 1.0f;
+        for (int64_t j = 0; j < H; j++)
+            if (g[j] / med < score[j]) score[j] = g[j] / med;
+    }
+    free(g);
+    return st;
+}
+
+/* The largest order the Hadamard construction takes, at most n. */
+static int64_t r1_order_at_most(int64_t n) {
+    while (n > 1 && !hadamard_order_ok(n)) n--;
+    return n;
+}
+
+/* Keeps at least `keep` channels (the lowest scores) out of R1: r1_n is
+ * the largest order that leaves them out. */
+static em_status choose_kept(ctx *c, int64_t keep) {
+    fold_plan *p = c->p;
+    int64_t H = p->hidden;
+    p->r1_n = r1_order_at_most(H - keep);
+    if (p->r1_n < 2) return em_fail(EM_ERR_INVALID, "keeping %lld of %lld channels out of R1 leaves nothing to rotate",
+                                    (long long)keep, (long long)H);
+    float *score = em_mallocn((size_t)H, sizeof *score);
+    int32_t *order = em_mallocn((size_t)H, sizeof *order);
+    p->r1_kept = em_calloc((size_t)H, sizeof *p->r1_kept);
+    p->r1_idx = em_mallocn((size_t)p->r1_n, sizeof *p->r1_idx);
+    em_status st = score && order && p->r1_kept && p->r1_idx ? kept_scores(c, score) : em_fail(EM_ERR_NOMEM, "out of memory");
+    if (st == EM_OK) {
+        /* the H - r1_n lowest scores are kept (ties: the lower index) */
+        for (int64_t j = 0; j < H; j++) order[j] = (int32_t)j;
+        for (int64_t a = 1; a < H; a++) /* insertion sort: H is a few thousand at most */
+            for (int64_t b = a; b > 0 && score[order[b]] < score[order[b - 1]]; b--) {
+                int32_t t = order[b];
+                order[b] = order[b - 1], order[b - 1] = t;
+            }
+        for (int64_t k = 0; k < H - p->r1_n; k++) p->r1_kept[order[k]] = true;
+        for (int64_t j = 0, r = 0; j < H; j++)
+            if (!p->r1_kept[j]) p->r1_idx[r++] = (int32_t)j;
+    }
+    free(score);
+    free(order);
+    return st;
+}
+
 static em_status plan_rotate(ctx *c) {
     fold_plan *p = c->p;
     const qsrc *s = c->s;
     EM_TRY(find_prefix(c));
+    if (c->keep > 0) EM_TRY(choose_kept(c, c->keep));
+    else p->r1_n = p->hidden;
+    EM_TRY(hadamard_make(p->r1_n, p->seed, 1, "the hidden size (R1)", &p->r1));
     char name[256];
     snprintf(name, sizeof name, "%sembed_tokens.weight", c->prefix);
     /* the head: lm_head.weight, or language_model.lm_head.weight (mlx-lm) */
@@ -348,7 +434,7 @@ em_status fold_plan_build(const qsrc *s, const fold_options *o, fold_plan *p) {
         c.offset = qwen && q35_gains_centred(s) ? 1.0f : 0.0f;
         if (p->hidden <= 0) st = em_fail(EM_ERR_FORMAT, "%s: config.json has no hidden_size", s->dir);
         else if (p->r2 && p->head_dim <= 0) st = em_fail(EM_ERR_FORMAT, "%s: config.json gives no head_dim", s->dir);
-        if (st == EM_OK) st = hadamard_make(p->hidden, o->seed, 1, "the hidden size (R1)", &p->r1);
+        c.keep = o->r1_keep;
         if (st == EM_OK && p->r2 && !hadamard_order_ok(p->head_dim))
             st = em_fail(EM_ERR_UNSUPPORTED, "head_dim is %lld: R2 needs 2^k, 12*2^k or 20*2^k", (long long)p->head_dim);
         snprintf(p->transform_id, sizeof p->transform_id, "%s", qwen ? "ember-rotate-v1:norms+r1" : "ember-rotate-v1:norms+r1+r2");
@@ -358,6 +444,16 @@ em_status fold_plan_build(const qsrc *s, const fold_options *o, fold_plan *p) {
                         "with mtp.norm folded in"
                       : "randomized Hadamard R1 and per-head R2 (not learned); no online rotations (R3, R4); head untied");
         if (st == EM_OK) st = plan_rotate(&c);
+        if (st == EM_OK && p->r1_kept) {
+            size_t used = strlen(p->deviations);
+            snprintf(p->deviations + used, sizeof p->deviations - used,
+                     "; R1 over %lld of the %lld residual channels: the %lld whose norm gains are smallest relative to "
+                     "their norm's median kept out (ember_transform.r1_kept_channels), their gains kept in the norms "
+                     "divided by the median, which is folded",
+                     (long long)p->r1_n, (long long)p->hidden, (long long)(p->hidden - p->r1_n));
+            snprintf(p->transform_id + strlen(p->transform_id), sizeof p->transform_id - strlen(p->transform_id),
+                     "+kept");
+        }
         if (st == EM_OK && p->visual_copied)
             snprintf(p->deviations + strlen(p->deviations), sizeof p->deviations - strlen(p->deviations), "%s",
                      "; vision tower copied unrotated (image features entering the stream would need R1)");
@@ -370,12 +466,25 @@ void fold_plan_free(fold_plan *p) {
     for (size_t i = 0; i < p->n; i++) free(p->outs[i].name);
     free(p->outs);
     hadamard_free(&p->r1);
+    free(p->r1_idx);
+    free(p->r1_kept);
     memset(p, 0, sizeof *p);
 }
 
 /* ---- apply ---- */
 
-static em_status fold_gains(const qsrc *src, const plan_out *e, float *w) {
+/* median of |g| over n values (1 when it is 0) */
+static float gain_median(const float *g, int64_t n) {
+    float *c = em_mallocn((size_t)n, sizeof *c);
+    if (!c) return 1.0f;
+    for (int64_t j = 0; j < n; j++) c[j] = fabsf(g[j]);
+    qsort(c, (size_t)n, sizeof *c, cmp_f);
+    float m = c[n / 2];
+    free(c);
+    return m > 0 ? m : 1.0f;
+}
+
+static em_status fold_gains(const fold_plan *p, const qsrc *src, const plan_out *e, float *w) {
     int64_t rows = e->shape[0], cols = e->shape[1];
     float *g = em_mallocn((size_t)cols, sizeof *g);
     if (!g) return em_fail(EM_ERR_NOMEM, "out of memory");
@@ -385,24 +494,63 @@ static em_status fold_gains(const qsrc *src, const plan_out *e, float *w) {
         st = qsrc_read(src, e->gain[k], g + (k ? e->gain_split : 0));
     }
     for (int64_t j = 0; st == EM_OK && j < cols; j++) g[j] += e->gain_offset;
+    /* channels kept out of R1 keep their gains in the norm, divided by the
+     * norm's median, which is folded (so their columns keep the scale of
+     * the others in a quantization group) */
+    for (int64_t s0 = 0; st == EM_OK && p->r1_kept && s0 < cols; s0 += p->hidden) {
+        float med = gain_median(g + s0, p->hidden);
+        for (int64_t j = 0; j < p->hidden; j++)
+            if (p->r1_kept[j]) g[s0 + j] = med;
+    }
     for (int64_t r = 0; st == EM_OK && r < rows; r++)
         for (int64_t j = 0; j < cols; j++) w[r * cols + j] *= g[j];
     free(g);
     return st;
 }
 
+/* v (hidden values) <- v Q: the rotated channels gathered, rotated,
+ * scattered back; tmp holds HADAMARD_TMP_ROWS * hidden + hidden floats. */
+static void r1_right(const fold_plan *p, float *v, float *tmp) {
+    if (!p->r1_idx) return hadamard_right(&p->r1, v, tmp);
+    float *g = tmp + HADAMARD_TMP_ROWS * p->hidden;
+    for (int64_t k = 0; k < p->r1_n; k++) g[k] = v[p->r1_idx[k]];
+    hadamard_right(&p->r1, g, tmp);
+    for (int64_t k = 0; k < p->r1_n; k++) v[p->r1_idx[k]] = g[k];
+}
+
+/* a ([hidden, width]) <- Q^T a: the rotated rows gathered into a copy. */
+static em_status r1_left_t(const fold_plan *p, float *a, int64_t width, float *tmp) {
+    if (!p->r1_idx) {
+        hadamard_left_t(&p->r1, a, width, tmp);
+        return EM_OK;
+    }
+    float *g = em_mallocn((size_t)(p->r1_n * width), sizeof *g);
+    if (!g) return em_fail(EM_ERR_NOMEM, "out of memory");
+    for (int64_t k = 0; k < p->r1_n; k++) memcpy(g + k * width, a + (int64_t)p->r1_idx[k] * width, (size_t)width * sizeof *g);
+    hadamard_left_t(&p->r1, g, width, tmp);
+    for (int64_t k = 0; k < p->r1_n; k++) memcpy(a + (int64_t)p->r1_idx[k] * width, g + k * width, (size_t)width * sizeof *g);
+    free(g);
+    return EM_OK;
+}
+
 em_status fold_apply(const fold_plan *p, const qsrc *src, const plan_out *e, float *out) {
     uint64_t n = plan_out_elements(e);
     if (e->set != FOLD_KEEP) {
-        for (uint64_t i = 0; i < n; i++) out[i] = e->set == FOLD_ONES ? 1.0f : 0.0f;
+        float off = e->set == FOLD_ZEROS ? 1.0f : 0.0f, med = 1.0f;
+        if (p->r1_kept) { /* kept channels keep their gains over the median fold_gains folds */
+            EM_TRY(qsrc_read(src, e->src, out));
+            for (uint64_t i = 0; i < n; i++) out[i] += off;
+            med = gain_median(out, (int64_t)n);
+        }
+        for (uint64_t i = 0; i < n; i++) out[i] = (p->r1_kept && p->r1_kept[i] ? out[i] / med : 1.0f) - off;
         return EM_OK;
     }
     EM_TRY(qsrc_read(src, e->src, out));
-    if (e->gain[0]) EM_TRY(fold_gains(src, e, out));
+    if (e->gain[0]) EM_TRY(fold_gains(p, src, e, out));
     int64_t rows = e->shape[0], cols = e->ndim == 1 ? 1 : e->shape[1], H = p->hidden, hd = p->head_dim;
     hadamard r2 = {0};
     if (e->r2_in || e->r2_out) EM_TRY(hadamard_make(hd, p->seed, 1000 + (uint64_t)e->layer, "head_dim (R2)", &r2));
-    int64_t tmp_n = HADAMARD_TMP_ROWS * (cols > H ? cols : H);
+    int64_t tmp_n = HADAMARD_TMP_ROWS * (cols > H ? cols : H) + H;
     float *tmp = em_mallocn((size_t)tmp_n, sizeof *tmp);
     if (!tmp) {
         hadamard_free(&r2);
@@ -410,16 +558,16 @@ em_status fold_apply(const fold_plan *p, const qsrc *src, const plan_out *e, flo
     }
     if (e->r1_in)
         for (int64_t r = 0; r < rows; r++)
-            for (int64_t s = 0; s < cols; s += H) hadamard_right(&p->r1, out + r * cols + s, tmp);
+            for (int64_t s = 0; s < cols; s += H) r1_right(p, out + r * cols + s, tmp);
     if (e->r2_in)
         for (int64_t r = 0; r < rows; r++)
             for (int64_t s = 0; s < cols; s += hd) hadamard_right(&r2, out + r * cols + s, tmp);
-    if (e->r1_out) hadamard_left_t(&p->r1, out, cols, tmp);
-    if (e->r2_out)
+    em_status st = e->r1_out ? r1_left_t(p, out, cols, tmp) : EM_OK;
+    if (st == EM_OK && e->r2_out)
         for (int64_t b = 0; b < rows; b += hd) hadamard_left_t(&r2, out + b * cols, cols, tmp);
     free(tmp);
     hadamard_free(&r2);
-    return EM_OK;
+    return st;
 }
 
 void fold_plan_print(const fold_plan *p, FILE *f) {
@@ -430,9 +578,12 @@ void fold_plan_print(const fold_plan *p, FILE *f) {
         fprintf(f, "] <- %s", e->set == FOLD_ONES ? "ones" : e->set == FOLD_ZEROS ? "zeros" : e->src->name);
         if (e->gain[0]) fprintf(f, " * gain(%s%s%s%s)", e->gain[0]->name, e->gain[1] ? ", " : "",
                                 e->gain[1] ? e->gain[1]->name : "", e->gain_offset != 0 ? " + 1" : "");
+        if (e->set != FOLD_KEEP && p->r1_kept)
+            fprintf(f, " (%lld kept channels: gain / median)", (long long)(p->hidden - p->r1_n));
         if (e->r1_in) fprintf(f, " . R1");
         if (e->r2_in) fprintf(f, " . R2[layer %d]", e->layer);
         if (e->r1_out) fprintf(f, " R1^T .");
+        if ((e->r1_in || e->r1_out) && p->r1_kept) fprintf(f, " [R1 over %lld of %lld]", (long long)p->r1_n, (long long)p->hidden);
         if (e->r2_out) fprintf(f, " R2[layer %d]^T .", e->layer);
         fputc('\n', f);
     }

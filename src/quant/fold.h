@@ -16,6 +16,11 @@
  *          their biases);
  *   R2     (Llama family) a per-head Hadamard between v_proj (output rows)
  *          and o_proj (input columns), one per layer.
+ * With fold_options.r1_keep > 0, R1 leaves the residual channels whose norm
+ * gains are smallest (massive activations) unrotated: Q is the identity on
+ * them and a Hadamard of order r1_n on the rest, their gains stay in the
+ * norms (divided by the norm's median, which is folded). Choosing them reads
+ * the residual norms' gains, the one read a plan makes.
  * The head is always an explicit output (untied): with the final gain folded
  * it no longer equals the embedding. Loading needs no flag: the graph is the
  * same, only the weights changed. */
@@ -48,6 +53,7 @@ typedef struct fold_options {
     bool rotate;
     uint64_t seed;
     const char *family; /* "automatic" (default), "llama" or "qwen3_5" */
+    int64_t r1_keep;    /* residual channels kept out of R1, at least (0: R1 rotates all) */
 } fold_options;
 
 typedef struct fold_plan {
@@ -57,7 +63,10 @@ typedef struct fold_plan {
     bool rotate, r2;
     uint64_t seed;
     int64_t hidden, head_dim;
-    hadamard r1;
+    hadamard r1;              /* of order hidden, or of r1_n < hidden channels */
+    int64_t r1_n;             /* channels of the residual stream R1 rotates */
+    int32_t *r1_idx;          /* which (ascending; NULL: all), the rest keep their basis and gains */
+    bool *r1_kept;            /* hidden flags: channel j kept out of R1 (NULL: none) */
     char transform_id[48];
     char deviations[512];
     bool untie;               /* the head became an explicit output */

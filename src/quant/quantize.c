@@ -323,6 +323,12 @@ static em_status write_config(run *r) {
         json_object_set_new(t, "family", json_string(r->plan.family));
         json_object_set_new(t, "seed", json_integer((json_int_t)r->plan.seed));
         json_object_set_new(t, "deviations", json_string(r->plan.deviations));
+        if (r->plan.r1_kept) {
+            json_t *kept = json_array();
+            for (int64_t j = 0; j < r->plan.hidden; j++)
+                if (r->plan.r1_kept[j]) json_array_append_new(kept, json_integer(j));
+            json_object_set_new(t, "r1_kept_channels", kept);
+        }
         json_object_set_new(cfg, "ember_transform", t);
     }
     char *path = em_path_join(r->tmp, "config.json");

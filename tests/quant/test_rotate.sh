@@ -3,7 +3,8 @@
 # MTP layouts, tied, q/k/v bias; R1 only there) (GQA, MHA, biases, q/k
 # norms, head_dim 48 = 12*4 and 40 = 20*2, hidden 96 = 12*8, tied and untied)
 # a rotated but unquantized f32 checkpoint gives the original's logits within
-# f32 tolerance; the artifact records the transform and unties the head; a
+# f32 tolerance, also with channels kept out of R1 (--rotate-keep); the
+# artifact records the transform (and the kept channels) and unties the head; a
 # rotated quantized artifact loads and decodes like its own dequantized copy.
 set -euo pipefail
 : "${EMBER_BIN:?}" "${EMBER_SRC:?}"
@@ -16,6 +17,25 @@ for d in "$EMBER_SRC"/tests/golden/dense/*/ "$EMBER_SRC"/tests/golden/qwen3_5/*/
   "$EMBER_BIN" logits "$tmp/$name" --ids "$ids" --out "$tmp/r.bin"
   python3 "$EMBER_SRC/tests/support/compare_logits.py" "$tmp/r.bin" "$d/logits.bin" --rel 1e-5 --name "rotated $name" || fail=1
 done
+# with residual channels kept out of R1 (--rotate-keep): the same function again
+for d in "$EMBER_SRC"/tests/golden/dense/*/ "$EMBER_SRC"/tests/golden/qwen3_5/*/; do
+  name=$(basename "$d")
+  ids=$(python3 -c "import json,sys; print(','.join(map(str, json.load(open(sys.argv[1]))['ids'])))" "$d/ref.json")
+  "$EMBER_BIN" quantize "$d" "$tmp/k_$name" --rotate --rotate-keep 3 --seed 5 --bits none --dtype f32 2>/dev/null
+  "$EMBER_BIN" logits "$tmp/k_$name" --ids "$ids" --out "$tmp/k.bin"
+  python3 "$EMBER_SRC/tests/support/compare_logits.py" "$tmp/k.bin" "$d/logits.bin" --rel 1e-5 --name "rotated, 3+ channels kept, $name" || fail=1
+done
+python3 - "$tmp/k_llama_gqa_tied" <<'PY' || fail=1
+import json, os, struct, sys
+d = sys.argv[1]
+t = json.load(open(os.path.join(d, "config.json")))["ember_transform"]
+f = open(os.path.join(d, "model.safetensors"), "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n))
+g = h["model.layers.0.input_layernorm.weight"]
+kept = t.get("r1_kept_channels", [])
+ok = t["id"].endswith("+kept") and len(kept) >= 3 and "kept out" in t["deviations"] and len(kept) < g["shape"][0]
+print(("ok  " if ok else "FAIL") + " kept channels recorded: %d of %d" % (len(kept), g["shape"][0]))
+sys.exit(0 if ok else 1)
+PY
 # the MTP head (its own folded copy in the artifact) drafts as before
 a=$("$EMBER_BIN" bench "$EMBER_SRC/tests/golden/qwen3_5/q35_mtp_ratio3" --spec mtp --prompt-tokens 16 --gen-tokens 24 --temperature 0 --seed 1 --json | grep '"spec"')
 b=$("$EMBER_BIN" bench "$tmp/q35_mtp_ratio3" --spec mtp --prompt-tokens 16 --gen-tokens 24 --temperature 0 --seed 1 --json | grep '"spec"')
@@ -45,4 +65,8 @@ grep -q "^lm_head.weight .* <- model.embed_tokens.weight \* gain(model.norm.weig
   && echo "ok   plan lists the untied head and R2" || { echo "FAIL plan"; head -5 "$tmp/plan.txt"; fail=1; }
 if "$EMBER_BIN" quantize "$src" "$tmp/x" --rotate --family qwen3_5 2>"$tmp/err"; then echo "FAIL wrong family accepted"; fail=1
 else echo "ok   wrong family refused: $(head -c 120 "$tmp/err")"; fi
+if "$EMBER_BIN" quantize "$src" "$tmp/x" --rotate --rotate-keep 100000 2>"$tmp/err"; then echo "FAIL keeping every channel accepted"; fail=1
+else grep -q "leaves nothing to rotate" "$tmp/err" && echo "ok   keeping every channel refused" || { echo "FAIL: $(cat "$tmp/err")"; fail=1; }; fi
+if "$EMBER_BIN" quantize "$src" "$tmp/x" --rotate-keep 2 2>"$tmp/err"; then echo "FAIL --rotate-keep without --rotate accepted"; fail=1
+else echo "ok   --rotate-keep without --rotate refused"; fi
 exit $fail
