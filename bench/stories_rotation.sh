@@ -18,9 +18,12 @@
 # 6. bench/quant_kl.sh at group size 32 (the hidden size, 288, is no multiple of
 #    64) over --bits and --seeds, then at 4 and 3 bits with one part of the
 #    model quantized at a time (embedding + head; the layers; q/k/v; o;
-#    gate/up; down) to show where rotation gains and where it loses.
+#    gate/up; down) to show where rotation gains and where it loses;
+# 7. the whole-model table again with `--rotate-keep 2` (the two residual
+#    channels of smallest norm gain, where its massive activations sit, and as
+#    many more as the Hadamard order needs, kept out of R1).
 set -uo pipefail
-usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 [ $# -ge 2 ] || usage
 ember=$1 work=$2; shift 2
 bits="8 6 4 3 2" seeds="0 1 2"
@@ -123,6 +126,8 @@ for ((i = 0; i < ${#labels[@]}; i += 2)); do
   kl "$work/kl_${labels[i]}" --bits "4 3" --seeds "0 1" --recipe "$work/part_${labels[i]}.json" \
     >"$work/kl_${labels[i]}.out" 2>/dev/null
 done
+stamp "quantization KL with --rotate-keep 2: bits $bits, seeds $seeds"
+kl "$work/kl_keep" --bits "$bits" --seeds "$seeds" --rotate-keep 2 >"$work/kl_keep.out" 2>/dev/null || rc=1
 stamp "done (quant_kl exit $rc)"
 echo
 echo "One part quantized, the rest as trained (seeds 0 and 1):"
@@ -134,5 +139,6 @@ for ((i = 0; i < ${#labels[@]}; i += 2)); do
 done
 echo
 cat "$work/kl.out"
+cat "$work/kl_keep.out"
 [ ! -f "$work/activations.txt" ] || { echo; cat "$work/activations.txt"; }
 exit $rc

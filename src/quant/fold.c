@@ -314,6 +314,17 @@ static em_status kept_scores(ctx *c, float *score) {
     return st;
 }
 
+typedef struct scored {
+    float score;
+    int32_t j;
+} scored;
+
+static int cmp_scored(const void *a, const void *b) {
+    const scored *x = a, *y = b;
+    if (x->score != y->score) return x->score < y->score ? -1 : 1;
+    return (x->j > y->j) - (x->j < y->j);
+}
+
 /* The largest order the Hadamard construction takes, at most n. */
 static int64_t r1_order_at_most(int64_t n) {
     while (n > 1 && !hadamard_order_ok(n)) n--;
@@ -329,19 +340,15 @@ static em_status choose_kept(ctx *c, int64_t keep) {
     if (p->r1_n < 2) return em_fail(EM_ERR_INVALID, "keeping %lld of %lld channels out of R1 leaves nothing to rotate",
                                     (long long)keep, (long long)H);
     float *score = em_mallocn((size_t)H, sizeof *score);
-    int32_t *order = em_mallocn((size_t)H, sizeof *order);
+    scored *order = em_mallocn((size_t)H, sizeof *order);
     p->r1_kept = em_calloc((size_t)H, sizeof *p->r1_kept);
     p->r1_idx = em_mallocn((size_t)p->r1_n, sizeof *p->r1_idx);
     em_status st = score && order && p->r1_kept && p->r1_idx ? kept_scores(c, score) : em_fail(EM_ERR_NOMEM, "out of memory");
     if (st == EM_OK) {
         /* the H - r1_n lowest scores are kept (ties: the lower index) */
-        for (int64_t j = 0; j < H; j++) order[j] = (int32_t)j;
-        for (int64_t a = 1; a < H; a++) /* insertion sort: H is a few thousand at most */
-            for (int64_t b = a; b > 0 && score[order[b]] < score[order[b - 1]]; b--) {
-                int32_t t = order[b];
-                order[b] = order[b - 1], order[b - 1] = t;
-            }
-        for (int64_t k = 0; k < H - p->r1_n; k++) p->r1_kept[order[k]] = true;
+        for (int64_t j = 0; j < H; j++) order[j] = (scored){score[j], (int32_t)j};
+        qsort(order, (size_t)H, sizeof *order, cmp_scored);
+        for (int64_t k = 0; k < H - p->r1_n; k++) p->r1_kept[order[k].j] = true;
         for (int64_t j = 0, r = 0; j < H; j++)
             if (!p->r1_kept[j]) p->r1_idx[r++] = (int32_t)j;
     }
@@ -473,15 +480,15 @@ void fold_plan_free(fold_plan *p) {
 
 /* ---- apply ---- */
 
-/* median of |g| over n values (1 when it is 0) */
-static float gain_median(const float *g, int64_t n) {
+/* *med = the median of |g| over n values (1 when it is 0). */
+static em_status gain_median(const float *g, int64_t n, float *med) {
     float *c = em_mallocn((size_t)n, sizeof *c);
-    if (!c) return 1.0f;
+    if (!c) return em_fail(EM_ERR_NOMEM, "out of memory");
     for (int64_t j = 0; j < n; j++) c[j] = fabsf(g[j]);
     qsort(c, (size_t)n, sizeof *c, cmp_f);
-    float m = c[n / 2];
+    *med = c[n / 2] > 0 ? c[n / 2] : 1.0f;
     free(c);
-    return m > 0 ? m : 1.0f;
+    return EM_OK;
 }
 
 static em_status fold_gains(const fold_plan *p, const qsrc *src, const plan_out *e, float *w) {
@@ -498,8 +505,9 @@ static em_status fold_gains(const fold_plan *p, const qsrc *src, const plan_out 
      * norm's median, which is folded (so their columns keep the scale of
      * the others in a quantization group) */
     for (int64_t s0 = 0; st == EM_OK && p->r1_kept && s0 < cols; s0 += p->hidden) {
-        float med = gain_median(g + s0, p->hidden);
-        for (int64_t j = 0; j < p->hidden; j++)
+        float med = 1.0f;
+        st = gain_median(g + s0, p->hidden, &med);
+        for (int64_t j = 0; st == EM_OK && j < p->hidden; j++)
             if (p->r1_kept[j]) g[s0 + j] = med;
     }
     for (int64_t r = 0; st == EM_OK && r < rows; r++)
@@ -540,7 +548,7 @@ em_status fold_apply(const fold_plan *p, const qsrc *src, const plan_out *e, flo
         if (p->r1_kept) { /* kept channels keep their gains over the median fold_gains folds */
             EM_TRY(qsrc_read(src, e->src, out));
             for (uint64_t i = 0; i < n; i++) out[i] += off;
-            med = gain_median(out, (int64_t)n);
+            EM_TRY(gain_median(out, (int64_t)n, &med));
         }
         for (uint64_t i = 0; i < n; i++) out[i] = (p->r1_kept && p->r1_kept[i] ? out[i] / med : 1.0f) - off;
         return EM_OK;

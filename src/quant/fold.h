@@ -68,7 +68,7 @@ typedef struct fold_plan {
     int32_t *r1_idx;          /* which (ascending; NULL: all), the rest keep their basis and gains */
     bool *r1_kept;            /* hidden flags: channel j kept out of R1 (NULL: none) */
     char transform_id[48];
-    char deviations[512];
+    char deviations[1024];
     bool untie;               /* the head became an explicit output */
     bool visual_copied;       /* a vision tower was copied untransformed */
 } fold_plan;
