@@ -39,8 +39,11 @@ PY
 # the MTP head (its own folded copy in the artifact) drafts as before
 a=$("$EMBER_BIN" bench "$EMBER_SRC/tests/golden/qwen3_5/q35_mtp_ratio3" --spec mtp --prompt-tokens 16 --gen-tokens 24 --temperature 0 --seed 1 --json | grep '"spec"')
 b=$("$EMBER_BIN" bench "$tmp/q35_mtp_ratio3" --spec mtp --prompt-tokens 16 --gen-tokens 24 --temperature 0 --seed 1 --json | grep '"spec"')
-[ "$(sed -E 's/.*"acceptance_rate":([0-9.]+).*/\1/' <<<"$a")" = "$(sed -E 's/.*"acceptance_rate":([0-9.]+).*/\1/' <<<"$b")" ] \
-  && echo "ok   rotated MTP drafts accepted as before" || { echo "FAIL MTP acceptance: $a vs $b"; fail=1; }
+k=$("$EMBER_BIN" bench "$tmp/k_q35_mtp_ratio3" --spec mtp --prompt-tokens 16 --gen-tokens 24 --temperature 0 --seed 1 --json | grep '"spec"')
+rate() { sed -E 's/.*"acceptance_rate":([0-9.]+).*/\1/' <<<"$1"; }
+[ "$(rate "$a")" = "$(rate "$b")" ] && echo "ok   rotated MTP drafts accepted as before" || { echo "FAIL MTP acceptance: $a vs $b"; fail=1; }
+[ "$(rate "$a")" = "$(rate "$k")" ] && echo "ok   rotated MTP drafts, channels kept, accepted as before" \
+  || { echo "FAIL MTP acceptance with kept channels: $a vs $k"; fail=1; }
 python3 - "$tmp/llama_gqa_tied" <<'PY' || fail=1
 import json, os, struct, sys
 d = sys.argv[1]
