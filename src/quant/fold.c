@@ -286,10 +286,21 @@ static int cmp_f(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* *med = the median of |g| over n values (1 when it is 0). */
+static em_status gain_median(const float *g, int64_t n, float *med) {
+    float *c = em_mallocn((size_t)n, sizeof *c);
+    if (!c) return em_fail(EM_ERR_NOMEM, "out of memory");
+    for (int64_t j = 0; j < n; j++) c[j] = fabsf(g[j]);
+    qsort(c, (size_t)n, sizeof *c, cmp_f);
+    *med = c[n / 2] > 0 ? c[n / 2] : 1.0f;
+    free(c);
+    return EM_OK;
+}
+
 /* score[j] = min over the residual norms of |gain_j + offset| / median. */
 static em_status kept_scores(ctx *c, float *score) {
     int64_t H = c->p->hidden;
-    float *g = em_mallocn((size_t)H * 2, sizeof *g);
+    float *g = em_mallocn((size_t)H, sizeof *g);
     if (!g) return em_fail(EM_ERR_NOMEM, "out of memory");
     for (int64_t j = 0; j < H; j++) score[j] = 1e30f;
     em_status st = EM_OK;
@@ -303,10 +314,10 @@ static em_status kept_scores(ctx *c, float *score) {
                         (layer_of(c, t->name, &layer, &rest, &mtp) && !mtp &&
                          (!strcmp(rest, "input_layernorm.weight") || !strcmp(rest, "post_attention_layernorm.weight")));
         if (!res || t->ndim != 1 || t->shape[0] != H) continue;
+        float med = 1.0f;
         if ((st = qsrc_read(c->s, t, g)) != EM_OK) break;
-        for (int64_t j = 0; j < H; j++) g[H + j] = g[j] = fabsf(g[j] + c->offset);
-        qsort(g + H, (size_t)H, sizeof *g, cmp_f);
-        float med = g[H + H / 2] > 0 ? g[H + H / 2] : 1.0f;
+        for (int64_t j = 0; j < H; j++) g[j] = fabsf(g[j] + c->offset);
+        if ((st = gain_median(g, H, &med)) != EM_OK) break;
         for (int64_t j = 0; j < H; j++)
             if (g[j] / med < score[j]) score[j] = g[j] / med;
     }
@@ -479,17 +490,6 @@ void fold_plan_free(fold_plan *p) {
 }
 
 /* ---- apply ---- */
-
-/* *med = the median of |g| over n values (1 when it is 0). */
-static em_status gain_median(const float *g, int64_t n, float *med) {
-    float *c = em_mallocn((size_t)n, sizeof *c);
-    if (!c) return em_fail(EM_ERR_NOMEM, "out of memory");
-    for (int64_t j = 0; j < n; j++) c[j] = fabsf(g[j]);
-    qsort(c, (size_t)n, sizeof *c, cmp_f);
-    *med = c[n / 2] > 0 ? c[n / 2] : 1.0f;
-    free(c);
-    return EM_OK;
-}
 
 static em_status fold_gains(const fold_plan *p, const qsrc *src, const plan_out *e, float *w) {
     int64_t rows = e->shape[0], cols = e->shape[1];
