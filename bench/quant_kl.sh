@@ -3,7 +3,7 @@
 #
 #   bench/quant_kl.sh EMBER_BIN MODEL TEXT WORK_DIR [--bits "8 6 4 3 2"] [--group-size G]
 #                     [--seeds "0 1 2"] [--search] [--ctx N] [--max-tokens N] [--device D]
-#                     [--recipe FILE] [--rotate-keep N]
+#                     [--recipe FILE] [--rotate-keep N] [--online]
 #
 # For each bit width: `ember quantize` round-to-nearest, and `--rotate` once per
 # seed (several seeds show how much of a difference is the seed's luck); then
@@ -17,11 +17,13 @@
 # mixed-precision recipe to `ember quantize` (--bits overrides its default width;
 # its rules, such as {"match": "model.layers.*", "quantize": false}, still apply).
 # --rotate-keep N rotates with `--rotate-keep N` (residual channels kept out of R1).
+# --online rotates with `--rotate-online` instead (each block's input rotated at
+# run time; the Llama family).
 set -uo pipefail
-usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 [ $# -ge 4 ] || usage
 ember=$1 model=$2 text=$3 work=$4; shift 4
-bits="8 6 4 3 2" group=64 seeds="0 1 2" search=() klargs=() klenv=() recipe=() keep=()
+bits="8 6 4 3 2" group=64 seeds="0 1 2" search=() klargs=() klenv=() recipe=() keep=() rotflag=--rotate
 while [ $# -gt 0 ]; do
   case $1 in
     --bits) bits=${2:?}; shift ;;
@@ -32,6 +34,7 @@ while [ $# -gt 0 ]; do
     --device) klenv=("EMBER_DEVICE=${2:?}"); shift ;;
     --recipe) recipe=(--recipe "${2:?}"); shift ;;
     --rotate-keep) keep=(--rotate-keep "${2:?}"); shift ;;
+    --online) rotflag=--rotate-online ;;
     -h|--help) usage ;;
     *) echo "quant_kl: unknown option $1" >&2; usage ;;
   esac
@@ -74,7 +77,7 @@ for b in $bits; do
   rm -rf "$d"
   for s in $seeds; do
     echo "[quant_kl] $b bits, rotated (seed $s)" >&2
-    if "$ember" quantize "$model" "$d" "${recipe[@]}" --bits "$b" --group-size "$group" "${search[@]}" --rotate "${keep[@]}" --seed "$s" --force \
+    if "$ember" quantize "$model" "$d" "${recipe[@]}" --bits "$b" --group-size "$group" "${search[@]}" "$rotflag" "${keep[@]}" --seed "$s" --force \
         >/dev/null 2>"$work/err.txt"; then
       score "$d" "$b" rotate "$s"
     else
@@ -84,6 +87,7 @@ for b in $bits; do
   done
 done
 
+[ "$rotflag" = --rotate-online ] && keep=(--rotate-online)
 python3 - "$res" "$group" "${search[*]:-}" "${keep[*]:-}" <<'PY' | tee "$work/quant_kl.md"
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]

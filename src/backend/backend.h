@@ -17,6 +17,7 @@
 
 #include "base/status.h"
 #include "tensor/dtype.h"
+#include "tensor/hadamard.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -169,6 +170,11 @@ typedef struct em_backend_ops {
      * y may equal h. Optional (NULL: add, then rmsnorm). */
     void (*add_rmsnorm)(em_backend *be, float *x, const float *h, float *y, const float *gain, int rows, int n,
                         float eps, float gain_offset);
+    /* x[r] <- x[r]·Q for rows of h->n, in place, by hadamard_right's
+     * arithmetic (the same bits): the online rotation of a block's normed
+     * input (h is the plain transform, hadamard_make_plain). Optional (NULL:
+     * models that need it refuse to load). */
+    void (*hadamard)(em_backend *be, float *x, int rows, const hadamard *h);
     /* Rotates the first rot_dim dims of each head in place (rotate-half
      * convention), for rows of n_heads*head_dim; cos/sin from inv_freq at
      * pos[row], multiplied by attn_factor. */

@@ -22,6 +22,9 @@ static void quantize_help(void) {
            "                     \"bits\": 6}, {\"match\": \"...\", \"quantize\": false}]} (globs over module paths,\n"
            "                     first match wins; --bits/--group-size given after it override its defaults)\n"
            "  --rotate           fold norm gains and Hadamard rotations into the weights\n"
+           "  --rotate-online    instead of --rotate: rotate each attention and MLP block's normed input\n"
+           "                     at run time (Llama family; lower error at 4 bits and below, a Hadamard\n"
+           "                     transform of the hidden state per block and token when it runs)\n"
            "  --seed N           rotation seed (default 0)\n"
            "  --rotate-keep N    keep at least N residual channels out of R1: those whose norm gains are\n"
            "                     smallest (massive activations), which keep their basis and gains\n"
@@ -75,6 +78,8 @@ static int cmd_quantize(int argc, char **argv) {
             recipe = v;
         } else if (!strcmp(argv[i], "--rotate")) {
             j.fold.rotate = true;
+        } else if (!strcmp(argv[i], "--rotate-online")) {
+            j.fold.online = true;
         } else if (!strcmp(argv[i], "--search")) {
             j.search = true;
         } else if (cli_arg_is(argv[i], "--seed")) {
@@ -125,10 +130,15 @@ static int cmd_quantize(int argc, char **argv) {
         cli_error("quantize", "SRC and DST are required (see --help)");
         return CLI_USAGE;
     }
-    if (j.fold.r1_keep > 0 && !j.fold.rotate) {
+    if (j.fold.r1_keep > 0 && (!j.fold.rotate || j.fold.online)) {
         cli_error("quantize", "--rotate-keep applies to --rotate");
         return CLI_USAGE;
     }
+    if (j.fold.rotate && j.fold.online) {
+        cli_error("quantize", "--rotate and --rotate-online are alternatives; give one");
+        return CLI_USAGE;
+    }
+    j.fold.rotate |= j.fold.online;
     if (recipe && quant_recipe_load(recipe, &j.recipe) != EM_OK) {
         cli_error("quantize", "%s", em_last_error());
         quant_recipe_free(&j.recipe);

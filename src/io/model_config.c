@@ -244,6 +244,32 @@ static em_status parse_dense(json_t *root, const char *path, model_config *c) {
     return parse_layer_windows(root, path, c);
 }
 
+/* ember_transform.online_rotations: the run-time rotations the weights
+ * were written for (ember quantize --rotate-online). A name this build does
+ * not know is refused: the weights would be read in the wrong basis. */
+static em_status parse_online_rotations(json_t *root, const char *path, model_config *c) {
+    json_t *t = json_object_get(root, "ember_transform");
+    if (!t) return EM_OK;
+    if (!json_is_object(t)) return em_fail(EM_ERR_FORMAT, "%s: ember_transform must be an object", path);
+    json_t *a = json_object_get(t, "online_rotations");
+    if (!a) return EM_OK;
+    if (!json_is_array(a))
+        return em_fail(EM_ERR_FORMAT, "%s: ember_transform.online_rotations must be an array of names", path);
+    size_t i;
+    json_t *v;
+    json_array_foreach(a, i, v) {
+        const char *n = json_is_string(v) ? json_string_value(v) : NULL;
+        if (n && !strcmp(n, "attention_input")) c->rot_attn_in = true;
+        else if (n && !strcmp(n, "mlp_input")) c->rot_mlp_in = true;
+        else
+            return em_fail(EM_ERR_UNSUPPORTED,
+                           "%s: ember_transform.online_rotations[%zu] is %s%s%s: not a rotation this build applies "
+                           "(attention_input, mlp_input)",
+                           path, i, n ? "\"" : "", n ? n : "not a string", n ? "\"" : "");
+    }
+    return EM_OK;
+}
+
 em_status model_config_parse(const char *text, size_t len, const char *path, model_config *c) {
     memset(c, 0, sizeof *c);
     json_error_t jerr;
@@ -256,6 +282,7 @@ em_status model_config_parse(const char *text, size_t len, const char *path, mod
     if (s == EM_OK && c->family == FAMILY_QWEN3_5) s = mc_qwen3_5_text_root(root, path, &arch_root);
     if (s == EM_OK) s = parse_dense(arch_root, path, c);
     if (s == EM_OK && c->family == FAMILY_QWEN3_5) s = mc_qwen3_5_parse(root, arch_root, path, c);
+    if (s == EM_OK) s = parse_online_rotations(root, path, c);
     long long bos = -1;
     bool found = false;
     if (s == EM_OK) s = mc_get_int(arch_root, "bos_token_id", path, false, &bos, &found);

@@ -62,6 +62,10 @@ typedef struct model_config {
     int n_eos;
     char dtype[16];                     /* torch_dtype / dtype as written */
     int n_kv_layers;                    /* layers with a KV cache; 0: n_layers */
+    /* online rotations an `ember quantize --rotate-online` artifact needs
+     * (config.json ember_transform.online_rotations): the normed input of
+     * each attention / MLP block multiplied by H/√hidden at run time */
+    bool rot_attn_in, rot_mlp_in;
     qwen3_5_config q35;                 /* FAMILY_QWEN3_5 only */
 } model_config;
 

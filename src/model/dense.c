@@ -33,6 +33,7 @@ typedef struct dense_impl {
     float *inv_freq;
     float attn_factor;
     int rot_dim;
+    hadamard rot;       /* H/√hidden for the online rotations the weights need (model_config) */
     /* workspace, grown to the largest batch seen */
     int cap_tokens;
     float *x, *h, *q, *k, *v, *att, *gate, *up, *act;
@@ -111,6 +112,7 @@ static void dense_free(em_model *m) {
     for (size_t k = 0; k < sizeof ws / sizeof ws[0]; k++)
         if (ws[k]) be->ops->free(be, ws[k]);
     free(d->inv_freq);
+    hadamard_free(&d->rot);
     row_runs_free(&d->runs);
     free(d->views);
     free(d->span_rows);
@@ -118,6 +120,17 @@ static void dense_free(em_model *m) {
     free(d->ids);
     free(d);
     m->impl = NULL;
+}
+
+/* The transform an artifact's online rotations apply to the blocks' normed
+ * inputs (ember quantize --rotate-online), on a backend that has it. */
+static em_status online_rotation_load(em_model *m, hadamard *rot) {
+    if (!m->be->ops->hadamard)
+        return em_fail(EM_ERR_UNSUPPORTED,
+                       "%s: the weights were written for online rotations (config.json ember_transform), which the "
+                       "%s backend does not apply",
+                       m->dir, m->be->desc);
+    return hadamard_make_plain(m->cfg.hidden, "hidden_size (the online rotation)", rot);
 }
 
 static em_status dense_load(em_model *m) {
@@ -143,7 +156,7 @@ static em_status dense_load(em_model *m) {
     if (!d->inv_freq) return em_fail(EM_ERR_NOMEM, "out of memory");
     rope_inv_freq(&c->rope, d->rot_dim, c->max_pos, d->inv_freq, &d->attn_factor);
     d->graphs = em_config_flag(m->config, EMC_CUDA_GRAPHS);
-    return EM_OK;
+    return c->rot_attn_in || c->rot_mlp_in ? online_rotation_load(m, &d->rot) : EM_OK;
 }
 
 static em_status ensure_workspace(em_model *m, dense_impl *d, int T) {
@@ -250,6 +263,7 @@ static void attention_block(em_model *m, dense_impl *d, dense_layer *L, int laye
     const em_backend_ops *op = be->ops;
     int qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
     residual_norm(m, d, L->attn_norm, T, pending);
+    if (c->rot_attn_in) op->hadamard(be, d->h, T, &d->rot);
     float *qkv[3] = {d->q, d->k, d->v};
     const em_weight *wqkv[3] = {&L->wq, &L->wk, &L->wv};
     const float *bqkv[3] = {L->bq, L->bk, L->bv};
@@ -285,6 +299,7 @@ static void mlp_block(em_model *m, dense_impl *d, dense_layer *L, int T) {
     em_backend *be = m->be;
     const em_backend_ops *op = be->ops;
     residual_norm(m, d, L->mlp_norm, T, true);
+    if (c->rot_mlp_in) op->hadamard(be, d->h, T, &d->rot);
     const em_weight *wmlp[3] = {&L->wg, &L->wu, &L->wd};
     const float *bmlp[3] = {L->bg, L->bu, L->bd};
     if (row_runs_matmul_mlp(m->be, &d->runs, d->h, d->act, d->h, wmlp, bmlp)) return;

@@ -254,6 +254,11 @@ static em_status open_procs(em_model *m, tp_impl *t) {
 
 em_status dense_tp_start(em_model *m) {
     const model_config *c = &m->cfg;
+    if (c->rot_attn_in || c->rot_mlp_in)
+        return em_fail(EM_ERR_UNSUPPORTED,
+                       "%s: the weights were written for online rotations (config.json ember_transform), which "
+                       "tensor parallelism does not apply",
+                       m->dir);
     tp_impl *t = em_calloc(1, sizeof *t);
     if (!t) return em_fail(EM_ERR_NOMEM, "out of memory");
     m->impl = t;

@@ -130,6 +130,11 @@ em_status q35_backend_check(const em_model *m) {
 static em_status q35_load(em_model *m) {
     const model_config *c = &m->cfg;
     const qwen3_5_config *q = &c->q35;
+    if (c->rot_attn_in || c->rot_mlp_in)
+        return em_fail(EM_ERR_UNSUPPORTED,
+                       "%s: config.json ember_transform asks for online rotations, which the Qwen3.5 graph does not "
+                       "apply",
+                       m->dir);
     EM_TRY(q35_backend_check(m));
     q35_impl *d = em_calloc(1, sizeof *d);
     if (!d) return em_fail(EM_ERR_NOMEM, "out of memory");

@@ -419,6 +419,57 @@ static em_status plan_rotate(ctx *c) {
     return EM_OK;
 }
 
+/* ---- online rotations ----
+ *
+ * Every tensor is copied; a block's norm gain gets its rotation's signs and
+ * the 2-D weights that read the norm (every one of the block but its
+ * writer, o_proj or down_proj) get Q on their input side. */
+
+/* Which block of a layer a tensor belongs to: 0 attention, 1 MLP, -1 neither. */
+static int online_block(const char *rest) {
+    if (!strcmp(rest, "input_layernorm.weight") || starts_with(rest, "self_attn.")) return 0;
+    if (!strcmp(rest, "post_attention_layernorm.weight") || starts_with(rest, "mlp.")) return 1;
+    return -1;
+}
+
+static em_status plan_online_tensor(ctx *c, const qsrc_tensor *t) {
+    fold_plan *p = c->p;
+    plan_out *e;
+    EM_TRY(push(p, &c->cap, t->name, t, &e));
+    e->linear = t->ndim == 2 && ends_with(t->name, ".weight");
+    int layer, blk;
+    const char *rest;
+    bool mtp;
+    if (!layer_of(c, t->name, &layer, &rest, &mtp) || mtp || (blk = online_block(rest)) < 0) return EM_OK;
+    e->layer = layer;
+    e->on_stream = 2000 + 2 * (uint64_t)layer + (uint64_t)blk;
+    if (ends_with(rest, "layernorm.weight")) {
+        e->on_signs = true;
+        return check_shape(c, t, 1, p->hidden, 0, "norm gain");
+    }
+    if (t->ndim != 2 || !ends_with(rest, ".weight") || is_writer(rest)) return EM_OK;
+    if (t->shape[1] != p->hidden)
+        return em_fail(EM_ERR_FORMAT, "%s: tensor %s reads %lld inputs; a reader of the block's norm reads %lld",
+                       c->s->dir, t->name, (long long)t->shape[1], (long long)p->hidden);
+    e->on_in = true;
+    return EM_OK;
+}
+
+static em_status plan_online(ctx *c) {
+    fold_plan *p = c->p;
+    EM_TRY(find_prefix(c));
+    /* the order check (and its message); r1 is unused otherwise */
+    EM_TRY(hadamard_make(p->hidden, p->seed, 0, "the hidden size (online rotation)", &p->r1));
+    for (size_t i = 0; i < c->s->n; i++) EM_TRY(plan_online_tensor(c, &c->s->tensors[i]));
+    snprintf(p->transform_id, sizeof p->transform_id, "%s", "ember-rotate-v1:online-inputs");
+    snprintf(p->deviations, sizeof p->deviations, "%s",
+             "no rotation folded into the residual stream (no R1, R2): the normed input of every attention and MLP "
+             "block is rotated at run time by H/sqrt(hidden) (ember_transform.online_rotations), each block's "
+             "seeded signs multiplied into its norm gain and Q = D.H/sqrt(hidden) into the input side of the "
+             "weights that read it; embedding, head, o_proj and down_proj unchanged");
+    return EM_OK;
+}
+
 static em_status plan_identity(fold_plan *p, const qsrc *s) {
     size_t cap = 0;
     plan_out *e;
@@ -442,7 +493,15 @@ em_status fold_plan_build(const qsrc *s, const fold_options *o, fold_plan *p) {
     }
     ctx c = {.s = s, .p = p};
     st = choose_family(s, o->family, p->family, sizeof p->family);
-    if (st == EM_OK) {
+    if (st == EM_OK && o->online) {
+        p->online = true;
+        p->hidden = cfg_int(s->config, "hidden_size");
+        if (strcmp(p->family, "llama"))
+            st = em_fail(EM_ERR_UNSUPPORTED, "%s: online rotations are applied by the Llama-family graph only, not %s",
+                         s->dir, p->family);
+        else if (p->hidden <= 0) st = em_fail(EM_ERR_FORMAT, "%s: config.json has no hidden_size", s->dir);
+        else st = plan_online(&c);
+    } else if (st == EM_OK) {
         bool qwen = !strcmp(p->family, "qwen3_5");
         p->hidden = cfg_int(s->config, "hidden_size");
         p->head_dim = cfg_int(s->config, "head_dim");
@@ -541,8 +600,26 @@ static em_status r1_left_t(const fold_plan *p, float *a, int64_t width, float *t
     return EM_OK;
 }
 
+/* An online rotation's part of output e (plan_online): the signs into a
+ * norm gain, or Q into each row of a reader. */
+static em_status online_apply(const fold_plan *p, const plan_out *e, float *out) {
+    hadamard q;
+    EM_TRY(hadamard_make(p->hidden, p->seed, e->on_stream, "the hidden size (online rotation)", &q));
+    float tmp[HADAMARD_TMP_ROWS];
+    if (e->on_signs)
+        for (int64_t j = 0; j < p->hidden; j++) out[j] *= (float)q.sign[j];
+    if (e->on_in)
+        for (int64_t r = 0; r < e->shape[0]; r++) hadamard_right(&q, out + r * p->hidden, tmp);
+    hadamard_free(&q);
+    return EM_OK;
+}
+
 em_status fold_apply(const fold_plan *p, const qsrc *src, const plan_out *e, float *out) {
     uint64_t n = plan_out_elements(e);
+    if (e->on_signs || e->on_in) {
+        EM_TRY(qsrc_read(src, e->src, out));
+        return online_apply(p, e, out);
+    }
     if (e->set != FOLD_KEEP) {
         float off = e->set == FOLD_ZEROS ? 1.0f : 0.0f, med = 1.0f;
         if (p->r1_kept) { /* kept channels keep their gains over the median fold_gains folds */
@@ -593,6 +670,8 @@ void fold_plan_print(const fold_plan *p, FILE *f) {
         if (e->r1_out) fprintf(f, " R1^T .");
         if ((e->r1_in || e->r1_out) && p->r1_kept) fprintf(f, " [R1 over %lld of %lld]", (long long)p->r1_n, (long long)p->hidden);
         if (e->r2_out) fprintf(f, " R2[layer %d]^T .", e->layer);
+        if (e->on_signs) fprintf(f, " * D[layer %d %s]", e->layer, e->on_stream % 2 ? "mlp" : "attention");
+        if (e->on_in) fprintf(f, " . Q[layer %d %s] (online)", e->layer, e->on_stream % 2 ? "mlp" : "attention");
         fputc('\n', f);
     }
 }

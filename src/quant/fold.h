@@ -23,11 +23,20 @@
  * the residual norms' gains, the one read a plan makes.
  * The head is always an explicit output (untied): with the final gain folded
  * it no longer equals the embedding. Loading needs no flag: the graph is the
- * same, only the weights changed. */
+ * same, only the weights changed.
+ *
+ * With fold_options.online (Llama family), nothing is folded into the
+ * residual stream: each attention and MLP block's normed input is rotated at
+ * run time by H/√hidden (model_config's online rotations, which the artifact's
+ * config.json names), the block's own seeded signs D are multiplied into its
+ * norm gain and Q = D·H/√hidden into the input side of the weights that read
+ * the norm (q/k/v; gate/up). The gains stay in the norms, so the readers'
+ * columns keep their scale, and the embedding, the head, o_proj and
+ * down_proj are copied unchanged. */
 #ifndef EMBER_QUANT_FOLD_H
 #define EMBER_QUANT_FOLD_H
 
-#include "quant/hadamard.h"
+#include "tensor/hadamard.h"
 #include "quant/source.h"
 
 #include <stdio.h>
@@ -47,6 +56,10 @@ typedef struct plan_out {
     int layer;                /* R2 stream */
     fold_set set;             /* a folded norm gain, written as constants */
     bool linear;              /* the weight of a linear or embedding module */
+    /* online rotations: a block's norm gain times the signs D of its
+     * rotation, or a reader of that norm's output W·Q (Q = D·H/√hidden) */
+    bool on_signs, on_in;
+    uint64_t on_stream;       /* the rotation's seed stream: 2000 + 2·layer (+1: the MLP's) */
 } plan_out;
 
 typedef struct fold_options {
@@ -54,6 +67,7 @@ typedef struct fold_options {
     uint64_t seed;
     const char *family; /* "automatic" (default), "llama" or "qwen3_5" */
     int64_t r1_keep;    /* residual channels kept out of R1, at least (0: R1 rotates all) */
+    bool online;        /* instead: rotate each block's normed input at run time (--rotate-online) */
 } fold_options;
 
 typedef struct fold_plan {
@@ -61,6 +75,7 @@ typedef struct fold_plan {
     size_t n;
     char family[16];          /* "" when not rotating */
     bool rotate, r2;
+    bool online;              /* online rotations instead of R1/R2 (rotate is set too) */
     uint64_t seed;
     int64_t hidden, head_dim;
     hadamard r1;              /* of order hidden, or of r1_n < hidden channels */

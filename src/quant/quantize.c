@@ -323,6 +323,12 @@ static em_status write_config(run *r) {
         json_object_set_new(t, "family", json_string(r->plan.family));
         json_object_set_new(t, "seed", json_integer((json_int_t)r->plan.seed));
         json_object_set_new(t, "deviations", json_string(r->plan.deviations));
+        if (r->plan.online) {
+            json_t *on = json_array();
+            json_array_append_new(on, json_string("attention_input"));
+            json_array_append_new(on, json_string("mlp_input"));
+            json_object_set_new(t, "online_rotations", on);
+        }
         if (r->plan.r1_kept) {
             json_t *kept = json_array();
             for (int64_t j = 0; j < r->plan.hidden; j++)

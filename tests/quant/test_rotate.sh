@@ -6,6 +6,10 @@
 # f32 tolerance, also with channels kept out of R1 (--rotate-keep); the
 # artifact records the transform (and the kept channels) and unties the head; a
 # rotated quantized artifact loads and decodes like its own dequantized copy.
+# Online rotations (--rotate-online, Llama family): the same f32 equality for
+# every dense golden, the artifact naming the rotations it needs (head kept
+# tied), a 4-bit one decoding like its dequantized copy, the plan, the
+# refusals, and a rotation this build does not know refused at load.
 set -euo pipefail
 : "${EMBER_BIN:?}" "${EMBER_SRC:?}"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -72,4 +76,49 @@ if "$EMBER_BIN" quantize "$src" "$tmp/x" --rotate --rotate-keep 100000 2>"$tmp/e
 else grep -q "leaves nothing to rotate" "$tmp/err" && echo "ok   keeping every channel refused" || { echo "FAIL: $(cat "$tmp/err")"; fail=1; }; fi
 if "$EMBER_BIN" quantize "$src" "$tmp/x" --rotate-keep 2 2>"$tmp/err"; then echo "FAIL --rotate-keep without --rotate accepted"; fail=1
 else echo "ok   --rotate-keep without --rotate refused"; fi
+# online rotations: each block's normed input rotated at run time
+for d in "$EMBER_SRC"/tests/golden/dense/*/; do
+  name=$(basename "$d")
+  ids=$(python3 -c "import json,sys; print(','.join(map(str, json.load(open(sys.argv[1]))['ids'])))" "$d/ref.json")
+  "$EMBER_BIN" quantize "$d" "$tmp/o_$name" --rotate-online --seed 7 --bits none --dtype f32 2>/dev/null
+  "$EMBER_BIN" logits "$tmp/o_$name" --ids "$ids" --out "$tmp/o.bin"
+  python3 "$EMBER_SRC/tests/support/compare_logits.py" "$tmp/o.bin" "$d/logits.bin" --rel 1e-5 --name "online-rotated $name" || fail=1
+done
+python3 - "$tmp/o_llama_gqa_tied" <<'PY' || fail=1
+import json, os, struct, sys
+c = json.load(open(os.path.join(sys.argv[1], "config.json")))
+t = c["ember_transform"]
+f = open(os.path.join(sys.argv[1], "model.safetensors"), "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n))
+ok = (t["online_rotations"] == ["attention_input", "mlp_input"] and t["id"] == "ember-rotate-v1:online-inputs"
+      and t["seed"] == 7 and c["tie_word_embeddings"] is True and "lm_head.weight" not in h)
+print(("ok  " if ok else "FAIL") + " online rotations recorded, head still tied")
+sys.exit(0 if ok else 1)
+PY
+ids=$(python3 -c "import json,sys; print(','.join(map(str, json.load(open(sys.argv[1]))['ids'][:10])))" "$src/ref.json")
+"$EMBER_BIN" quantize "$src" "$tmp/oq" --rotate-online --bits 4 --group-size 32 2>/dev/null
+"$EMBER_BIN" quantize "$tmp/oq" "$tmp/oqd" --bits none --dtype f32 2>/dev/null
+a=$("$EMBER_BIN" generate "$tmp/oq" --ids "$ids" --max-tokens 6 --temperature 0 --ignore-eos --print-ids)
+b=$("$EMBER_BIN" generate "$tmp/oqd" --ids "$ids" --max-tokens 6 --temperature 0 --ignore-eos --print-ids)
+[ -n "$a" ] && [ "$a" = "$b" ] && echo "ok   online-rotated 4-bit decodes like its dequantized copy" || { echo "FAIL online 4-bit [$a] vs [$b]"; fail=1; }
+"$EMBER_BIN" quantize "$EMBER_SRC/tests/golden/dense/llama_gqa_tied" --plan --rotate-online > "$tmp/oplan.txt"
+grep -q "^model.layers.0.self_attn.q_proj.weight .* . Q\[layer 0 attention\] (online)" "$tmp/oplan.txt" \
+  && grep -q "^model.layers.1.post_attention_layernorm.weight .* \* D\[layer 1 mlp\]" "$tmp/oplan.txt" \
+  && grep -q "^model.layers.0.self_attn.o_proj.weight \[.*\] <- model.layers.0.self_attn.o_proj.weight$" "$tmp/oplan.txt" \
+  && echo "ok   online plan: readers take Q, norms their signs, writers unchanged" || { echo "FAIL online plan"; head -8 "$tmp/oplan.txt"; fail=1; }
+if "$EMBER_BIN" quantize "$EMBER_SRC/tests/golden/qwen3_5/q35_mtp_ratio3" "$tmp/x" --rotate-online 2>"$tmp/err"; then
+  echo "FAIL online rotations accepted for Qwen3.5"; fail=1
+else grep -q "Llama-family graph only" "$tmp/err" && echo "ok   online rotations refused for Qwen3.5" || { echo "FAIL: $(cat "$tmp/err")"; fail=1; }; fi
+if "$EMBER_BIN" quantize "$src" "$tmp/x" --rotate --rotate-online 2>"$tmp/err"; then echo "FAIL --rotate with --rotate-online accepted"; fail=1
+else echo "ok   --rotate with --rotate-online refused"; fi
+if "$EMBER_BIN" quantize "$src" "$tmp/x" --rotate-online --rotate-keep 2 2>"$tmp/err"; then echo "FAIL --rotate-keep with --rotate-online accepted"; fail=1
+else echo "ok   --rotate-keep with --rotate-online refused"; fi
+# an artifact naming a rotation this build does not apply is refused at load
+cp -r "$tmp/o_llama_gqa_tied" "$tmp/bad"
+python3 - "$tmp/bad/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); c["ember_transform"]["online_rotations"].append("down_input")
+json.dump(c, open(sys.argv[1], "w"))
+PY
+if "$EMBER_BIN" logits "$tmp/bad" --ids 1,2 --out "$tmp/b.bin" 2>"$tmp/err"; then echo "FAIL unknown online rotation loaded"; fail=1
+else grep -q "online_rotations\[2\]" "$tmp/err" && echo "ok   unknown online rotation refused: $(head -c 150 "$tmp/err")" || { echo "FAIL: $(cat "$tmp/err")"; fail=1; }; fi
 exit $fail

@@ -109,6 +109,28 @@ static void test_rmsnorm(void) {
     }
 }
 
+/* hadamard (the online rotation) gives the CPU's bits, for orders with no,
+ * one and two Paley factors. */
+static void test_hadamard(void) {
+    int orders[] = {128, 288, 768, 2560, 4096, 5120};
+    for (size_t c = 0; c < sizeof orders / sizeof orders[0]; c++)
+        for (int rows = 1; rows <= 3; rows += 2) {
+            int n = orders[c];
+            size_t N = (size_t)rows * n;
+            hadamard h;
+            REQUIRE(hadamard_make_plain(n, "test order", &h) == EM_OK);
+            float *x = rand_f32(N, 2.0f), *xd = up(x, N * 4);
+            cpu->ops->hadamard(cpu, x, rows, &h);
+            gpu->ops->hadamard(gpu, xd, rows, &h);
+            float *xg = down(xd, N);
+            CHECKF(!memcmp(xg, x, N * 4), "hadamard n=%d rows=%d: differs from the CPU (rel err %.3g)", n, rows,
+                   rel_err(xg, x, N));
+            gpu->ops->free(gpu, xd);
+            free(x), free(xg);
+            hadamard_free(&h);
+        }
+}
+
 /* add_rmsnorm equals add then rmsnorm; its output may be the h it adds. */
 static void test_add_rmsnorm(void) {
     int cases[][2] = {{1, 2048}, {5, 37}, {70, 128}};
@@ -1125,6 +1147,7 @@ int main(void) {
     RUN(test_matmul_skinny);
     RUN(test_add_rmsnorm);
     RUN(test_rmsnorm);
+    RUN(test_hadamard);
     RUN(test_rope);
     RUN(test_elementwise);
     RUN(test_embed);

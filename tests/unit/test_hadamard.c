@@ -1,10 +1,13 @@
 /* Hadamard rotations: H·Hᵀ = n·I for every construction (Sylvester; 12·2^k,
  * 20·2^k and the two-factor 144·2^k, 240·2^k, 400·2^k Paley products); Q = D·H/√n orthogonal (QᵀQ = I, and x·Q·Qᵀ = x);
  * the fast transform equals the dense product; unsupported orders refused;
- * the same seed gives the same signs. */
+ * the same seed gives the same signs; the plain transform (the online
+ * rotation) is H/√n, and the CPU backend's hadamard operation gives
+ * hadamard_right's bits row by row. */
 #include "test.h"
 
-#include "quant/hadamard.h"
+#include "backend/backend.h"
+#include "tensor/hadamard.h"
 
 #include <stdint.h>
 
@@ -46,7 +49,30 @@ static void check_order(int64_t n_in) {
     hadamard_free(&h);
 }
 
+/* The plain transform of order n: every sign +1, and the backend operation
+ * over three rows gives what hadamard_right gives each. */
+static void check_plain(int64_t n) {
+    hadamard h;
+    REQUIRE(hadamard_make_plain(n, "test", &h) == EM_OK);
+    bool plus = h.plain;
+    for (int64_t i = 0; i < n; i++) plus = plus && h.sign[i] == 1;
+    CHECKF(plus, "order %lld: the plain transform has a sign -1", (long long)n);
+    em_backend *cpu = NULL;
+    REQUIRE(cpu_backend_create(2, &cpu) == EM_OK);
+    float *x = calloc((size_t)(3 * n), sizeof *x), *y = calloc((size_t)(3 * n), sizeof *y), tmp[HADAMARD_TMP_ROWS];
+    for (int64_t i = 0; i < 3 * n; i++) x[i] = y[i] = (float)cos((double)i * 0.7);
+    cpu->ops->hadamard(cpu, x, 3, &h);
+    for (int r = 0; r < 3; r++) hadamard_right(&h, y + r * n, tmp);
+    CHECKF(!memcmp(x, y, (size_t)(3 * n) * sizeof *x), "order %lld: the backend operation differs", (long long)n);
+    free(x);
+    free(y);
+    em_backend_free(cpu);
+    hadamard_free(&h);
+}
+
 int main(void) {
+    int64_t plain[] = {64, 288, 768, 2560};
+    for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++) check_plain(plain[i]);
     int64_t orders[] = {1, 2, 8, 64, 12, 24, 48, 96, 20, 40, 80, 160, 144, 288, 240, 480, 400};
     for (size_t i = 0; i < sizeof orders / sizeof orders[0]; i++) check_order(orders[i]);
     int64_t bad[] = {3, 28, 36, 100, 0, 720, 1200};

@@ -95,6 +95,23 @@ static void cpu_rmsnorm(em_backend *be, float *y, const float *x, const float *g
     em_pool_for(((cpu_backend *)be->impl)->pool, rows, rmsnorm_row, &j);
 }
 
+typedef struct hadamard_job {
+    float *x;
+    const hadamard *h;
+} hadamard_job;
+
+static void hadamard_row(void *ctx, int r, int thread) {
+    (void)thread;
+    const hadamard_job *j = ctx;
+    float tmp[HADAMARD_TMP_ROWS];
+    hadamard_right(j->h, j->x + (size_t)r * (size_t)j->h->n, tmp);
+}
+
+static void cpu_hadamard(em_backend *be, float *x, int rows, const hadamard *h) {
+    hadamard_job j = {x, h};
+    em_pool_for(((cpu_backend *)be->impl)->pool, rows, hadamard_row, &j);
+}
+
 static void cpu_rope(em_backend *be, float *x, int rows, int n_heads, int head_dim, int rot_dim, const int32_t *pos,
                      const float *inv_freq, float attn_factor) {
     (void)be;
@@ -193,6 +210,7 @@ static const em_backend_ops cpu_ops = {
     .matmul_group = cpu_matmul_group,
     .matmul_swiglu = cpu_qmatmul_swiglu,
     .rmsnorm = cpu_rmsnorm,
+    .hadamard = cpu_hadamard,
     .rope = cpu_rope,
     .swiglu = cpu_swiglu,
     .add = cpu_add,

@@ -406,6 +406,7 @@ static em_backend_ops make_ops(void) {
     o.matmul_swiglu = cuda_matmul_swiglu;
     o.matmul_mlp = cuda_qmatmul_mlp;
     o.rmsnorm = cuda_rmsnorm;
+    o.hadamard = cuda_hadamard;
     o.add_rmsnorm = cuda_add_rmsnorm;
     o.rope = cuda_rope;
     o.rope_qk = cuda_rope_qk;

@@ -417,6 +417,8 @@ bool cuda_qmatmul_swiglu(em_backend *be, float *out, const float *x, int M, cons
                          const float *bg, const float *bu, em_math math);
 void cuda_attention(em_backend *be, float *out, const float *q, const em_kv_view *kv, const int32_t *pos, int n,
                     int n_heads, int n_kv, int head_dim, float scale, int window);
+/* cuda_hadamard.cu: backend.h's hadamard (plain transforms only). */
+void cuda_hadamard(em_backend *be, float *x, int rows, const hadamard *h);
 void cuda_rmsnorm(em_backend *be, float *y, const float *x, const float *gain, int rows, int n, float eps,
                   float gain_offset);
 void cuda_add_rmsnorm(em_backend *be, float *x, const float *h, float *y, const float *gain, int rows, int n, float eps,

@@ -2,7 +2,7 @@
  * with the fast transform (n log n) for the power-of-two factor and a dense
  * q x q mix for each Paley factor in turn (so order 288 = 12·12·2 costs
  * 2·12 + 1 operations a value, not 144). */
-#include "quant/hadamard.h"
+#include "tensor/hadamard.h"
 
 #include "base/alloc.h"
 
@@ -99,6 +99,13 @@ em_status hadamard_make(int64_t n, uint64_t seed, uint64_t stream, const char *w
         if (i % 64 == 0) bits = splitmix(&s);
         out->sign[i] = (bits >> (i % 64)) & 1 ? -1 : 1;
     }
+    return EM_OK;
+}
+
+em_status hadamard_make_plain(int64_t n, const char *what, hadamard *out) {
+    EM_TRY(hadamard_make(n, 0, 0, what, out));
+    memset(out->sign, 1, (size_t)n);
+    out->plain = true;
     return EM_OK;
 }
 
