@@ -76,6 +76,15 @@ static void mlx_params(float lo, float hi, float n_bins, em_dtype sdt, float *sc
     *bias = stored(b, sdt);
 }
 
+/* The plain affine map of [lo, hi] (bias lo, scale the range over the
+ * bins), as stored: no code is spent on keeping zero exact, which MLX's
+ * rule does at the cost of a step that may not span the group (groups
+ * symmetric about zero, as rotated weights are, lose most). */
+static void minmax_params(float lo, float hi, float n_bins, em_dtype sdt, float *scale, float *bias) {
+    *scale = stored(fmaxf((hi - lo) / n_bins, 1e-7f), sdt);
+    *bias = stored(lo, sdt);
+}
+
 /* Least-squares (scale, bias) for fixed codes q; false when the codes do
  * not determine them (all equal). */
 static bool refit(const float *w, const uint8_t *q, int n, double *scale, double *bias) {
@@ -107,9 +116,10 @@ static void search_group(const float *w, int n, int bits, em_dtype sdt, uint8_t 
     uint8_t q[SEARCH_MAX_GROUP], best_q[SEARCH_MAX_GROUP];
     float best_s = 0, best_b = 0;
     double best = INFINITY;
-    for (int k = 0; k < SEARCH_STEPS; k++) {
-        float a = 1.0f - 0.03f * (float)k, s, b;
-        mlx_params(lo * a, hi * a, n_bins, sdt, &s, &b);
+    for (int k = 0; k < 2 * SEARCH_STEPS; k++) {
+        float a = 1.0f - 0.03f * (float)(k / 2), s, b;
+        if (k % 2) minmax_params(lo * a, hi * a, n_bins, sdt, &s, &b);
+        else mlx_params(lo * a, hi * a, n_bins, sdt, &s, &b);
         double e = codes(w, n, n_bins, s, b, q);
         if (e < best) {
             best = e, best_s = s, best_b = b;

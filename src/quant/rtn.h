@@ -22,8 +22,10 @@ void rtn_quantize_row(const float *w, int64_t cols, int bits, int group, uint8_t
 
 /* A calibration-free refinement of the above (ember quantize --search):
  * per group, the range is shrunk by each factor of a fixed ladder (1.0 down
- * to 0.70: clipping the extremes trades their error for a finer step) and
- * the choice of least squared error kept; then the scale and bias are
+ * to 0.70: clipping the extremes trades their error for a finer step), each
+ * shrunk range mapped both by MLX's rule above and plainly (bias the range's
+ * low end, no code spent on keeping zero exact), and the choice of least
+ * squared error kept; then the scale and bias are
  * refitted by least squares to the chosen codes. Every candidate is judged
  * with its scale and bias rounded to sdt, the dtype they are stored in, and
  * the codes are computed against those rounded values, so what is measured
