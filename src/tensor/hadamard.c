@@ -137,6 +137,20 @@ static void fwht_rows(float *a, int64_t p, int64_t width) {
             }
 }
 
+/* fwht_rows for one column (width 1: a vector, the run-time case): the
+ * same sums and differences, in a loop the compiler can vectorise. */
+static void fwht_vec(float *a, int64_t p) {
+    for (int64_t len = 1; len < p; len *= 2)
+        for (int64_t i = 0; i < p; i += 2 * len) {
+            float *x = a + i, *y = a + i + len;
+            for (int64_t j = 0; j < len; j++) {
+                float u = x[j], v = y[j];
+                x[j] = u + v;
+                y[j] = u - v;
+            }
+        }
+}
+
 /* a (n rows of width) ← (I_outer ⊗ Hqᵀ ⊗ I_stride)·a: rows o·q·stride + c·stride + b,
  * c in [0, q), mixed for every outer block o and offset b. */
 static void paley_mix_t(float *a, int64_t n, int q, const int8_t *hq, int64_t stride, int64_t width, float *tmp) {
@@ -158,13 +172,16 @@ static void paley_mix_t(float *a, int64_t n, int q, const int8_t *hq, int64_t st
 
 void hadamard_left_t(const hadamard *h, float *a, int64_t width, float *tmp) {
     int64_t n = h->n, p = h->p;
-    for (int64_t i = 0; i < n; i++)
+    for (int64_t i = 0; i < n && !h->plain; i++)
         if (h->sign[i] < 0)
             for (int64_t k = 0; k < width; k++) a[i * width + k] = -a[i * width + k];
     /* Hᵀ = P0ᵀ ⊗ P1ᵀ ⊗ H_p (H_p symmetric), and the factors act on different
      * digits of the row index, so each is applied on its own: the p-transform
      * inside each block of p rows, then each Paley factor across its stride. */
-    for (int64_t blk = 0; blk < h->m; blk++) fwht_rows(a + blk * p * width, p, width);
+    for (int64_t blk = 0; blk < h->m; blk++) {
+        if (width == 1) fwht_vec(a + blk * p, p);
+        else fwht_rows(a + blk * p * width, p, width);
+    }
     int64_t stride = p;
     for (int i = h->n_paley - 1; i >= 0; i--) {
         paley_mix_t(a, n, h->q[i], h->pm[i], stride, width, tmp);
