@@ -197,6 +197,33 @@ QV_TARGET __attribute__((always_inline)) static inline void qv_prefetch(const ui
     _mm_prefetch((const char *)((uintptr_t)p + ahead), _MM_HINT_T1);
 }
 
+/* How far ahead of its reads a one-row product prefetches its weight codes.
+ * The hardware prefetchers alone kept a core at about 17 GB/s of 4-bit
+ * codes, the loads of codes and of each row's scales and biases (a second
+ * and third stream, one line a row) stalling where a plain read reaches
+ * 29; 8 KB ahead (and the scales of the rows those bytes belong to) raised
+ * a 1B layer's gate+up products from 22-28 to 29-48 GB/s on two cores and
+ * the 1B 4-bit decode by 12-15 % (median of six alternated runs each; 16 KB
+ * was no better). */
+#define QV_STREAM_AHEAD 8192
+
+/* Prefetches into L2 the scales and biases of weight row r, if the matrix
+ * has it. */
+QV_TARGET __attribute__((always_inline)) static inline void qv_prefetch_scalars(const em_weight *w, int64_t r) {
+    if (r >= w->rows) return;
+    size_t sb = (size_t)(w->cols / w->group_size) * (w->scale_dtype == EM_F32 ? 4 : 2);
+    for (size_t o = 0; o < sb; o += 64) {
+        qv_prefetch((const uint8_t *)w->scales + (size_t)r * sb, o);
+        qv_prefetch((const uint8_t *)w->biases + (size_t)r * sb, o);
+    }
+}
+
+/* The row whose scales a one-row product prefetches as it starts row n:
+ * the one its code prefetches will reach first. */
+static inline int64_t qv_scalars_ahead(int64_t n, size_t row_bytes) {
+    return n + 1 + (int64_t)(QV_STREAM_AHEAD / row_bytes);
+}
+
 /* What a tile shares across its rows for one chunk: the activations (at 4
  * bits the chunk's evens and odds, cpu_xq8 run 128), each lane's block
  * scale, and each lane's group within the window. */
@@ -279,16 +306,16 @@ QV_TARGET __attribute__((always_inline)) static inline void qv_rows_chunk(const 
  * x as rounded, err = sum(x - xr) over the group):
  * s * sum(xr * (q - 128)) + (b + 128 s) * sum(x)
  *     = s * sum(xr * q) + b * sum(x) + 128 s * err.
- * With `prefetch`, while a tile is read the next one (the NR rows after it)
- * is prefetched into L2, each row's line one tile ahead of the line being
- * read: the hardware prefetchers do not follow NR streams a row apart
- * (2048-wide 4-bit rows, one core: 7.8 -> 15.7 GB/s). */
+ * With `ahead`, each row's codes are prefetched into L2 that many bytes past
+ * the line being read: a tile of NR rows prefetches the next tile (ahead =
+ * NR rows), as the hardware prefetchers do not follow NR streams a row
+ * apart (2048-wide 4-bit rows, one core: 7.8 -> 15.7 GB/s). */
 QV_TARGET __attribute__((always_inline)) static inline void qv_tile(const cpu_xq8 *x, int m0, const em_weight *w,
                                                                      int n0, float *y, size_t ldy, const int MR,
-                                                                     const int NR, const int BITS, bool prefetch) {
+                                                                     const int NR, const int BITS, size_t ahead) {
     const int G = w->group_size, lg = G == 32 ? 5 : G == 64 ? 6 : 7;
     const size_t K = (size_t)w->cols, gpr = K / (size_t)G, CH = BITS == 4 ? 128 : 64;
-    const size_t rb = K * BITS / 8, ahead = (size_t)NR * rb;
+    const size_t rb = K * BITS / 8;
     const uint8_t *wr = (const uint8_t *)w->data + (size_t)n0 * rb;
     const int8_t *xq[2];
     const float *xd[2], *xs[2], *xerr[2];
@@ -324,7 +351,7 @@ QV_TARGET __attribute__((always_inline)) static inline void qv_tile(const cpu_xq
         qv_chunk c[2];
         for (; k + CH <= k1; k += CH) {
             const uint8_t *p = wr + k * BITS / 8;
-            if (prefetch)
+            if (ahead)
                 _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) qv_prefetch(p + (size_t)n * rb, ahead);
             _Pragma("GCC unroll 2") for (int m = 0; m < MR; m++)
                 c[m] = qv_chunk_at(xq[m], xd[m], k, k0, CH, lane_k, lg, BITS, false);
@@ -361,7 +388,7 @@ QV_TARGET __attribute__((always_inline)) static inline void qv_row_stream(const 
     const size_t K = (size_t)w->cols, gpr = K / (size_t)G, CH = BITS == 4 ? 128 : 64;
     const size_t rb = K * BITS / 8, nch = K / CH, wch = 16 * (size_t)G / CH;
     if (K % CH || nch > QV_MAX_CHUNKS) { /* a short last chunk, or too wide for the tables */
-        for (int n = 0; n < nr; n++) qv_tile(x, m0, w, n0 + n, y + n, 1, 1, 1, BITS, false);
+        for (int n = 0; n < nr; n++) qv_tile(x, m0, w, n0 + n, y + n, 1, 1, 1, BITS, 0);
         return;
     }
     const int8_t *xq = x->q + (size_t)m0 * K;
@@ -381,6 +408,7 @@ QV_TARGET __attribute__((always_inline)) static inline void qv_row_stream(const 
         gt[c] = _mm512_srli_epi32(_mm512_add_epi32(lane_k, _mm512_set1_epi32((int)(c * CH))), (unsigned)lg);
     for (int n = 0; n < nr; n++) {
         const uint8_t *wr = (const uint8_t *)w->data + (size_t)(n0 + n) * rb;
+        qv_prefetch_scalars(w, qv_scalars_ahead(n0 + n, rb));
         __m512 acc = _mm512_setzero_ps(), bacc = _mm512_setzero_ps();
         for (size_t gw = 0; gw < gpr; gw += 16) {
             __mmask16 gm = (__mmask16)qv_mask(gpr - gw);
@@ -396,6 +424,7 @@ QV_TARGET __attribute__((always_inline)) static inline void qv_row_stream(const 
                 size_t k = c * CH;
                 qv_chunk ch = {.xe = _mm512_loadu_si512(xq + k), .d = dv[c]};
                 ch.xo = BITS == 4 ? _mm512_loadu_si512(xq + k + 64) : ch.xe;
+                qv_prefetch(wr + k * BITS / 8, QV_STREAM_AHEAD);
                 qv_codes q = qv_unpack(wr + k * BITS / 8, 64, BITS, false);
                 __m512 t = _mm512_mul_ps(ch.d, _mm512_permutexvar_ps(gt[c - c0], S));
                 __m512 v = _mm512_cvtepi32_ps(qv_dot(&q, &ch, BITS));
@@ -437,16 +466,22 @@ QV_TARGET __attribute__((always_inline)) static inline void qv_rows(const cpu_xq
         return;
     }
     if (mr == 1) {
-        for (; n < nr; n++) qv_tile(x, m0, w, n0 + n, y + n, ldy, 1, 1, BITS, false);
+        for (; n < nr; n++) {
+            qv_prefetch_scalars(w, qv_scalars_ahead(n0 + n, (size_t)w->cols * BITS / 8));
+            qv_tile(x, m0, w, n0 + n, y + n, ldy, 1, 1, BITS, QV_STREAM_AHEAD);
+        }
         return;
     }
     for (; n + 4 <= nr; n += 4) {
         int m = 0;
-        for (; m + 2 <= mr; m += 2) qv_tile(x, m0 + m, w, n0 + n, y + (size_t)m * ldy + n, ldy, 2, 4, BITS, m == 0);
-        if (m < mr) qv_tile(x, m0 + m, w, n0 + n, y + (size_t)m * ldy + n, ldy, 1, 4, BITS, m == 0);
+        size_t ahead = 4 * (size_t)w->cols * BITS / 8; /* the next tile */
+        for (; m + 2 <= mr; m += 2)
+            qv_tile(x, m0 + m, w, n0 + n, y + (size_t)m * ldy + n, ldy, 2, 4, BITS, m == 0 ? ahead : 0);
+        if (m < mr) qv_tile(x, m0 + m, w, n0 + n, y + (size_t)m * ldy + n, ldy, 1, 4, BITS, m == 0 ? ahead : 0);
     }
     for (; n < nr; n++)
-        for (int m = 0; m < mr; m++) qv_tile(x, m0 + m, w, n0 + n, y + (size_t)m * ldy + n, ldy, 1, 1, BITS, m == 0);
+        for (int m = 0; m < mr; m++)
+            qv_tile(x, m0 + m, w, n0 + n, y + (size_t)m * ldy + n, ldy, 1, 1, BITS, m == 0 ? (size_t)w->cols * BITS / 8 : 0);
 }
 
 QV_TARGET void cpu_qtile_i8_vnni(const cpu_xq8 *x, int m0, int mr, const em_weight *w, int n0, int nr, float *y,
