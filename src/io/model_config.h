@@ -79,6 +79,9 @@ typedef struct generation_defaults {
     int n_eos;
 } generation_defaults;
 
+/* Whether the checkpoint needs any online rotation applied at run time. */
+static inline bool model_config_has_online_rotations(const model_config *c) { return c->rot_attn_in || c->rot_mlp_in; }
+
 /* Parses config.json text; `path` names it in errors. Unknown model types and
  * missing or contradictory fields are errors naming the field. */
 em_status model_config_parse(const char *json_text, size_t len, const char *path, model_config *out);

@@ -156,7 +156,7 @@ static em_status dense_load(em_model *m) {
     if (!d->inv_freq) return em_fail(EM_ERR_NOMEM, "out of memory");
     rope_inv_freq(&c->rope, d->rot_dim, c->max_pos, d->inv_freq, &d->attn_factor);
     d->graphs = em_config_flag(m->config, EMC_CUDA_GRAPHS);
-    return c->rot_attn_in || c->rot_mlp_in ? online_rotation_load(m, &d->rot) : EM_OK;
+    return model_config_has_online_rotations(c) ? online_rotation_load(m, &d->rot) : EM_OK;
 }
 
 static em_status ensure_workspace(em_model *m, dense_impl *d, int T) {

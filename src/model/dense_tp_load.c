@@ -254,7 +254,7 @@ static em_status open_procs(em_model *m, tp_impl *t) {
 
 em_status dense_tp_start(em_model *m) {
     const model_config *c = &m->cfg;
-    if (c->rot_attn_in || c->rot_mlp_in)
+    if (model_config_has_online_rotations(c))
         return em_fail(EM_ERR_UNSUPPORTED,
                        "%s: the weights were written for online rotations (config.json ember_transform), which "
                        "tensor parallelism does not apply",

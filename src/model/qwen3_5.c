@@ -130,7 +130,7 @@ em_status q35_backend_check(const em_model *m) {
 static em_status q35_load(em_model *m) {
     const model_config *c = &m->cfg;
     const qwen3_5_config *q = &c->q35;
-    if (c->rot_attn_in || c->rot_mlp_in)
+    if (model_config_has_online_rotations(c))
         return em_fail(EM_ERR_UNSUPPORTED,
                        "%s: config.json ember_transform asks for online rotations, which the Qwen3.5 graph does not "
                        "apply",
