@@ -53,6 +53,7 @@
     X(SPIN_US, "EMBER_SPIN_US", NUMBER, "-1", -1, 1000000, NULL, NULL, "microseconds a server thread that expects work polls before it sleeps; -1 = 2000 on 4+ cores, else 0") \
     X(CPU_ISA, "EMBER_CPU_ISA", VALUE, "auto", 0, 0, "auto|portable|avx2|avx512|amx", NULL, "widest CPU kernels allowed") \
     X(PREFAULT, "EMBER_PREFAULT", FLAG, "0", 0, 0, NULL, "--prefault", "read every weight page while opening a model") \
+    X(CPU_WEIGHTS, "EMBER_CPU_WEIGHTS", VALUE, "auto", 0, 0, "auto|copy|map", "--cpu-weights", "where CPU weights live: copy = anonymous memory on huge pages, map = read in place from the mapped files; auto = copy where the kernel has transparent huge pages and the weights fit in available memory") \
     X(LOG_LEVEL, "EMBER_LOG_LEVEL", VALUE, "warn", 0, 0, "error|warn|info|debug", "--log-level", "least severe messages logged") \
     X(HOST, "EMBER_HOST", VALUE, "127.0.0.1", 0, 0, NULL, "--host", "address the server listens on") \
     X(PORT, "EMBER_PORT", NUMBER, "8080", 1, 65535, NULL, "--port", "port the server listens on") \

@@ -161,7 +161,8 @@ static int cmd_fit(int argc, char **argv) {
     (void)index;
     /* auto: as ember serve runs, FAST prefill */
     bool fast = strcmp(em_config_str(c, EMC_PRECISION), "exact") != 0;
-    fit_request rq = {(int)a.ctx, (int)a.batch, (int)em_config_int(c, EMC_THREADS), a.budget, cuda, fast, 0};
+    fit_request rq = {(int)a.ctx, (int)a.batch, (int)em_config_int(c, EMC_THREADS), a.budget, cuda, fast, 0,
+                      em_config_str(c, EMC_CPU_WEIGHTS)};
     char note[300] = "";
     if (cuda && !a.budget) {
         size_t free_b, total;

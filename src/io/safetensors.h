@@ -68,6 +68,8 @@ const char *st_file_path(const st_set *s, int file_index);
 /* Tells the kernel the pages of t's data may be dropped (they are re-read
  * from the file if touched again): keeps a streaming reader's memory flat. */
 void st_drop_pages(const st_tensor *t);
+/* The same for the whole pages of a range of a tensor's data. */
+void st_drop_range(const void *p, size_t n);
 /* Files of the set, and the parsed header of one (its __metadata__ entries
  * included); NULL for an index out of range. Owned by the set. */
 int st_n_files(const st_set *s);

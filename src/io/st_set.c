@@ -265,11 +265,13 @@ const char *st_file_path(const st_set *s, int file_index) {
     return file_index >= 0 && file_index < s->n_files ? s->files[file_index].path : NULL;
 }
 
-void st_drop_pages(const st_tensor *t) {
-    if (!t->nbytes) return;
+void st_drop_range(const void *p, size_t n) {
+    if (!n) return;
     long page = sysconf(_SC_PAGESIZE);
-    uintptr_t b = (uintptr_t)t->data, e = b + t->nbytes, pg = page > 0 ? (uintptr_t)page : 4096u;
-    b = (b + pg - 1) / pg * pg; /* whole pages inside the tensor only */
+    uintptr_t b = (uintptr_t)p, e = b + n, pg = page > 0 ? (uintptr_t)page : 4096u;
+    b = (b + pg - 1) / pg * pg; /* whole pages inside the range only */
     e = e / pg * pg;
     if (e > b) madvise((void *)b, e - b, MADV_DONTNEED);
 }
+
+void st_drop_pages(const st_tensor *t) { st_drop_range(t->data, t->nbytes); }

@@ -140,8 +140,9 @@ static em_status dense_load(em_model *m) {
     m->impl = d;
     d->layers = em_calloc((size_t)c->n_layers, sizeof *d->layers);
     if (!d->layers) return em_fail(EM_ERR_NOMEM, "out of memory");
-    EM_TRY(weight_bind(m, "model.embed_tokens.weight", c->vocab, c->hidden, &d->embed));
-    if (c->tied_embeddings || !st_find(m->st, "lm_head.weight")) {
+    bool tied = c->tied_embeddings || !st_find(m->st, "lm_head.weight");
+    EM_TRY((tied ? weight_bind : weight_bind_rows)(m, "model.embed_tokens.weight", c->vocab, c->hidden, &d->embed));
+    if (tied) {
         if (!c->tied_embeddings)
             return em_fail(EM_ERR_FORMAT, "%s: tensor lm_head.weight is missing and tie_word_embeddings is false", m->dir);
         d->head = d->embed;

@@ -8,6 +8,8 @@
 #include "io/model_config.h"
 #include "io/safetensors.h"
 #include "model/kv_cache.h"
+#include "model/weights_host.h"
+#include "base/hugepage.h"
 
 #include <jansson.h>
 #include <stdlib.h>
@@ -96,8 +98,10 @@ static em_status weight_bytes(const char *dir, fit_shape *s, uint64_t *files, ui
         struct stat sb;
         if (!stat(st_file_path(st, f), &sb)) *files += (uint64_t)sb.st_size;
     }
-    for (size_t i = 0; i < st_count(st); i++)
+    for (size_t i = 0; i < st_count(st); i++) {
         if (st_at(st, i)->ndim == 1) *vectors += st_at(st, i)->n_elements * 4u;
+        if (st_at(st, i)->nbytes > s->largest && !(s->embed_bytes && st_at(st, i) == e)) s->largest = st_at(st, i)->nbytes;
+    }
     st_close(st);
     return EM_OK;
 }
@@ -133,7 +137,15 @@ static uint64_t predict_total(const fit_shape *s, const fit_request *r, int ctx,
     /* per-thread attention scores grow to twice the keys seen */
     uint64_t scores = threads * 2u * (uint64_t)(ctx > 4096 ? ctx : 4096) * 4u;
     o->transient = workspace(s, T) + scores + (uint64_t)s->vocab * 4u * (batch + 1);
-    return o->weights + o->vectors + kv_committed + o->state + o->transient + o->runtime;
+    uint64_t run = o->weights + o->vectors + kv_committed + o->state + o->transient + o->runtime;
+    if (!host_weights_copies(r->cpu_weights, files)) return run;
+    /* weights copied onto huge pages: the arena's last page is whole, and
+     * while loading, one slice of a tensor is resident twice (before the
+     * caches and the workspace exist) */
+    uint64_t slice = s->largest < HOST_WEIGHTS_SLICE ? s->largest : HOST_WEIGHTS_SLICE;
+    uint64_t load = o->weights + o->vectors + o->runtime + slice + EM_HUGE_PAGE;
+    o->transient += EM_HUGE_PAGE;
+    return run + EM_HUGE_PAGE > load ? run + EM_HUGE_PAGE : load;
 }
 
 em_status fit_predict(const char *dir, const fit_request *r, fit_result *o) {

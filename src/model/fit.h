@@ -19,6 +19,10 @@
  *              buffers, token positions, per-thread attention scores, logits
  *   runtime    the process itself (code, libraries, allocator) and the
  *              tokenizer (estimated from tokenizer.json's size)
+ * Weights copied onto huge pages (EMBER_CPU_WEIGHTS, weights_host.c) count
+ * the same (an untied embedding stays in place), the transient adds the
+ * arena's last huge page, and the peak is at least that of loading: the
+ * weights with one slice of a tensor resident twice.
  */
 #ifndef EMBER_MODEL_FIT_H
 #define EMBER_MODEL_FIT_H
@@ -40,6 +44,7 @@ typedef struct fit_request {
     bool fast;       /* cuda: FAST prefill arithmetic (bf16 GEMMs), as ember serve runs */
     uint64_t device_free; /* cuda: free memory the GPU reports to this process
                              (its CUDA context already made); 0: no GPU here */
+    const char *cpu_weights; /* cpu: EMBER_CPU_WEIGHTS (NULL: auto) */
 } fit_request;
 
 typedef struct fit_result {

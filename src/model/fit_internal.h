@@ -11,6 +11,7 @@ typedef struct fit_shape {
     int hidden, inter, layers, heads, kv_heads, head_dim, vocab, max_pos;
     bool tied;
     uint64_t embed_bytes, embed_row; /* the embedding table, when untied */
+    uint64_t largest; /* bytes of the largest tensor but an untied embedding */
     int kv_layers, state_layers;
     uint64_t state_per_seq;
 } fit_shape;

@@ -123,6 +123,9 @@ struct em_model {
     void **weight_bufs;
     size_t n_weight_bufs, cap_weight_bufs;
     size_t weight_uploaded, weight_progress; /* bytes, for load progress */
+    /* host-memory backends: the copies of the weights (weights_host.c);
+     * NULL until the first weight is bound */
+    struct host_weights *host_weights;
     kv_cache *kv;
     int kv_heads; /* KV heads per position the cache holds: the model's, or one rank's share */
     /* tensor parallelism: GPUs the model spans (1: none) and the first one;
@@ -198,11 +201,16 @@ void model_template_close(em_model *m);
 
 /* Binds a [rows, cols] linear weight `name`: F32/F16/BF16, or MLX affine
  * (`<module>.weight` U32 packed + `<module>.scales` + `<module>.biases`) when
- * m->qcfg quantizes the module or the checkpoint holds its scales. In place
- * on a host-memory backend, else uploaded once into backend memory owned by
- * the model (weights_release). A wrong shape, dtype or a missing tensor is
- * an error naming the tensor. */
+ * m->qcfg quantizes the module or the checkpoint holds its scales. On a
+ * host-memory backend copied onto huge pages or read in place
+ * (weights_host.c), else uploaded once into backend memory owned by the
+ * model (weights_release). A wrong shape, dtype or a missing tensor is an
+ * error naming the tensor. */
 em_status weight_bind(em_model *m, const char *name, int64_t rows, int64_t cols, em_weight *w);
+/* weight_bind for a table only looked up by row (an untied embedding): on a
+ * host-memory backend always read in place, since a run touches only the
+ * rows of the tokens it sees and a copy would make all of it resident. */
+em_status weight_bind_rows(em_model *m, const char *name, int64_t rows, int64_t cols, em_weight *w);
 /* Frees the device copies weight_bind made. */
 void weights_release(em_model *m);
 /* Loads a 1-D tensor of n elements as f32 into backend memory (owned by the

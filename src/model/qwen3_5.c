@@ -107,9 +107,10 @@ static void q35_free(em_model *m) {
 static em_status bind_head(em_model *m, q35_impl *d) {
     const model_config *c = &m->cfg;
     char buf[256];
-    EM_TRY(weight_bind(m, "model.embed_tokens.weight", c->vocab, c->hidden, &d->embed));
     bool have_head = st_find(m->st, weight_resolve(m, "lm_head.weight", buf, sizeof buf)) != NULL;
-    if (c->tied_embeddings || !have_head) {
+    bool tied = c->tied_embeddings || !have_head;
+    EM_TRY((tied ? weight_bind : weight_bind_rows)(m, "model.embed_tokens.weight", c->vocab, c->hidden, &d->embed));
+    if (tied) {
         if (!c->tied_embeddings)
             return em_fail(EM_ERR_FORMAT, "%s: tensor %s is missing and tie_word_embeddings is false", m->dir, buf);
         d->head = d->embed;

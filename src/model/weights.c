@@ -1,6 +1,7 @@
 /* weights.c — binding named checkpoint tensors to graph weights, with the
  * shape and dtype checks that make a wrong checkpoint a clear error. */
 #include "model/model.h"
+#include "model/weights_host.h"
 
 #include "base/alloc.h"
 #include "base/log.h"
@@ -40,8 +41,19 @@ static em_status track(em_model *m, void *p) {
     return EM_OK;
 }
 
-/* Copies tensor t into backend memory; logs progress every tenth of the
- * checkpoint, since a large model takes seconds to cross the bus. */
+/* Counts `bytes` more of the weights copied; logs progress every tenth of
+ * the checkpoint, since a large model takes seconds to cross the bus. */
+static void note_copied(em_model *m, size_t bytes, const char *where) {
+    size_t total = (size_t)st_data_bytes(m->st), step = total / 10;
+    m->weight_uploaded += bytes;
+    if (step && m->weight_uploaded >= m->weight_progress + step) {
+        m->weight_progress = m->weight_uploaded;
+        EM_LOGI("%s: copied %.2f of %.2f GiB of weights to %s", m->dir, m->weight_uploaded / 1073741824.0,
+                total / 1073741824.0, where);
+    }
+}
+
+/* Copies tensor t into backend memory. */
 static em_status upload_tensor(em_model *m, const st_tensor *t, const void **out) {
     em_backend *be = m->be;
     void *d = be->ops->alloc(be, t->nbytes);
@@ -53,14 +65,23 @@ static em_status upload_tensor(em_model *m, const st_tensor *t, const void **out
         return s;
     }
     EM_TRY(be->ops->upload(be, d, t->data, t->nbytes));
-    size_t total = (size_t)st_data_bytes(m->st), step = total / 10;
-    m->weight_uploaded += t->nbytes;
-    if (step && m->weight_uploaded >= m->weight_progress + step) {
-        m->weight_progress = m->weight_uploaded;
-        EM_LOGI("%s: uploaded %.2f of %.2f GiB of weights to %s", m->dir, m->weight_uploaded / 1073741824.0,
-                total / 1073741824.0, be->desc);
-    }
+    note_copied(m, t->nbytes, be->desc);
     *out = d;
+    return EM_OK;
+}
+
+/* Where the backend reads tensor t: its device copy, or for host memory
+ * its host copy or its place in the mapped checkpoint (weights_host.c;
+ * always the latter with in_place). */
+static em_status place_tensor(em_model *m, const st_tensor *t, bool in_place, const void **out) {
+    if (!m->be->ops->host_memory) return upload_tensor(m, t, out);
+    if (in_place) {
+        *out = t->data;
+        return EM_OK;
+    }
+    size_t copied;
+    EM_TRY(host_weights_place(m, t, out, &copied));
+    if (copied) note_copied(m, copied, "huge pages");
     return EM_OK;
 }
 
@@ -74,7 +95,7 @@ static em_status check_shape(em_model *m, const st_tensor *t, int64_t rows, int6
 
 /* Binds the packed weight, scales and biases of a quantized module. */
 static em_status bind_quantized(em_model *m, const char *module, const st_tensor *t, int64_t rows, int64_t cols,
-                                int bits, int group, em_weight *w) {
+                                int bits, int group, bool in_place, em_weight *w) {
     if (cols % group != 0)
         return em_fail(EM_ERR_FORMAT, "%s: %s has %lld input columns, not a multiple of its group size %d", m->dir,
                        module, (long long)cols, group);
@@ -101,15 +122,13 @@ static em_status bind_quantized(em_model *m, const char *module, const st_tensor
                        dtype_name(s->dtype), dtype_name(b->dtype));
     *w = (em_weight){.dtype = EM_U32, .rows = rows, .cols = cols, .data = t->data, .name = t->name, .bits = bits,
                      .group_size = group, .scales = s->data, .biases = b->data, .scale_dtype = s->dtype};
-    if (!m->be->ops->host_memory) { /* the packed words, scales and biases, as they are */
-        EM_TRY(upload_tensor(m, t, &w->data));
-        EM_TRY(upload_tensor(m, s, &w->scales));
-        EM_TRY(upload_tensor(m, b, &w->biases));
-    }
-    return EM_OK;
+    /* the packed words, scales and biases, as they are */
+    EM_TRY(place_tensor(m, t, in_place, &w->data));
+    EM_TRY(place_tensor(m, s, in_place, &w->scales));
+    return place_tensor(m, b, in_place, &w->biases);
 }
 
-em_status weight_bind(em_model *m, const char *canonical, int64_t rows, int64_t cols, em_weight *w) {
+static em_status bind(em_model *m, const char *canonical, int64_t rows, int64_t cols, bool in_place, em_weight *w) {
     char buf[256];
     const char *name = weight_resolve(m, canonical, buf, sizeof buf);
     const st_tensor *t;
@@ -128,7 +147,7 @@ em_status weight_bind(em_model *m, const char *canonical, int64_t rows, int64_t 
             if (!m->qcfg.present)
                 return em_fail(EM_ERR_FORMAT, "%s: %s has quantization scales but config.json has no quantization block",
                                m->dir, module);
-            return bind_quantized(m, module, t, rows, cols, bits, group, w);
+            return bind_quantized(m, module, t, rows, cols, bits, group, in_place, w);
         }
     }
     if (t->dtype != EM_F32 && t->dtype != EM_F16 && t->dtype != EM_BF16)
@@ -136,11 +155,19 @@ em_status weight_bind(em_model *m, const char *canonical, int64_t rows, int64_t 
                        dtype_name(t->dtype));
     EM_TRY(check_shape(m, t, rows, cols, "the config"));
     *w = (em_weight){.dtype = t->dtype, .rows = rows, .cols = cols, .data = t->data, .name = t->name};
-    if (!m->be->ops->host_memory) EM_TRY(upload_tensor(m, t, &w->data));
-    return EM_OK;
+    return place_tensor(m, t, in_place, &w->data);
+}
+
+em_status weight_bind(em_model *m, const char *name, int64_t rows, int64_t cols, em_weight *w) {
+    return bind(m, name, rows, cols, false, w);
+}
+
+em_status weight_bind_rows(em_model *m, const char *name, int64_t rows, int64_t cols, em_weight *w) {
+    return bind(m, name, rows, cols, true, w);
 }
 
 void weights_release(em_model *m) {
+    host_weights_release(m);
     for (size_t i = 0; i < m->n_weight_bufs; i++) m->be->ops->free(m->be, m->weight_bufs[i]);
     free(m->weight_bufs);
     m->weight_bufs = NULL;

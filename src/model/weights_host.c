@@ -1,0 +1,130 @@
+/* weights_host.c — where the weights of a host-memory backend (the CPU)
+ * live while it runs.
+ *
+ * Read in place, the weights are the checkpoint's mapped file pages, 4 KB
+ * each: a decode step of the 1B shape at 4 bits streams 0.7 GB, about
+ * 170,000 pages, every one a TLB miss and a page-table walk, and the
+ * hardware prefetchers stop at each page's end. Copied once into anonymous
+ * memory advised onto 2 MB pages, the same steps need a few hundred TLB
+ * entries (2-core EPYC host, 1B decode, alternated runs: 4-bit median
+ * 32.0 -> 36.8 tok/s, 8-bit 21.4 -> 22.8, bf16 10.0 -> 14.0).
+ *
+ * The copies share one arena reserved for all of the checkpoint's tensors
+ * (untouched address space costs nothing); a tensor bound twice (a tied
+ * head) is copied once; and a tensor's file pages leave the process as
+ * soon as each slice of it is copied, so the resident peak stays the
+ * weights plus a slice. */
+#include "model/weights_host.h"
+
+#include "base/alloc.h"
+#include "base/config.h"
+#include "base/hugepage.h"
+#include "base/log.h"
+#include "base/sysmem.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct host_weights {
+    bool copy;
+    uint8_t *base; /* the arena: cap bytes reserved, used written */
+    size_t cap, used;
+    const st_tensor **src; /* tensors copied so far, and where */
+    const void **dst;
+    size_t n, n_cap;
+};
+
+/* Memory the copy must leave free beside it. */
+#define HOST_WEIGHTS_HEADROOM ((uint64_t)1 << 30)
+
+bool host_weights_copies(const char *mode, uint64_t bytes) {
+    if (mode && !strcmp(mode, "copy")) return true;
+    if ((mode && strcmp(mode, "auto")) || !em_thp_available()) return false;
+    uint64_t avail = em_mem_available();
+    return avail > HOST_WEIGHTS_HEADROOM && bytes <= avail - HOST_WEIGHTS_HEADROOM;
+}
+
+static em_status hw_open(em_model *m, struct host_weights **out) {
+    struct host_weights *h = calloc(1, sizeof *h);
+    if (!h) return em_fail(EM_ERR_NOMEM, "out of memory");
+    size_t cap; /* every tensor, each rounded up to 64 bytes */
+    const char *mode = m->config ? em_config_str(m->config, EMC_CPU_WEIGHTS) : NULL;
+    if (em_mul(st_count(m->st), 64, &cap) && em_add(cap, (size_t)st_data_bytes(m->st), &cap) &&
+        host_weights_copies(mode, cap)) {
+        h->base = em_huge_reserve(cap);
+        if (h->base) {
+            h->cap = cap;
+            h->copy = true;
+        } else {
+            EM_LOGW("%s: no address space for a %zu-byte copy of the weights; reading them in place", m->dir, cap);
+        }
+    }
+    EM_LOGI("%s: CPU weights %s", m->dir, h->copy ? "copied onto huge pages" : "read in place from the mapped files");
+    *out = h;
+    return EM_OK;
+}
+
+/* Records that t now lives at p. */
+static em_status remember(struct host_weights *h, const st_tensor *t, const void *p) {
+    if (h->n == h->n_cap) {
+        size_t cap = h->n_cap ? h->n_cap * 2 : 256;
+        const st_tensor **s = realloc(h->src, cap * sizeof *s);
+        if (!s) return em_fail(EM_ERR_NOMEM, "out of memory");
+        h->src = s;
+        const void **d = realloc(h->dst, cap * sizeof *d);
+        if (!d) return em_fail(EM_ERR_NOMEM, "out of memory");
+        h->dst = d;
+        h->n_cap = cap;
+    }
+    h->src[h->n] = t;
+    h->dst[h->n++] = p;
+    return EM_OK;
+}
+
+/* Copies n bytes from the mapping at src, a slice at a time, dropping each
+ * slice's file pages once copied: a large tensor (an embedding) is never
+ * resident twice. */
+static void copy_dropping(uint8_t *dst, const uint8_t *src, size_t n) {
+    for (size_t o = 0; o < n;) {
+        /* slices end on page boundaries (absolute, 4 KB or larger pages at
+         * 8 MB multiples), so each drop takes all of its slice but the first */
+        uintptr_t end = ((uintptr_t)(src + o) + HOST_WEIGHTS_SLICE) & ~(uintptr_t)(HOST_WEIGHTS_SLICE - 1);
+        size_t len = end - (uintptr_t)(src + o);
+        if (len > n - o) len = n - o;
+        memcpy(dst + o, src + o, len);
+        st_drop_range(src + o, len);
+        o += len;
+    }
+}
+
+em_status host_weights_place(em_model *m, const st_tensor *t, const void **out, size_t *copied) {
+    *copied = 0;
+    if (!m->host_weights) EM_TRY(hw_open(m, &m->host_weights));
+    struct host_weights *h = m->host_weights;
+    *out = t->data;
+    if (!h->copy || !t->nbytes) return EM_OK;
+    for (size_t i = 0; i < h->n; i++)
+        if (h->src[i] == t) {
+            *out = h->dst[i];
+            return EM_OK;
+        }
+    size_t at = (h->used + 63) & ~(size_t)63;
+    if (at > h->cap || t->nbytes > h->cap - at) return EM_OK; /* not planned for: stays in place */
+    uint8_t *p = h->base + at;
+    EM_TRY(remember(h, t, p));
+    copy_dropping(p, t->data, t->nbytes);
+    h->used = at + t->nbytes;
+    *out = p;
+    *copied = t->nbytes;
+    return EM_OK;
+}
+
+void host_weights_release(em_model *m) {
+    struct host_weights *h = m->host_weights;
+    if (!h) return;
+    em_huge_release(h->base, h->cap);
+    free(h->src);
+    free(h->dst);
+    free(h);
+    m->host_weights = NULL;
+}
