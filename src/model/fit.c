@@ -4,12 +4,12 @@
 
 #include "base/alloc.h"
 #include "base/file.h"
+#include "base/hugepage.h"
 #include "base/sysmem.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"
 #include "model/kv_cache.h"
 #include "model/weights_host.h"
-#include "base/hugepage.h"
 
 #include <jansson.h>
 #include <stdlib.h>
@@ -100,7 +100,8 @@ static em_status weight_bytes(const char *dir, fit_shape *s, uint64_t *files, ui
     }
     for (size_t i = 0; i < st_count(st); i++) {
         if (st_at(st, i)->ndim == 1) *vectors += st_at(st, i)->n_elements * 4u;
-        if (st_at(st, i)->nbytes > s->largest && !(s->embed_bytes && st_at(st, i) == e)) s->largest = st_at(st, i)->nbytes;
+        bool kept_in_place = s->embed_bytes && st_at(st, i) == e; /* an untied embedding is never copied */
+        if (st_at(st, i)->nbytes > s->largest && !kept_in_place) s->largest = st_at(st, i)->nbytes;
     }
     st_close(st);
     return EM_OK;
