@@ -25,12 +25,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A tensor copied, and where its copy is. */
+typedef struct placed {
+    const st_tensor *src;
+    const void *dst;
+} placed;
+
 struct host_weights {
     bool copy;
     uint8_t *base; /* the arena: cap bytes reserved, used written */
     size_t cap, used;
-    const st_tensor **src; /* tensors copied so far, and where */
-    const void **dst;
+    placed *done; /* tensors copied so far */
     size_t n, n_cap;
 };
 
@@ -66,18 +71,9 @@ static em_status hw_open(em_model *m, struct host_weights **out) {
 
 /* Records that t now lives at p. */
 static em_status remember(struct host_weights *h, const st_tensor *t, const void *p) {
-    if (h->n == h->n_cap) {
-        size_t cap = h->n_cap ? h->n_cap * 2 : 256;
-        const st_tensor **s = realloc(h->src, cap * sizeof *s);
-        if (!s) return em_fail(EM_ERR_NOMEM, "out of memory");
-        h->src = s;
-        const void **d = realloc(h->dst, cap * sizeof *d);
-        if (!d) return em_fail(EM_ERR_NOMEM, "out of memory");
-        h->dst = d;
-        h->n_cap = cap;
-    }
-    h->src[h->n] = t;
-    h->dst[h->n++] = p;
+    if (!em_grow((void **)&h->done, &h->n_cap, h->n + 1, sizeof *h->done))
+        return em_fail(EM_ERR_NOMEM, "out of memory");
+    h->done[h->n++] = (placed){t, p};
     return EM_OK;
 }
 
@@ -104,8 +100,8 @@ em_status host_weights_place(em_model *m, const st_tensor *t, const void **out, 
     *out = t->data;
     if (!h->copy || !t->nbytes) return EM_OK;
     for (size_t i = 0; i < h->n; i++)
-        if (h->src[i] == t) {
-            *out = h->dst[i];
+        if (h->done[i].src == t) {
+            *out = h->done[i].dst;
             return EM_OK;
         }
     size_t at = (h->used + 63) & ~(size_t)63;
@@ -123,8 +119,7 @@ void host_weights_release(em_model *m) {
     struct host_weights *h = m->host_weights;
     if (!h) return;
     em_huge_release(h->base, h->cap);
-    free(h->src);
-    free(h->dst);
+    free(h->done);
     free(h);
     m->host_weights = NULL;
 }

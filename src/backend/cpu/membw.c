@@ -9,11 +9,11 @@
 #include "backend/cpu/membw.h"
 
 #include "backend/cpu/cpu_internal.h"
+#include "base/hugepage.h"
 #include "base/timer.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -81,27 +81,12 @@ static void probe_task(void *ctx, int task, int thread) {
     j->sums[thread & 255] += s;
 }
 
-/* n floats of fresh memory in 2 MB huge pages where the kernel grants them
- * (the first page whole: mmap aligns to 4 KB only), else in small pages. */
-static float *probe_buffer(size_t n, void **map, size_t *map_bytes) {
-    const size_t huge = (size_t)2 << 20;
-    *map_bytes = n * sizeof(float) + huge;
-    void *p = mmap(NULL, *map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return NULL;
-    *map = p;
-    float *buf = (float *)(((uintptr_t)p + huge - 1) & ~(uintptr_t)(huge - 1));
-#ifdef MADV_HUGEPAGE
-    (void)madvise(buf, n * sizeof(float), MADV_HUGEPAGE); /* advice: a refusal leaves small pages */
-#endif
-    return buf;
-}
-
 double cpu_read_bandwidth(em_pool *pool, size_t bytes) {
     size_t n = bytes / sizeof(float);
     n &= ~(size_t)1023;
-    void *map;
-    size_t map_bytes;
-    float *buf = probe_buffer(n, &map, &map_bytes);
+    /* fresh memory on huge pages where the kernel grants them, as the
+     * weights are copied (weights_host.c) */
+    float *buf = em_huge_reserve(n * sizeof(float));
     if (!buf) return 0;
     for (size_t i = 0; i < n; i++) buf[i] = (float)(i & 7);
     probe_job j = {.buf = buf, .n = n};
@@ -116,6 +101,6 @@ double cpu_read_bandwidth(em_pool *pool, size_t bytes) {
     }
     volatile double sink = j.sums[0];
     (void)sink;
-    munmap(map, map_bytes);
+    em_huge_release(buf, n * sizeof(float));
     return best;
 }
