@@ -8,7 +8,8 @@
  * block tables of an em_kv_view — are host arrays: a device backend copies
  * what it needs. Activations are f32 rows, row-major. Weights are described
  * by em_weight and keep the layout they were loaded in (f32/f16/bf16, MLX
- * affine packed); on a host-memory backend they are used in place.
+ * affine packed; a host-memory backend's copy may hold a quantized weight's
+ * rows as records: em_weight.row_stride).
  *
  * Operations are queued in order; only download waits for them, so a
  * device backend runs a whole forward step without host synchronisation. */
@@ -33,8 +34,34 @@ typedef struct em_weight {
     int bits, group_size;
     const void *scales, *biases;
     em_dtype scale_dtype;
+    /* 0: the codes, scales and biases are MLX's three arrays, as in the
+     * checkpoint. Else row r of all three is one record of row_stride bytes
+     * (its scales, its biases, its codes: one stream for a row's reader)
+     * that starts at scales + r * row_stride; biases and data point into
+     * the first record. Only a host-memory backend's copy has records
+     * (weights_host.c); read rows through em_qrow_*. */
+    size_t row_stride;
     const char *name;     /* for messages */
 } em_weight;
+
+/* Bytes from row r to row r + 1 of a quantized weight's codes. */
+static inline size_t em_qrow_step(const em_weight *w) {
+    return w->row_stride ? w->row_stride : (size_t)(w->cols * w->bits / 8);
+}
+/* Row r of a quantized weight: its packed codes, and its cols / group_size
+ * scales and biases (scale_dtype). */
+static inline const uint8_t *em_qrow_codes(const em_weight *w, int64_t r) {
+    return (const uint8_t *)w->data + (size_t)r * em_qrow_step(w);
+}
+static inline size_t em_qrow_scalar_step(const em_weight *w) {
+    return w->row_stride ? w->row_stride : (size_t)(w->cols / w->group_size) * (w->scale_dtype == EM_F32 ? 4u : 2u);
+}
+static inline const void *em_qrow_scales(const em_weight *w, int64_t r) {
+    return (const uint8_t *)w->scales + (size_t)r * em_qrow_scalar_step(w);
+}
+static inline const void *em_qrow_biases(const em_weight *w, int64_t r) {
+    return (const uint8_t *)w->biases + (size_t)r * em_qrow_scalar_step(w);
+}
 
 /* Most products one matmul_group call takes. */
 #define EM_MATMUL_GROUP_MAX 4

@@ -122,6 +122,12 @@ static em_status bind_quantized(em_model *m, const char *module, const st_tensor
                        dtype_name(s->dtype), dtype_name(b->dtype));
     *w = (em_weight){.dtype = EM_U32, .rows = rows, .cols = cols, .data = t->data, .name = t->name, .bits = bits,
                      .group_size = group, .scales = s->data, .biases = b->data, .scale_dtype = s->dtype};
+    if (m->be->ops->host_memory && !in_place) { /* one record a row, or in place */
+        size_t copied;
+        EM_TRY(host_weights_place_quant(m, t, s, b, w, &copied));
+        if (copied) note_copied(m, copied, "huge pages");
+        return EM_OK;
+    }
     /* the packed words, scales and biases, as they are */
     EM_TRY(place_tensor(m, t, in_place, &w->data));
     EM_TRY(place_tensor(m, s, in_place, &w->scales));

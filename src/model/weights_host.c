@@ -13,7 +13,17 @@
  * (untouched address space costs nothing); a tensor bound twice (a tied
  * head) is copied once; and a tensor's file pages leave the process as
  * soon as each slice of it is copied, so the resident peak stays the
- * weights plus a slice. */
+ * weights plus a slice.
+ *
+ * A quantized weight is copied as one record a row, its scales, its biases
+ * and its codes side by side (em_weight.row_stride), where MLX keeps three
+ * arrays: a one-row product then reads one stream of memory instead of
+ * three (per core, two 64-byte lines of scalars a row beside 1 KB of codes,
+ * each its own stream of DRAM pages). On the 2-core EPYC host, alternated
+ * runs of the 1B decode: 4-bit median 41.6 -> 52.0 tok/s (eight each, the
+ * records faster in every pair), 8-bit 29.0 -> 34.2 (six each). The
+ * kernels read rows through em_qrow_*, so every product, the int8 GEMM's
+ * panels and the embedding lookup take either layout, with the same bits. */
 #include "model/weights_host.h"
 
 #include "base/alloc.h"
@@ -24,6 +34,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* A tensor copied, and where its copy is. */
 typedef struct placed {
@@ -112,6 +123,77 @@ em_status host_weights_place(em_model *m, const st_tensor *t, const void **out, 
     h->used = at + t->nbytes;
     *out = p;
     *copied = t->nbytes;
+    return EM_OK;
+}
+
+/* Drops the file pages from *from up to `upto` (the page holding upto
+ * stays: the rest of it is still to be copied); *from moves to that page. */
+static void drop_upto(const uint8_t **from, const uint8_t *upto) {
+    long page = sysconf(_SC_PAGESIZE);
+    uintptr_t pg = page > 0 ? (uintptr_t)page : 4096u, to = (uintptr_t)upto / pg * pg;
+    if (to > (uintptr_t)*from) {
+        st_drop_range(*from, to - (uintptr_t)*from);
+        *from = (const uint8_t *)to;
+    }
+}
+
+/* Copies `rows` rows of codes (cb bytes each), scales and biases (sb each)
+ * into records [scales | biases | codes] at dst, a slice of rows at a time,
+ * dropping the file pages behind each slice. */
+static void copy_records(uint8_t *dst, const st_tensor *t, const st_tensor *s, const st_tensor *b, size_t rows,
+                         size_t cb, size_t sb) {
+    const size_t rec = 2 * sb + cb, batch = HOST_WEIGHTS_SLICE / rec ? HOST_WEIGHTS_SLICE / rec : 1;
+    const uint8_t *tc = t->data, *sc = s->data, *bc = b->data, *td = tc, *sd = sc, *bd = bc;
+    for (size_t r0 = 0; r0 < rows; r0 += batch) {
+        size_t r1 = r0 + batch < rows ? r0 + batch : rows;
+        for (size_t r = r0; r < r1; r++) {
+            uint8_t *p = dst + r * rec;
+            memcpy(p, sc + r * sb, sb);
+            memcpy(p + sb, bc + r * sb, sb);
+            memcpy(p + 2 * sb, tc + r * cb, cb);
+        }
+        drop_upto(&td, tc + r1 * cb);
+        drop_upto(&sd, sc + r1 * sb);
+        drop_upto(&bd, bc + r1 * sb);
+    }
+    st_drop_range(td, (size_t)(tc + rows * cb - td));
+    st_drop_range(sd, (size_t)(sc + rows * sb - sd));
+    st_drop_range(bd, (size_t)(bc + rows * sb - bd));
+}
+
+/* Points w at its records at p (row stride rec, scales sb bytes a row). */
+static void records_at(em_weight *w, const uint8_t *p, size_t sb, size_t rec) {
+    w->scales = p;
+    w->biases = p + sb;
+    w->data = p + 2 * sb;
+    w->row_stride = rec;
+}
+
+em_status host_weights_place_quant(em_model *m, const st_tensor *t, const st_tensor *s, const st_tensor *b,
+                                   em_weight *w, size_t *copied) {
+    *copied = 0;
+    if (!m->host_weights) EM_TRY(hw_open(m, &m->host_weights));
+    struct host_weights *h = m->host_weights;
+    w->data = t->data;
+    w->scales = s->data;
+    w->biases = b->data;
+    w->row_stride = 0;
+    size_t rows = (size_t)w->rows;
+    if (!h->copy || !rows || !t->nbytes) return EM_OK;
+    size_t cb = t->nbytes / rows, sb = s->nbytes / rows, rec = 2 * sb + cb; /* shapes checked by the binder */
+    for (size_t i = 0; i < h->n; i++)
+        if (h->done[i].src == t) {
+            records_at(w, h->done[i].dst, sb, rec);
+            return EM_OK;
+        }
+    size_t at = (h->used + 63) & ~(size_t)63, total = rows * rec;
+    if (at > h->cap || total > h->cap - at) return EM_OK; /* not planned for: stays in place */
+    uint8_t *p = h->base + at;
+    EM_TRY(remember(h, t, p));
+    copy_records(p, t, s, b, rows, cb, sb);
+    h->used = at + total;
+    records_at(w, p, sb, rec);
+    *copied = total;
     return EM_OK;
 }
 

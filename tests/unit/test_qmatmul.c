@@ -239,6 +239,61 @@ static void scale_dtypes(em_backend *be, int bits, int group, int M) {
     free_weight(&w);
 }
 
+/* w's rows as records of `pad` bytes more than [scales | biases | codes]
+ * (em_weight.row_stride; the CPU backend's host copy has pad 0), in buf. */
+static em_weight as_records(const em_weight *w, uint8_t **buf, size_t pad) {
+    size_t rows = (size_t)w->rows, cb = (size_t)w->cols * (size_t)w->bits / 8;
+    size_t sb = (size_t)(w->cols / w->group_size) * 2, rec = 2 * sb + cb + pad;
+    uint8_t *p = *buf = calloc(rows, rec);
+    for (size_t r = 0; r < rows; r++) {
+        memcpy(p + r * rec, (const uint8_t *)w->scales + r * sb, sb);
+        memcpy(p + r * rec + sb, (const uint8_t *)w->biases + r * sb, sb);
+        memcpy(p + r * rec + 2 * sb, (const uint8_t *)w->data + r * cb, cb);
+    }
+    em_weight v = *w;
+    v.scales = p, v.biases = p + sb, v.data = p + 2 * sb, v.row_stride = rec;
+    return v;
+}
+
+/* A weight read as row records gives every kernel's results the bits of its
+ * MLX layout: products of every regime and batch, the fused sets, and a
+ * quantized embedding's rows. */
+static void records(em_backend *be, int bits, int group, int M, em_math math, size_t pad, int groups) {
+    enum { N = 37 };
+    int K = group * groups;
+    em_weight w = random_weight(N, K, bits, group), w2 = random_weight(N, K, bits, group);
+    uint8_t *buf, *buf2;
+    em_weight r = as_records(&w, &buf, pad), r2 = as_records(&w2, &buf2, pad);
+    float *x = malloc(sizeof(float) * M * K), *ya = malloc(sizeof(float) * M * N), *yb = malloc(sizeof(float) * M * N);
+    for (int i = 0; i < M * K; i++) x[i] = frand();
+    be->ops->matmul(be, ya, x, M, &w, NULL, math);
+    be->ops->matmul(be, yb, x, M, &r, NULL, math);
+    const char *isa = ((cpu_backend *)be->impl)->k->isa;
+    CHECKF(!memcmp(ya, yb, sizeof(float) * M * N), "%s bits=%d g=%d M=%d math=%d pad=%zu: records differ", isa, bits,
+           group, M, math, pad);
+    const em_weight *wa[2] = {&w, &w2}, *wr[2] = {&r, &r2};
+    float *ga[2] = {ya, malloc(sizeof(float) * M * N)}, *gb[2] = {yb, malloc(sizeof(float) * M * N)};
+    {
+        be->ops->matmul_group(be, 2, ga, x, M, wa, NULL, math);
+        be->ops->matmul_group(be, 2, gb, x, M, wr, NULL, math);
+        CHECKF(!memcmp(ga[0], gb[0], sizeof(float) * M * N) && !memcmp(ga[1], gb[1], sizeof(float) * M * N),
+               "%s bits=%d g=%d M=%d: matmul_group over records differs", isa, bits, group, M);
+    }
+    if (be->ops->matmul_swiglu(be, ya, x, M, &w, &w2, NULL, NULL, math)) {
+        CHECK(be->ops->matmul_swiglu(be, yb, x, M, &r, &r2, NULL, NULL, math));
+        CHECKF(!memcmp(ya, yb, sizeof(float) * M * N), "%s bits=%d g=%d M=%d: matmul_swiglu over records differs",
+               isa, bits, group, M);
+    }
+    int32_t ids[3] = {0, 17, N - 1};
+    float *ea = malloc(sizeof(float) * 3 * K), *eb = malloc(sizeof(float) * 3 * K);
+    be->ops->embed(be, ea, &w, ids, 3);
+    be->ops->embed(be, eb, &r, ids, 3);
+    CHECKF(!memcmp(ea, eb, sizeof(float) * 3 * K), "%s bits=%d g=%d: embedding rows from records differ", isa, bits,
+           group);
+    free(x), free(ya), free(yb), free(ga[1]), free(gb[1]), free(ea), free(eb), free(buf), free(buf2);
+    free_weight(&w), free_weight(&w2);
+}
+
 static void bench(em_backend *be, int bits, int M) {
     int N = 2048, K = 2048, group = 64;
     float *x = calloc((size_t)M * K, 4), *y = calloc((size_t)M * N, 4);
@@ -304,6 +359,17 @@ int main(void) {
                           groupv[g], EM_MATH_FAST);
                 gemm_invariance(be, int8_bits[b], groupv[g]);
             }
+        /* row records: decode (1, 2 rows), few rows, the int8 GEMM (64);
+         * rows of 19 groups, and of 36 (whole chunks of 128 at every group
+         * size: the 4-bit decode kernel's own path) */
+        int rec_rows[] = {1, 2, 5, 64};
+        for (int b = 0; b < 6; b++)
+            for (int g = 0; g < 3; g++)
+                for (int m = 0; m < 4; m++) {
+                    records(be, bitsv[b], groupv[g], rec_rows[m], EM_MATH_FAST, m == 1 ? 0 : 36, 19);
+                    if (m < 2) records(be, bitsv[b], groupv[g], rec_rows[m], EM_MATH_FAST, 36, 36);
+                    if (m < 3) records(be, bitsv[b], groupv[g], rec_rows[m], EM_MATH_EXACT, 0, 19);
+                }
         if (getenv("EMBER_BENCH"))
             for (int b = 0; b < 6; b++) {
                 bench(be, bitsv[b], 1);

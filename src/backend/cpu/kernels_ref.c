@@ -29,7 +29,9 @@ REF_TILE(ref_f32_f32, float, ID, float, ID)
 REF_TILE(ref_bf16_bf16, uint16_t, bf16_to_f32, uint16_t, bf16_to_f32)
 
 void cpu_qdequant_ref(const em_weight *w, int64_t r, float *out) {
-    affine_dequant(w->data, w->scales, w->biases, w->scale_dtype, w->bits, w->group_size, w->cols, r, 0, w->cols, out);
+    /* row r alone: row 0 of its own codes, scales and biases */
+    affine_dequant(em_qrow_codes(w, r), em_qrow_scales(w, r), em_qrow_biases(w, r), w->scale_dtype, w->bits,
+                   w->group_size, w->cols, 0, 0, w->cols, out);
 }
 
 /* Dequantizes one group at a time into a small buffer, then dots. */
@@ -39,7 +41,8 @@ void cpu_qtile_ref(const float *x, size_t ldx, int mr, const em_weight *w, int n
     int64_t K = w->cols, G = w->group_size;
     for (int n = 0; n < nr; n++)
         for (int64_t k = 0; k < K; k += G) {
-            affine_dequant(w->data, w->scales, w->biases, w->scale_dtype, w->bits, (int)G, K, n0 + n, k, G, wg);
+            affine_dequant(em_qrow_codes(w, n0 + n), em_qrow_scales(w, n0 + n), em_qrow_biases(w, n0 + n),
+                           w->scale_dtype, w->bits, (int)G, K, 0, k, G, wg);
             for (int m = 0; m < mr; m++) {
                 const float *xr = x + (size_t)m * ldx + k;
                 float a = acc[m][n];

@@ -69,18 +69,21 @@ Q2_TARGET __attribute__((always_inline)) static inline void qtile_mn(const float
                                                                      const int NR, const int BITS) {
     const int G = w->group_size;
     const int64_t K = w->cols, gpr = K / G;
-    const size_t row_bytes = (size_t)(K * BITS / 8);
     const uint8_t *wr[4];
-    _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) wr[n] = (const uint8_t *)w->data + (size_t)(n0 + n) * row_bytes;
+    const void *ws[4], *wb[4];
+    _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) {
+        wr[n] = em_qrow_codes(w, n0 + n);
+        ws[n] = em_qrow_scales(w, n0 + n);
+        wb[n] = em_qrow_biases(w, n0 + n);
+    }
     __m256 acc[4][4];
     _Pragma("GCC unroll 4") for (int m = 0; m < MR; m++)
         _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) acc[m][n] = _mm256_setzero_ps();
     for (int64_t g = 0; g < gpr; g++) {
         __m256 s[4], b[4];
         _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) {
-            size_t gi = (size_t)(n0 + n) * (size_t)gpr + (size_t)g;
-            s[n] = _mm256_set1_ps(affine_scalar(w->scales, w->scale_dtype, gi));
-            b[n] = _mm256_set1_ps(affine_scalar(w->biases, w->scale_dtype, gi));
+            s[n] = _mm256_set1_ps(affine_scalar(ws[n], w->scale_dtype, (size_t)g));
+            b[n] = _mm256_set1_ps(affine_scalar(wb[n], w->scale_dtype, (size_t)g));
         }
         if (BITS == 4) { /* groups are multiples of 32 */
             for (int c = 0; c < G; c += 32) {
@@ -139,11 +142,11 @@ Q2_TARGET __attribute__((always_inline)) static inline void qdequant_bits(const 
                                                                           const int BITS) {
     const int G = w->group_size;
     const int64_t K = w->cols, gpr = K / G;
-    const uint8_t *row = (const uint8_t *)w->data + (size_t)r * (size_t)(K * BITS / 8);
+    const uint8_t *row = em_qrow_codes(w, r);
+    const void *rs = em_qrow_scales(w, r), *rbi = em_qrow_biases(w, r);
     for (int64_t g = 0; g < gpr; g++) {
-        size_t gi = (size_t)r * (size_t)gpr + (size_t)g;
-        __m256 s = _mm256_set1_ps(affine_scalar(w->scales, w->scale_dtype, gi));
-        __m256 b = _mm256_set1_ps(affine_scalar(w->biases, w->scale_dtype, gi));
+        __m256 s = _mm256_set1_ps(affine_scalar(rs, w->scale_dtype, (size_t)g));
+        __m256 b = _mm256_set1_ps(affine_scalar(rbi, w->scale_dtype, (size_t)g));
         if (BITS == 4) {
             for (int c = 0; c < G; c += 32) {
                 int64_t k = g * G + c;
@@ -209,13 +212,17 @@ Q2_TARGET __attribute__((always_inline)) static inline void qtile_i8_n(const cpu
                                                                        int n0, float *y, const int NR, const int BITS) {
     const int G = w->group_size;
     const int64_t K = w->cols, gpr = K / G;
-    const size_t row_bytes = (size_t)(K * BITS / 8);
     const uint8_t *wr[4];
-    _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) wr[n] = (const uint8_t *)w->data + (size_t)(n0 + n) * row_bytes;
+    const void *ws[4], *wb[4];
+    _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) {
+        wr[n] = em_qrow_codes(w, n0 + n);
+        ws[n] = em_qrow_scales(w, n0 + n);
+        wb[n] = em_qrow_biases(w, n0 + n);
+    }
     /* Each row is prefetched where the next tile (NR rows on) reads: the
      * loads' latency, not the arithmetic, bounded this loop, and rows of a
      * few KB end before the hardware prefetcher is up to speed. */
-    const size_t ahead = (size_t)NR * row_bytes;
+    const size_t ahead = (size_t)NR * em_qrow_step(w);
     const int8_t *xq = x->q + (size_t)m * (size_t)K;
     const float *xd = x->d + (size_t)m * (size_t)(K / 32), *xs = x->sum + (size_t)m * (size_t)gpr;
     __m256 acc[4];
@@ -254,9 +261,8 @@ Q2_TARGET __attribute__((always_inline)) static inline void qtile_i8_n(const cpu
             }
         }
         _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) {
-            size_t gi = (size_t)(n0 + n) * (size_t)gpr + (size_t)g;
-            float s = affine_scalar(w->scales, w->scale_dtype, gi);
-            float b = affine_scalar(w->biases, w->scale_dtype, gi) + (BITS == 8 ? 128.0f * s : 0.0f);
+            float s = affine_scalar(ws[n], w->scale_dtype, (size_t)g);
+            float b = affine_scalar(wb[n], w->scale_dtype, (size_t)g) + (BITS == 8 ? 128.0f * s : 0.0f);
             acc[n] = _mm256_fmadd_ps(accg[n], _mm256_set1_ps(s), acc[n]);
             bias_term[n] += b * xs[g];
         }

@@ -69,19 +69,22 @@ Q_TARGET __attribute__((always_inline)) static inline void qtile_mn(const float 
                                                                     const int NR, const bool BITS8) {
     const int bits = w->bits, G = w->group_size;
     const int64_t K = w->cols, gpr = K / G;
-    const size_t row_bytes = (size_t)(K * bits / 8);
     const qconst q = qconst_make(bits);
     const uint8_t *wr[4];
-    _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) wr[n] = (const uint8_t *)w->data + (size_t)(n0 + n) * row_bytes;
+    const void *ws[4], *wb[4];
+    _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) {
+        wr[n] = em_qrow_codes(w, n0 + n);
+        ws[n] = em_qrow_scales(w, n0 + n);
+        wb[n] = em_qrow_biases(w, n0 + n);
+    }
     __m512 acc[4][4];
     _Pragma("GCC unroll 4") for (int m = 0; m < MR; m++)
         _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) acc[m][n] = _mm512_setzero_ps();
     for (int64_t g = 0; g < gpr; g++) {
         __m512 s[4], b[4];
         _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) {
-            size_t gi = (size_t)(n0 + n) * (size_t)gpr + (size_t)g;
-            s[n] = _mm512_set1_ps(affine_scalar(w->scales, w->scale_dtype, gi));
-            b[n] = _mm512_set1_ps(affine_scalar(w->biases, w->scale_dtype, gi));
+            s[n] = _mm512_set1_ps(affine_scalar(ws[n], w->scale_dtype, (size_t)g));
+            b[n] = _mm512_set1_ps(affine_scalar(wb[n], w->scale_dtype, (size_t)g));
         }
         for (int c = 0; c < G; c += 16) {
             int64_t k = g * G + c;
@@ -119,12 +122,12 @@ Q_TARGET void cpu_qtile_avx512(const float *x, size_t ldx, int mr, const em_weig
 Q_TARGET void cpu_qdequant_avx512(const em_weight *w, int64_t r, float *out) {
     const int bits = w->bits, G = w->group_size;
     const int64_t K = w->cols, gpr = K / G;
-    const uint8_t *row = (const uint8_t *)w->data + (size_t)r * (size_t)(K * bits / 8);
+    const uint8_t *row = em_qrow_codes(w, r);
+    const void *rs = em_qrow_scales(w, r), *rbi = em_qrow_biases(w, r);
     const qconst q = qconst_make(bits);
     for (int64_t g = 0; g < gpr; g++) {
-        size_t gi = (size_t)r * (size_t)gpr + (size_t)g;
-        __m512 s = _mm512_set1_ps(affine_scalar(w->scales, w->scale_dtype, gi));
-        __m512 b = _mm512_set1_ps(affine_scalar(w->biases, w->scale_dtype, gi));
+        __m512 s = _mm512_set1_ps(affine_scalar(rs, w->scale_dtype, (size_t)g));
+        __m512 b = _mm512_set1_ps(affine_scalar(rbi, w->scale_dtype, (size_t)g));
         for (int c = 0; c < G; c += 16) {
             int64_t k = g * G + c;
             _mm512_storeu_ps(out + k, _mm512_fmadd_ps(dq16(row + k * bits / 8, &q), s, b));
@@ -209,13 +212,13 @@ QV_TARGET __attribute__((always_inline)) static inline void qv_prefetch(const ui
 #define QV_STREAM_AHEAD 8192
 
 /* Prefetches into L2 the scales and biases of weight row r, if the matrix
- * has it. */
+ * has it (in a row record they lie just before the row's codes). */
 QV_TARGET __attribute__((always_inline)) static inline void qv_prefetch_scalars(const em_weight *w, int64_t r) {
     if (r >= w->rows) return;
     size_t sb = (size_t)(w->cols / w->group_size) * (w->scale_dtype == EM_F32 ? 4 : 2);
     for (size_t o = 0; o < sb; o += 64) {
-        qv_prefetch((const uint8_t *)w->scales + (size_t)r * sb, o);
-        qv_prefetch((const uint8_t *)w->biases + (size_t)r * sb, o);
+        qv_prefetch(em_qrow_scales(w, r), o);
+        qv_prefetch(em_qrow_biases(w, r), o);
     }
 }
 
@@ -316,8 +319,8 @@ QV_TARGET __attribute__((always_inline)) static inline void qv_tile(const cpu_xq
                                                                      const int NR, const int BITS, size_t ahead) {
     const int G = w->group_size, lg = G == 32 ? 5 : G == 64 ? 6 : 7;
     const size_t K = (size_t)w->cols, gpr = K / (size_t)G, CH = BITS == 4 ? 128 : 64;
-    const size_t rb = K * BITS / 8;
-    const uint8_t *wr = (const uint8_t *)w->data + (size_t)n0 * rb;
+    const size_t rb = em_qrow_step(w); /* row to row */
+    const uint8_t *wr = em_qrow_codes(w, n0);
     const int8_t *xq[2];
     const float *xd[2], *xs[2], *xerr[2];
     _Pragma("GCC unroll 2") for (int m = 0; m < MR; m++) {
@@ -340,9 +343,8 @@ QV_TARGET __attribute__((always_inline)) static inline void qv_tile(const cpu_xq
             XERR[m] = _mm512_mul_ps(_mm512_maskz_loadu_ps(gm, xerr[m] + gw), _mm512_set1_ps(128.0f));
         }
         _Pragma("GCC unroll 4") for (int n = 0; n < NR; n++) {
-            size_t gi = (size_t)(n0 + n) * gpr + gw;
-            S[n] = qv_scalars(w->scales, w->scale_dtype, gi, gm);
-            __m512 B = qv_scalars(w->biases, w->scale_dtype, gi, gm);
+            S[n] = qv_scalars(em_qrow_scales(w, n0 + n), w->scale_dtype, gw, gm);
+            __m512 B = qv_scalars(em_qrow_biases(w, n0 + n), w->scale_dtype, gw, gm);
             _Pragma("GCC unroll 2") for (int m = 0; m < MR; m++) {
                 bacc[m][n] = _mm512_fmadd_ps(B, XS[m], bacc[m][n]);
                 if (BITS == 8) bacc[m][n] = _mm512_fmadd_ps(S[n], XERR[m], bacc[m][n]);
@@ -387,7 +389,7 @@ QV_TARGET __attribute__((always_inline)) static inline void qv_row_stream(const 
                                                                            int n0, int nr, float *y, const int BITS) {
     const int G = w->group_size, lg = G == 32 ? 5 : G == 64 ? 6 : 7;
     const size_t K = (size_t)w->cols, gpr = K / (size_t)G, CH = BITS == 4 ? 128 : 64;
-    const size_t rb = K * BITS / 8, nch = K / CH, wch = 16 * (size_t)G / CH;
+    const size_t rb = em_qrow_step(w), nch = K / CH, wch = 16 * (size_t)G / CH;
     if (K % CH || nch > QV_MAX_CHUNKS) { /* a short last chunk, or too wide for the tables */
         for (int n = 0; n < nr; n++) qv_tile(x, m0, w, n0 + n, y + n, 1, 1, 1, BITS, 0);
         return;
@@ -408,15 +410,14 @@ QV_TARGET __attribute__((always_inline)) static inline void qv_row_stream(const 
     for (size_t c = 0; c < wch; c++)
         gt[c] = _mm512_srli_epi32(_mm512_add_epi32(lane_k, _mm512_set1_epi32((int)(c * CH))), (unsigned)lg);
     for (int n = 0; n < nr; n++) {
-        const uint8_t *wr = (const uint8_t *)w->data + (size_t)(n0 + n) * rb;
+        const uint8_t *wr = em_qrow_codes(w, n0 + n);
+        const void *ws = em_qrow_scales(w, n0 + n), *wb = em_qrow_biases(w, n0 + n);
         qv_prefetch_scalars(w, qv_scalars_ahead(n0 + n, rb));
         __m512 acc = _mm512_setzero_ps(), bacc = _mm512_setzero_ps();
         for (size_t gw = 0; gw < gpr; gw += 16) {
             __mmask16 gm = (__mmask16)qv_mask(gpr - gw);
-            size_t gi = (size_t)(n0 + n) * gpr + gw;
-            __m512 S = qv_scalars(w->scales, w->scale_dtype, gi, gm);
-            bacc = _mm512_fmadd_ps(qv_scalars(w->biases, w->scale_dtype, gi, gm), _mm512_maskz_loadu_ps(gm, xs + gw),
-                                   bacc);
+            __m512 S = qv_scalars(ws, w->scale_dtype, gw, gm);
+            bacc = _mm512_fmadd_ps(qv_scalars(wb, w->scale_dtype, gw, gm), _mm512_maskz_loadu_ps(gm, xs + gw), bacc);
             if (BITS == 8)
                 bacc = _mm512_fmadd_ps(S, _mm512_mul_ps(_mm512_maskz_loadu_ps(gm, xerr + gw), _mm512_set1_ps(128.0f)),
                                        bacc);
@@ -468,21 +469,21 @@ QV_TARGET __attribute__((always_inline)) static inline void qv_rows(const cpu_xq
     }
     if (mr == 1) {
         for (; n < nr; n++) {
-            qv_prefetch_scalars(w, qv_scalars_ahead(n0 + n, (size_t)w->cols * BITS / 8));
+            qv_prefetch_scalars(w, qv_scalars_ahead(n0 + n, em_qrow_step(w)));
             qv_tile(x, m0, w, n0 + n, y + n, ldy, 1, 1, BITS, QV_STREAM_AHEAD);
         }
         return;
     }
     for (; n + 4 <= nr; n += 4) {
         int m = 0;
-        size_t ahead = 4 * (size_t)w->cols * BITS / 8; /* the next tile */
+        size_t ahead = 4 * em_qrow_step(w); /* the next tile */
         for (; m + 2 <= mr; m += 2)
             qv_tile(x, m0 + m, w, n0 + n, y + (size_t)m * ldy + n, ldy, 2, 4, BITS, m == 0 ? ahead : 0);
         if (m < mr) qv_tile(x, m0 + m, w, n0 + n, y + (size_t)m * ldy + n, ldy, 1, 4, BITS, m == 0 ? ahead : 0);
     }
     for (; n < nr; n++)
         for (int m = 0; m < mr; m++) /* the first prefetches the next row */
-            qv_tile(x, m0 + m, w, n0 + n, y + (size_t)m * ldy + n, ldy, 1, 1, BITS, m == 0 ? (size_t)w->cols * BITS / 8 : 0);
+            qv_tile(x, m0 + m, w, n0 + n, y + (size_t)m * ldy + n, ldy, 1, 1, BITS, m == 0 ? em_qrow_step(w) : 0);
 }
 
 QV_TARGET void cpu_qtile_i8_vnni(const cpu_xq8 *x, int m0, int mr, const em_weight *w, int n0, int nr, float *y,

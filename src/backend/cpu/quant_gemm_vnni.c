@@ -72,14 +72,13 @@ QG_TARGET static void qg_unpack4(const uint8_t *row, int K, uint8_t *out) {
 QG_TARGET static void qg_pack_panel(const em_weight *w, int n0, int nr, int p, const qg_pack *q) {
     const int K = (int)w->cols, G = w->group_size, gpr = K / G, first = 16 * p;
     const int valid = nr - first < 16 ? nr - first : 16;
-    const size_t rb = (size_t)K * (size_t)w->bits / 8;
     const uint8_t *base;
     int stride;
     if (w->bits == 8) { /* the codes are bytes already */
-        base = (const uint8_t *)w->data + (size_t)(n0 + first) * rb;
-        stride = (int)rb;
+        base = em_qrow_codes(w, n0 + first);
+        stride = (int)em_qrow_step(w);
     } else {
-        for (int r = 0; r < valid; r++) qg_unpack4((const uint8_t *)w->data + (size_t)(n0 + first + r) * rb, K, q->tmp + (size_t)r * K);
+        for (int r = 0; r < valid; r++) qg_unpack4(em_qrow_codes(w, n0 + first + r), K, q->tmp + (size_t)r * K);
         base = q->tmp;
         stride = K;
     }
@@ -92,12 +91,14 @@ QG_TARGET static void qg_pack_panel(const em_weight *w, int n0, int nr, int p, c
         _mm512_store_si512(dst + (size_t)k * 16, v);
     }
     float *s = q->s + (size_t)p * 16 * (size_t)gpr, *b = q->b + (size_t)p * 16 * (size_t)gpr;
-    for (int g = 0; g < gpr; g++)
-        for (int r = 0; r < 16; r++) {
-            size_t gi = (size_t)(n0 + first + r) * (size_t)gpr + (size_t)g;
-            s[g * 16 + r] = r < valid ? affine_scalar(w->scales, w->scale_dtype, gi) : 0.0f;
-            b[g * 16 + r] = r < valid ? affine_scalar(w->biases, w->scale_dtype, gi) : 0.0f;
+    for (int r = 0; r < 16; r++) {
+        const void *rs = r < valid ? em_qrow_scales(w, n0 + first + r) : NULL;
+        const void *rbi = r < valid ? em_qrow_biases(w, n0 + first + r) : NULL;
+        for (int g = 0; g < gpr; g++) {
+            s[g * 16 + r] = rs ? affine_scalar(rs, w->scale_dtype, (size_t)g) : 0.0f;
+            b[g * 16 + r] = rbi ? affine_scalar(rbi, w->scale_dtype, (size_t)g) : 0.0f;
         }
+    }
 }
 
 /* MR rows of x (from m0) against NP panels (from panel p): y[m][16 * i + l]
