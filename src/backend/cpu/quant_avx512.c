@@ -223,9 +223,10 @@ QV_TARGET __attribute__((always_inline)) static inline void qv_prefetch_scalars(
 }
 
 /* The row whose scales a one-row product prefetches as it starts row n:
- * the one its code prefetches will reach first. */
-static inline int64_t qv_scalars_ahead(int64_t n, size_t row_bytes) {
-    return n + 1 + (int64_t)(QV_STREAM_AHEAD / row_bytes);
+ * the one its code prefetches will reach first (rows `step` bytes apart:
+ * em_qrow_step). */
+static inline int64_t qv_scalars_ahead(int64_t n, size_t step) {
+    return n + 1 + (int64_t)(QV_STREAM_AHEAD / step);
 }
 
 /* What a tile shares across its rows for one chunk: the activations (at 4
@@ -389,7 +390,7 @@ QV_TARGET __attribute__((always_inline)) static inline void qv_row_stream(const 
                                                                            int n0, int nr, float *y, const int BITS) {
     const int G = w->group_size, lg = G == 32 ? 5 : G == 64 ? 6 : 7;
     const size_t K = (size_t)w->cols, gpr = K / (size_t)G, CH = BITS == 4 ? 128 : 64;
-    const size_t rb = em_qrow_step(w), nch = K / CH, wch = 16 * (size_t)G / CH;
+    const size_t rs = em_qrow_step(w), nch = K / CH, wch = 16 * (size_t)G / CH;
     if (K % CH || nch > QV_MAX_CHUNKS) { /* a short last chunk, or too wide for the tables */
         for (int n = 0; n < nr; n++) qv_tile(x, m0, w, n0 + n, y + n, 1, 1, 1, BITS, 0);
         return;
@@ -412,7 +413,7 @@ QV_TARGET __attribute__((always_inline)) static inline void qv_row_stream(const 
     for (int n = 0; n < nr; n++) {
         const uint8_t *wr = em_qrow_codes(w, n0 + n);
         const void *ws = em_qrow_scales(w, n0 + n), *wb = em_qrow_biases(w, n0 + n);
-        qv_prefetch_scalars(w, qv_scalars_ahead(n0 + n, rb));
+        qv_prefetch_scalars(w, qv_scalars_ahead(n0 + n, rs));
         __m512 acc = _mm512_setzero_ps(), bacc = _mm512_setzero_ps();
         for (size_t gw = 0; gw < gpr; gw += 16) {
             __mmask16 gm = (__mmask16)qv_mask(gpr - gw);
