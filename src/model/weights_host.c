@@ -104,23 +104,40 @@ static void copy_dropping(uint8_t *dst, const uint8_t *src, size_t n) {
     }
 }
 
+/* The copy of t made earlier, if any (a tensor bound twice). */
+static const void *hw_find(const struct host_weights *h, const st_tensor *t) {
+    for (size_t i = 0; i < h->n; i++)
+        if (h->done[i].src == t) return h->done[i].dst;
+    return NULL;
+}
+
+/* The next `bytes` of the arena for t's copy, recorded as t's; *p = NULL
+ * where the arena was not planned for them (t then stays in place). */
+static em_status hw_claim(struct host_weights *h, const st_tensor *t, size_t bytes, uint8_t **p) {
+    *p = NULL;
+    size_t at = (h->used + 63) & ~(size_t)63;
+    if (at > h->cap || bytes > h->cap - at) return EM_OK;
+    EM_TRY(remember(h, t, h->base + at));
+    h->used = at + bytes;
+    *p = h->base + at;
+    return EM_OK;
+}
+
 em_status host_weights_place(em_model *m, const st_tensor *t, const void **out, size_t *copied) {
     *copied = 0;
     if (!m->host_weights) EM_TRY(hw_open(m, &m->host_weights));
     struct host_weights *h = m->host_weights;
     *out = t->data;
     if (!h->copy || !t->nbytes) return EM_OK;
-    for (size_t i = 0; i < h->n; i++)
-        if (h->done[i].src == t) {
-            *out = h->done[i].dst;
-            return EM_OK;
-        }
-    size_t at = (h->used + 63) & ~(size_t)63;
-    if (at > h->cap || t->nbytes > h->cap - at) return EM_OK; /* not planned for: stays in place */
-    uint8_t *p = h->base + at;
-    EM_TRY(remember(h, t, p));
+    const void *done = hw_find(h, t);
+    if (done) {
+        *out = done;
+        return EM_OK;
+    }
+    uint8_t *p;
+    EM_TRY(hw_claim(h, t, t->nbytes, &p));
+    if (!p) return EM_OK;
     copy_dropping(p, t->data, t->nbytes);
-    h->used = at + t->nbytes;
     *out = p;
     *copied = t->nbytes;
     return EM_OK;
@@ -181,19 +198,17 @@ em_status host_weights_place_quant(em_model *m, const st_tensor *t, const st_ten
     size_t rows = (size_t)w->rows;
     if (!h->copy || !rows || !t->nbytes) return EM_OK;
     size_t cb = t->nbytes / rows, sb = s->nbytes / rows, rec = 2 * sb + cb; /* shapes checked by the binder */
-    for (size_t i = 0; i < h->n; i++)
-        if (h->done[i].src == t) {
-            records_at(w, h->done[i].dst, sb, rec);
-            return EM_OK;
-        }
-    size_t at = (h->used + 63) & ~(size_t)63, total = rows * rec;
-    if (at > h->cap || total > h->cap - at) return EM_OK; /* not planned for: stays in place */
-    uint8_t *p = h->base + at;
-    EM_TRY(remember(h, t, p));
+    const void *done = hw_find(h, t);
+    if (done) {
+        records_at(w, done, sb, rec);
+        return EM_OK;
+    }
+    uint8_t *p;
+    EM_TRY(hw_claim(h, t, rows * rec, &p));
+    if (!p) return EM_OK;
     copy_records(p, t, s, b, rows, cb, sb);
-    h->used = at + total;
     records_at(w, p, sb, rec);
-    *copied = total;
+    *copied = rows * rec;
     return EM_OK;
 }
 
