@@ -13,8 +13,9 @@
 #            token / the device bandwidth ember measures), prefill tokens/s at
 #            512 and 4096 tokens (each prompt as one forward, --prefill-chunk, as
 #            torch runs it) and their fraction of the bf16 tensor-core peak
-#   torch    bench/torch_bench.py: transformers, bf16, static cache + torch.compile
-#            (eager where that fails, with a note), the same figures
+#   torch    bench/torch_bench.py: transformers, bf16, the same figures; decode
+#            as a step loop over a static cache, eager and under torch.compile
+#            (CUDA graphs), and through generate() (the table takes the best)
 # and, measured in the same run, a streaming-read bandwidth and a bf16 GEMM
 # (torch.matmul 8192^3) TFLOP/s. --shapes replaces the list of shapes (e.g. "tiny"
 # for a quick check of the script). Rows that cannot run say why. Prints a
@@ -30,7 +31,7 @@
 # the data-sheet figure.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 [ $# -ge 2 ] || usage
 ember=$1 work=$2; shift 2
 with8b=0 gen=64 torch=1 compile=1 peak=0 device=cuda shapes_arg=""

@@ -9,9 +9,10 @@
       the model of MODEL_DIR/config.json in transformers, bf16, weights initialised
       on the GPU (the figures depend on shapes, not values; nothing is read from disk):
       prefill tokens/s (one forward over N tokens, logits of the last row only),
-      batch-1 greedy decode tokens/s after a --prompt-token prompt, with a static
-      cache (cache_implementation="static") compiled by torch.compile, falling back
-      to eager (and to the dynamic cache where the static one is refused) with a note.
+      batch-1 greedy decode tokens/s after a --prompt-token prompt: the forward
+      called step by step on a static cache (eager, then torch.compile with CUDA
+      graphs), and generate() (static cache, else the dynamic one) as well; where
+      the step loop fails, generate()'s torch.compile instead.
       One JSON object per measurement is appended to FILE as soon as it is known,
       so a run stopped by a timeout keeps what it measured.
 
@@ -156,6 +157,49 @@ def decode(model, vocab, n_prompt, n_gen, mode):
     return (len(times) - 1) / (times[-1] - times[0]), compiled
 
 
+def static_cache(cfg, length):
+    """A StaticCache of `length` positions for batch 1, whatever this transformers' constructor asks."""
+    import inspect
+    import torch
+    from transformers import StaticCache
+    params = inspect.signature(StaticCache.__init__).parameters
+    kw = {"config": cfg, "max_cache_len": length}
+    for k, v in (("max_batch_size", 1), ("batch_size", 1), ("device", "cuda"), ("dtype", torch.bfloat16)):
+        if k in params:
+            kw[k] = v
+    return StaticCache(**kw)
+
+
+def decode_loop(model, cfg, vocab, n_prompt, n_gen, compiled):
+    """Greedy decode tokens/s with the model's forward called step by step on a static cache,
+    the next id chosen on the GPU and nothing synchronised until the end (as a serving loop
+    runs it; generate() adds its own per-step host work). compiled: the forward through
+    torch.compile(mode="reduce-overhead"), i.e. replayed as CUDA graphs. The first quarter
+    of the steps (at least 3) warm up and are not timed."""
+    import torch
+    g = torch.Generator(device="cpu").manual_seed(1)
+    ids = torch.randint(3, vocab, (1, n_prompt), generator=g).to("cuda")
+    cache = static_cache(cfg, n_prompt + n_gen + 1)
+    fwd = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True) if compiled else model.forward
+    warm = max(3, n_gen // 4)
+    if n_gen - warm < 2:
+        raise RuntimeError("too few decode steps to time (--gen-tokens)")
+    with torch.inference_mode():
+        out = model(input_ids=ids, past_key_values=cache, cache_position=torch.arange(n_prompt, device="cuda"),
+                    use_cache=True, logits_to_keep=1)
+        tok = out.logits[:, -1:].argmax(-1)
+        t0 = None
+        for i in range(n_gen):
+            if i == warm:
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+            pos = torch.full((1,), n_prompt + i, dtype=torch.long, device="cuda")
+            out = fwd(input_ids=tok, past_key_values=cache, cache_position=pos, use_cache=True)
+            tok = out.logits[:, -1:].argmax(-1).clone()
+        torch.cuda.synchronize()
+    return (n_gen - warm) / (time.perf_counter() - t0)
+
+
 def model_bench(args):
     import torch
     name = os.path.basename(os.path.normpath(args.model_dir))
@@ -188,8 +232,16 @@ def model_bench(args):
             traceback.print_exc()
             emit(args.out, dict(base, what="prefill", tokens=n, error=repr(e)[:300]))
         torch.cuda.empty_cache()
-    # decode: eager first (always kept), then compiled
+    # decode: eager first (always kept), then compiled; the step loop where the
+    # model takes a static cache, else generate()
     notes = []
+    try:
+        tps = decode_loop(model, cfg, vocab, args.prompt, args.gen_tokens, False)
+        emit(args.out, dict(base, what="decode", mode="loop", tps=round(tps, 2), prompt=args.prompt,
+                            gen=args.gen_tokens))
+    except Exception as e:  # noqa: BLE001
+        traceback.print_exc()
+        notes.append("step loop failed: %s" % repr(e)[:160])
     for mode in ("static", "dynamic"):
         try:
             tps, _ = decode(model, vocab, args.prompt, args.gen_tokens, mode)
@@ -204,6 +256,15 @@ def model_bench(args):
         return
     if args.no_compile:
         return
+    try:
+        t = time.time()
+        tps = decode_loop(model, cfg, vocab, args.prompt, args.gen_tokens, True)
+        emit(args.out, dict(base, what="decode", mode="loop-compile", tps=round(tps, 2), prompt=args.prompt,
+                            gen=args.gen_tokens, seconds=round(time.time() - t, 1)))
+        return
+    except Exception as e:  # noqa: BLE001
+        traceback.print_exc()
+        emit(args.out, dict(base, what="decode", mode="loop-compile", error=repr(e)[:300]))
     try:
         t = time.time()
         tps, compiled = decode(model, vocab, args.prompt, args.gen_tokens, "compile")
