@@ -10,12 +10,12 @@
  * a multiprocessor (its shared memory), tensor cores idle while it rounded.
  * Here one launch first rounds the keys and values the plan's tiles read
  * (each key once, into a contiguous copy per sequence: kv_bf16_kernel), and
- * the attention kernel streams that copy through a three-stage pipeline of
- * asynchronous copies straight into the tiles its fragments are loaded
- * from (matrix loads for queries, keys and values), one barrier a tile.
- * A warp owns one or two m-tiles of 16 (query row, head) pairs, so each
- * key and value fragment it loads serves 16 or 32 pairs (fa_shape): 0.63 ms
- * a layer for that prefill (217 TFLOP/s).
+ * the attention kernel streams that copy through a pipeline of two or
+ * three stages of asynchronous copies straight into the tiles its fragments
+ * are loaded from (matrix loads for queries, keys and values), one barrier
+ * a tile. A warp owns one or two m-tiles of 16 (query row, head) pairs, so
+ * each key and value fragment it loads serves 16 or 32 pairs (fa_shape):
+ * 0.59 ms a layer for that prefill (232 TFLOP/s).
  *
  * The arithmetic is that of attention_tc_kernel, step for step: the same
  * bf16 roundings of queries, keys, values and weights, the same products
@@ -54,7 +54,9 @@ __global__ void __launch_bounds__(CONV_THREADS)
  * start in 8 distinct 16-byte bank groups, so a matrix load hits every bank
  * once). */
 template <int HD, int MT, int KN> struct fa_shape {
-    static constexpr int LB = HD + 8, STAGES = 3;
+    /* stages: two where three tiles would leave room for only one block a
+     * multiprocessor (64 keys at head_dim 128: 104 KB a block with two) */
+    static constexpr int LB = HD + 8, STAGES = KN * HD >= 64 * 128 ? 2 : 3;
     static constexpr int warps = CUDA_TC_PAIRS / (16 * MT), threads = warps * 32;
     static constexpr int tile = KN * LB; /* bf16 of a key or value tile */
     static constexpr size_t q = (size_t)STAGES * 2 * tile * 2;
@@ -202,10 +204,13 @@ __global__ void __launch_bounds__(fa_shape<HD, MT, KN>::threads, HD > 128 ? 1 : 
 
 /* Measured on the H200 (4,096-token prefill, ms a layer): head_dim 128
  * (Llama-3.1-8B shape) 0.80 with one m-tile a warp and 64 keys a tile,
- * 0.64 with two and 32; head_dim 64 (Llama-3.2-1B) did best with one and 64.
+ * 0.64 with two and 32 (three stages), 0.59 with two and 64 (two stages;
+ * three leave one block a multiprocessor: 0.93), though a thread's scores
+ * and outputs then fill its 255 registers and spill a few words; head_dim
+ * 64 (Llama-3.2-1B) did best with one and 64.
  * head_dim 256 (Qwen3.5's attention layers): one m-tile and 32 keys, what
  * the registers allow. */
-#define FA_SHAPES(X) X(64, 1, 64) X(128, 2, 32) X(256, 1, 32)
+#define FA_SHAPES(X) X(64, 1, 64) X(128, 2, 64) X(256, 1, 32)
 
 bool cuda_attention_fa_fits(cuda_backend *cb, int head_dim) {
     int optin = 0;
@@ -245,7 +250,7 @@ bool cuda_attention_fa(cuda_backend *cb, unsigned blocks, float *out, __nv_bfloa
     dim3 grid(gx < 1 ? 1 : gx > 4096 ? 4096 : gx, (unsigned)p->n_conv);
     cuda_launch(kv_bf16_kernel, grid, CONV_THREADS, 0, cb->stream, kc, vc, base, toff, conv, n, rowlen, bs);
     CUDA_LAUNCHED(cb, "attention (bf16 copy of keys and values)");
-    int mt = head_dim == 128 ? 2 : 1, kn = head_dim == 64 ? 64 : 32;
+    int mt = head_dim == 128 ? 2 : 1, kn = head_dim == 256 ? 32 : 64;
 #define FA_GO(h, m_, k_) \
     if (head_dim == h && mt == m_ && kn == k_) \
         fa_launch<h, m_, k_>(cb, blocks, out, ob, part, q, kc, vc, pos, tiles, n_heads, n_kv, scale, window);
