@@ -54,9 +54,10 @@ __global__ void __launch_bounds__(CONV_THREADS)
  * start in 8 distinct 16-byte bank groups, so a matrix load hits every bank
  * once). */
 template <int HD, int MT, int KN> struct fa_shape {
-    /* stages: two where three tiles would leave room for only one block a
-     * multiprocessor (64 keys at head_dim 128: 104 KB a block with two) */
-    static constexpr int LB = HD + 8, STAGES = KN * HD >= 64 * 128 ? 2 : 3;
+    /* stages: two for 64-key tiles at head_dim 128, where three would leave
+     * room for one block a multiprocessor (104 KB a block with two); head_dim
+     * 256 runs one block a multiprocessor either way and keeps three */
+    static constexpr int LB = HD + 8, STAGES = HD == 128 && KN >= 64 ? 2 : 3;
     static constexpr int warps = CUDA_TC_PAIRS / (16 * MT), threads = warps * 32;
     static constexpr int tile = KN * LB; /* bf16 of a key or value tile */
     static constexpr size_t q = (size_t)STAGES * 2 * tile * 2;
