@@ -10,14 +10,16 @@
 # `ember quantize`, then for every model x format:
 #   ember    `ember bench --device cuda --json`: batch-1 decode tokens/s after a
 #            512-token prompt and its HBM roofline fraction (weight bytes per
-#            token / the device bandwidth ember measures), prefill tokens/s at
+#            token / the roofline bandwidth below), prefill tokens/s at
 #            512 and 4096 tokens (each prompt as one forward, --prefill-chunk, as
 #            torch runs it) and their fraction of the bf16 tensor-core peak
 #   torch    bench/torch_bench.py: transformers, bf16, the same figures; decode
 #            as a step loop over a static cache, eager and under torch.compile
 #            (CUDA graphs), and through generate() (the table takes the best)
 # and, measured in the same run, a streaming-read bandwidth and a bf16 GEMM
-# (torch.matmul 8192^3) TFLOP/s. --shapes replaces the list of shapes (e.g. "tiny"
+# (torch.matmul 8192^3) TFLOP/s. The roofline bandwidth, for both engines'
+# rows, is the highest streaming read of the run (torch's, or the read probe
+# each ember bench runs). --shapes replaces the list of shapes (e.g. "tiny"
 # for a quick check of the script). Rows that cannot run say why. Prints a
 # markdown table at the end (also WORK_DIR/table.md; raw results in
 # WORK_DIR/results.jsonl).
@@ -31,7 +33,7 @@
 # the data-sheet figure.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-usage() { sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 [ $# -ge 2 ] || usage
 ember=$1 work=$2; shift 2
 with8b=0 gen=64 torch=1 compile=1 peak=0 device=cuda shapes_arg=""
@@ -178,11 +180,21 @@ def get(kind, model, fmt, what):
     return [r for r in rows if r.get("kind") == kind and r.get("model") == model and r.get("format") == fmt
             and r.get("what") == what and "error" not in r]
 
+# One roofline for every row: the highest streaming read measured in this
+# run, torch's (a sum over 4 GiB) or ember's (its bench's own read probe).
+reads = [hw["read_gbs"]] if hw else []
+reads += [r["bandwidth_gbs"] for r in rows if r.get("kind") == "ember" and r.get("bandwidth_gbs")]
+roof_bw = max(reads) * 1e9 if reads else None
+
 models = []
 for r in rows:
     if r.get("kind") in ("ember", "torch") and r.get("model") not in models and r.get("model") != "-":
         models.append(r["model"])
 print()
+if roof_bw:
+    print("Roofline bandwidth: %.0f GB/s, the highest streaming read of this run (torch's sum over 4 GiB, "
+          "ember bench's read probe of each model: %s GB/s)." % (roof_bw / 1e9, ", ".join(
+              "%.0f" % r["bandwidth_gbs"] for r in rows if r.get("kind") == "ember" and r.get("bandwidth_gbs"))))
 if hw:
     print("Device: %s; torch %s. Streaming read %.0f GB/s (sum over 4 GiB), copy %.0f GB/s; bf16 GEMM %d^3: "
           "%.0f TFLOP/s (%.0f%% of the %.0f TFLOP/s peak used below; the data sheet's dense bf16: 989)."
@@ -207,8 +219,8 @@ for m in models:
             f512, f4096 = flops_per_token(m, 512), flops_per_token(m, 4096)
             cells = [m, fmt, "ember"]
             if e:
-                cells += ["%.1f" % e["decode_tps"], "%s (%.2f GB/token, %.0f GB/s)" % (
-                    pct(e.get("roofline_fraction")), e["bytes_per_token"] / 1e9, e["bandwidth_gbs"]),
+                cells += ["%.1f" % e["decode_tps"], "%s (%.2f GB/token)" % (
+                    pct(e["decode_tps"] * e["bytes_per_token"] / roof_bw), e["bytes_per_token"] / 1e9),
                     "%.0f" % e["prefill_tps"], pct(e["prefill_tps"] * f512 / peak) if f512 else ""]
             else:
                 cells += ["", "", "", ""]
@@ -230,12 +242,11 @@ for m in models:
         notes += [r["note"] for r in dec if r.get("note")]
         if dec:
             notes.append("decode " + ", ".join("%s %.1f" % (r["mode"], r["tps"]) for r in dec))
-        bw = hw["read_gbs"] * 1e9 if hw else None
         cells = [m, fmt, "torch"]
-        if best and w and bw:
+        if best and w and roof_bw:
             cells += ["%.1f (%s)" % (best["tps"], best["mode"]),
-                      "%s (%.2f GB/token, %.0f GB/s stream)" % (pct(best["tps"] * w["bytes_per_token"] / bw),
-                                                               w["bytes_per_token"] / 1e9, bw / 1e9)]
+                      "%s (%.2f GB/token)" % (pct(best["tps"] * w["bytes_per_token"] / roof_bw),
+                                              w["bytes_per_token"] / 1e9)]
         elif best:
             cells += ["%.1f (%s)" % (best["tps"], best["mode"]), ""]
         else:
@@ -249,7 +260,7 @@ for m in models:
         cells.append("; ".join(x.replace("|", "/") for x in notes)[:400])
         print("| " + " | ".join(cells) + " |")
 print()
-print("ember's roofline uses the bandwidth ember bench measures on the device; torch's the streaming read above. "
+print("Both engines' decode fractions use the one roofline bandwidth above. "
       "Prefill fractions count matrix FLOPs and causal attention only.")
 PY
 say "total $(($(date +%s) - t_start)) s"

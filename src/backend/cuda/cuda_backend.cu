@@ -321,36 +321,8 @@ static size_t cuda_mem_free(em_backend *be) {
     return free_b;
 }
 
-/* Device-to-device copy of 512 MiB, best of three: bytes read + written
- * per second, the rate a weight stream can reach. */
-static double cuda_bandwidth(em_backend *be) {
-    cuda_backend *cb = cuda_enter(be);
-    size_t n = (size_t)512 << 20;
-    char *a = NULL, *b = NULL;
-    cudaEvent_t e0 = NULL, e1 = NULL;
-    double best = 0;
-    if (cudaMalloc((void **)&a, n) == cudaSuccess && cudaMalloc((void **)&b, n) == cudaSuccess &&
-        cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess) {
-        cudaMemsetAsync(a, 1, n, cb->stream);
-        for (int r = 0; r < 4; r++) {
-            cudaEventRecord(e0, cb->stream);
-            cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, cb->stream);
-            cudaEventRecord(e1, cb->stream);
-            float ms = 0;
-            if (cudaEventSynchronize(e1) == cudaSuccess && cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess && ms > 0 &&
-                r > 0) {
-                double bw = 2.0 * (double)n / (ms * 1e-3);
-                if (bw > best) best = bw;
-            }
-        }
-    }
-    cudaGetLastError();
-    if (e0) cudaEventDestroy(e0);
-    if (e1) cudaEventDestroy(e1);
-    if (a) cudaFree(a);
-    if (b) cudaFree(b);
-    return best;
-}
+/* The rate a weight stream can reach: the streaming-read probe. */
+static double cuda_bandwidth(em_backend *be) { return cuda_read_bandwidth(cuda_enter(be)); }
 
 /* ---- life cycle ---- */
 

@@ -278,6 +278,9 @@ bool cuda_scratch_eager(cuda_backend *cb, void **buf, size_t *cap, size_t bytes)
  * nothing noted, when the device has no room for it. */
 bool cuda_scratch_try(cuda_backend *cb, void **buf, size_t *cap, size_t bytes);
 
+/* The device memory's streaming-read bandwidth, bytes/s (cuda_probe.cu). */
+double cuda_read_bandwidth(cuda_backend *cb);
+
 /* Device-side dtype conversions. */
 __device__ __forceinline__ float cuda_bf16(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 __device__ __forceinline__ float cuda_f16(uint16_t h) {
