@@ -107,6 +107,15 @@ template <int MR> struct gemv_shape {
     static constexpr int blocks = MR == 1 ? 8 : MR <= 4 ? 4 : 1; /* resident per SM, at least */
     static constexpr int loads = MR == 1 ? 8 : MR <= 2 ? 4 : 2;  /* 16-byte weight loads in flight per lane */
 };
+/* gemv_swiglu_kernel's: its warps load two rows, so one row's occupancy
+ * (64 registers) spilled them at one activation row; with 128 its 16 loads
+ * a lane stay in flight. On an H100, bf16 gate+up+SwiGLU of the 8B shape
+ * alone 93 -> 84 us (ember-gemv-bench --bits 0), decode after 512 tokens
+ * +0.5-1 % (8-layer 8B), +0.5-1 % (1B), +1.5-2 % (8-layer Qwen3.5-4B);
+ * same bits. */
+template <int MR> struct swiglu_shape {
+    static constexpr int blocks = MR == 1 ? 4 : gemv_shape<MR>::blocks;
+};
 
 template <int DT, int MR>
 __global__ void __launch_bounds__(GEMV_WARPS * 32, gemv_shape<MR>::blocks) gemv_kernel(gemv_set set, const float *x,
@@ -161,7 +170,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32, gemv_shape<MR>::blocks) gemv_
  * and stores silu(gate) * up as swiglu_kernel computes it. The two
  * products are never written, and no third kernel reads them back. */
 template <int DT, int MR>
-__global__ void __launch_bounds__(GEMV_WARPS * 32, gemv_shape<MR>::blocks)
+__global__ void __launch_bounds__(GEMV_WARPS * 32, swiglu_shape<MR>::blocks)
     gemv_swiglu_kernel(float *out, const void *wg, const void *wu, const float *bg, const float *bu, const float *x,
                        int M, int N, int K) {
     cuda_pdl_enter();
