@@ -219,8 +219,8 @@ for m in models:
             f512, f4096 = flops_per_token(m, 512), flops_per_token(m, 4096)
             cells = [m, fmt, "ember"]
             if e:
-                cells += ["%.1f" % e["decode_tps"], "%s (%.2f GB/token)" % (
-                    pct(e["decode_tps"] * e["bytes_per_token"] / roof_bw), e["bytes_per_token"] / 1e9),
+                frac = e["decode_tps"] * e["bytes_per_token"] / roof_bw if roof_bw else e.get("roofline_fraction")
+                cells += ["%.1f" % e["decode_tps"], "%s (%.2f GB/token)" % (pct(frac), e["bytes_per_token"] / 1e9),
                     "%.0f" % e["prefill_tps"], pct(e["prefill_tps"] * f512 / peak) if f512 else ""]
             else:
                 cells += ["", "", "", ""]
