@@ -18,6 +18,7 @@
  * contents (all bytes 1), so the loads cannot be dropped and nothing is
  * written. */
 __global__ void __launch_bounds__(PROBE_THREADS) probe_read_kernel(const uint4 *p, size_t n, unsigned *sink) {
+    cuda_pdl_enter();
     size_t stride = (size_t)gridDim.x * PROBE_THREADS, i = (size_t)blockIdx.x * PROBE_THREADS + threadIdx.x;
     uint4 acc = make_uint4(0, 0, 0, 0);
     for (; i + (PROBE_UNROLL - 1) * stride < n; i += PROBE_UNROLL * stride) {
@@ -49,7 +50,7 @@ double cuda_read_bandwidth(cuda_backend *cb) {
         unsigned blocks = (unsigned)cb->n_sm * 4; /* 2,048 threads a multiprocessor */
         for (int r = 0; r < 5; r++) {
             cudaEventRecord(e0, cb->stream);
-            probe_read_kernel<<<blocks, PROBE_THREADS, 0, cb->stream>>>(a, words, sink);
+            cuda_launch(probe_read_kernel, blocks, PROBE_THREADS, 0, cb->stream, (const uint4 *)a, words, sink);
             cudaEventRecord(e1, cb->stream);
             float ms = 0;
             if (cudaEventSynchronize(e1) == cudaSuccess && cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess && ms > 0 &&
