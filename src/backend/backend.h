@@ -183,10 +183,15 @@ typedef struct em_backend_ops {
                           const em_weight *wu, const float *bg, const float *bu, em_math math);
     /* A whole MLP: act = silu(x · wgᵀ + bg) * (x · wuᵀ + bu) ([M, wg->rows]),
      * then y = act · wdᵀ + bd, with the bits of matmul_swiglu (or
-     * matmul_group and swiglu) then matmul; y may be x. A backend that runs
-     * some shapes as one operation returns true when it queued them; false
-     * means nothing was queued and the caller makes those calls. Optional
-     * (NULL: always the calls). */
+     * matmul_group and swiglu) then matmul; y may be x. act is the
+     * operation's scratch ([M, wg->rows] floats): what it holds afterwards
+     * is unspecified. One arithmetic difference is allowed, and documented
+     * by the backend that makes it: FAST batches of many rows (prefill) may
+     * round the gate and up products to bf16 before the SwiGLU, as bf16
+     * inference does (the CUDA backend above CUDA_SKINNY_MAX_M rows). A
+     * backend that runs some shapes as one operation returns true when it
+     * queued them; false means nothing was queued and the caller makes
+     * those calls. Optional (NULL: always the calls). */
     bool (*matmul_mlp)(em_backend *be, float *y, float *act, const float *x, int M, const em_weight *wg,
                        const em_weight *wu, const em_weight *wd, const float *bg, const float *bu, const float *bd,
                        em_math math);

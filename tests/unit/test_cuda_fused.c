@@ -3,7 +3,8 @@
  * KV cache write, over spans with scattered blocks and partial rotary),
  * rope_attention_spans (those and the attention of decode rows) and
  * matmul_swiglu (the gate and up GEMV and the SwiGLU, over float and 4-/8-bit
- * weights), matmul_mlp (those and the down projection, 4-/8-bit), and decline exactly
+ * weights), matmul_mlp (those and the down projection, 4-/8-bit; over
+ * prefill rows, its bf16 gate and up within rounding of the reference), and decline exactly
  * the shapes they leave to the separate operations; and the bf16 copies
  * that norms and swiglu write for the FAST matmul issued next give that
  * matmul the bits of its own rounding, and never a stale one. Skipped (77) when
@@ -396,6 +397,71 @@ static void test_matmul_mlp_quantized(void) {
     test_mlp_auto();
 }
 
+/* A weight for the prefill MLP tests: bf16 (bits 0) or 4-/8-bit codes. */
+static em_weight mlp_weight_up(int N, int K, int bits, void **host) {
+    if (bits) return qweight_up(N, K, bits, host);
+    host[0] = weight_data(EM_BF16, (size_t)N * K), host[1] = host[2] = NULL;
+    return (em_weight){.dtype = EM_BF16, .rows = N, .cols = K, .data = up(host[0], (size_t)N * K * 2), .name = "w"};
+}
+
+static void mlp_weight_free(em_weight *w, void **host) {
+    if (w->bits) return free_q(w, host);
+    gpu->ops->free(gpu, (void *)w->data), free(host[0]);
+}
+
+static float bf16_round(float v) { return bf16_to_f32(f32_to_bf16(v)); }
+
+/* matmul_mlp over FAST prefill rows (more than CUDA_SKINNY_MAX_M) rounds
+ * the gate and up products to bf16 and feeds the down product the bf16
+ * SwiGLU. Reference: the same products in f32 (matmul_group), rounded and
+ * combined on the host, then the down product of that SwiGLU (exact in
+ * bf16, so the GEMM reads it unchanged). Only roundings of sums that land
+ * within an f32 ulp or so of a bf16 midpoint can differ. */
+static void test_mlp_rows_case(int bits, int M, int F, int H, bool alias) {
+    void *gh[3], *uh[3], *dh[3];
+    em_weight wg = mlp_weight_up(F, H, bits, gh), wu = mlp_weight_up(F, H, bits, uh), wd = mlp_weight_up(H, F, bits, dh);
+    const em_weight *wgu[2] = {&wg, &wu};
+    size_t mf = (size_t)M * F, mh = (size_t)M * H;
+    float *x = rand_f32(mh, 1.0f), *xd = up(x, mh * 4), *act = gpu->ops->alloc(gpu, mf * 4);
+    float *gd = gpu->ops->alloc(gpu, mf * 4), *ud = gpu->ops->alloc(gpu, mf * 4), *yref = gpu->ops->alloc(gpu, mh * 4);
+    float *gu[2] = {gd, ud};
+    gpu->ops->matmul_group(gpu, 2, gu, xd, M, wgu, NULL, EM_MATH_FAST);
+    float *g = down(gd, mf), *u = down(ud, mf);
+    for (size_t i = 0; i < mf; i++) {
+        float gv = bf16_round(g[i]), uv = bf16_round(u[i]);
+        g[i] = bf16_round(gv / (1.0f + expf(-gv)) * uv);
+    }
+    REQUIRE(gpu->ops->upload(gpu, act, g, mf * 4) == EM_OK);
+    gpu->ops->matmul(gpu, yref, act, M, &wd, NULL, EM_MATH_FAST);
+    float *y = alias ? xd : gpu->ops->alloc(gpu, mh * 4);
+    bool fused = gpu->ops->matmul_mlp(gpu, y, act, xd, M, &wg, &wu, &wd, NULL, NULL, NULL, EM_MATH_FAST);
+    CHECKF(fused, "matmul_mlp bits=%d M=%d F=%d H=%d: declined a FAST prefill batch", bits, M, F, H);
+    if (fused) {
+        float *a = down(y, mh), *b = down(yref, mh);
+        double e = rel_err(a, b, mh);
+        CHECKF(e < 1e-3, "matmul_mlp bits=%d M=%d F=%d H=%d alias=%d: %.3g from gate/up rounded to bf16", bits, M, F,
+               H, alias, e);
+        free(a), free(b);
+    }
+    /* a bias, or too few rows: left to the separate operations */
+    float *bias = gpu->ops->alloc(gpu, (size_t)F * 4);
+    CHECK(!gpu->ops->matmul_mlp(gpu, yref, act, xd, M, &wg, &wu, &wd, bias, NULL, NULL, EM_MATH_FAST));
+    CHECK(!gpu->ops->matmul_mlp(gpu, yref, act, xd, 32, &wg, &wu, &wd, NULL, NULL, NULL, EM_MATH_FAST));
+    CHECK(!gpu->ops->matmul_mlp(gpu, yref, act, xd, M, &wg, &wu, &wd, NULL, NULL, NULL, EM_MATH_EXACT));
+    mlp_weight_free(&wg, gh), mlp_weight_free(&wu, uh), mlp_weight_free(&wd, dh);
+    float *dev[] = {xd, act, gd, ud, yref, bias, alias ? NULL : y};
+    for (size_t i = 0; i < sizeof dev / sizeof *dev; i++)
+        if (dev[i]) gpu->ops->free(gpu, dev[i]);
+    free(x), free(g), free(u);
+}
+
+static void test_matmul_mlp_rows(void) {
+    test_mlp_rows_case(0, 33, 1024, 512, false);
+    test_mlp_rows_case(0, 200, 8192, 2048, true); /* the 1B shape */
+    test_mlp_rows_case(4, 64, 2560, 1024, false);
+    test_mlp_rows_case(8, 129, 1024, 512, true);
+}
+
 /* A norm or swiglu that writes its output's bf16 rounding for the FAST
  * matmul issued next: that matmul's bits are those of a matmul that rounds
  * the activations itself (here: after an unrelated operation in between,
@@ -501,6 +567,7 @@ int main(void) {
     RUN(test_matmul_swiglu);
     RUN(test_matmul_swiglu_quantized);
     RUN(test_matmul_mlp_quantized);
+    RUN(test_matmul_mlp_rows);
     RUN(test_twin);
     em_backend_free(gpu);
     em_backend_free(cpu);

@@ -411,13 +411,16 @@ __nv_bfloat16 *cuda_twin_make(cuda_backend *cb, const float *y, int rows, int n)
     return (__nv_bfloat16 *)cb->xconv;
 }
 
-/* y = (rounded activations in cb->xconv) · Wᵀ on tensor cores. */
-static void gemm_fast_rounded(cuda_backend *cb, float *y, int M, const em_weight *w) {
+void cuda_gemm_bf16(cuda_backend *cb, void *y, cudaDataType_t ytype, const void *xb, int M, const em_weight *w) {
+    if (w->bits) {
+        cuda_qgemm_bf16(cb, y, ytype, xb, M, w);
+        return;
+    }
     int N = (int)w->rows, K = (int)w->cols;
     const float one = 1.0f, zero = 0.0f;
     cuda_note_blas(cb,
-                   cb->fn.gemm_ex(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &one, w->data, CUDA_R_16BF, K, cb->xconv,
-                                CUDA_R_16BF, K, &zero, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                   cb->fn.gemm_ex(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &one, w->data, CUDA_R_16BF, K, xb,
+                                  CUDA_R_16BF, K, &zero, y, ytype, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                    "matmul (cuBLAS bf16 GEMM)");
 }
 
@@ -439,7 +442,7 @@ static void gemm_fast_set(cuda_backend *cb, int n, float *const *ys, int M, cons
             sy[k] = ys[i], sw[k] = ws[i], sb[k] = b;
             k++;
         } else {
-            gemm_fast_rounded(cb, ys[i], M, ws[i]);
+            cuda_gemm_bf16(cb, ys[i], CUDA_R_32F, cb->xconv, M, ws[i]);
             add_bias(cb, ys[i], b, M, (int)ws[i]->rows);
         }
     }

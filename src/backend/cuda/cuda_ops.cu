@@ -188,8 +188,6 @@ void cuda_rope(em_backend *be, float *x, int rows, int n_heads, int head_dim, in
     cuda_rope_qk(be, x, NULL, rows, n_heads, 0, head_dim, rot_dim, pos, inv_freq, attn_factor);
 }
 
-__device__ __forceinline__ float swiglu_one(float g, float u) { return g / (1.0f + expf(-g)) * u; }
-
 /* Block (x, y) takes rows y, y + gridDim.y, ... and in each, elements
  * V * (x * 256 + thread) on: V = 4 with float4 loads and stores where rows
  * allow (n and ld multiples of 4, 16-byte aligned), else 1. A 2-D grid
@@ -207,12 +205,12 @@ __global__ void swiglu_kernel(float *out, __nv_bfloat16 *ob, const float *gate, 
         size_t at = (size_t)r * n + i;
         if (V == 4) {
             float4 gv = *(const float4 *)g, uv = *(const float4 *)u;
-            float4 v = make_float4(swiglu_one(gv.x, uv.x), swiglu_one(gv.y, uv.y), swiglu_one(gv.z, uv.z),
-                                   swiglu_one(gv.w, uv.w));
+            float4 v = make_float4(cuda_swiglu_one(gv.x, uv.x), cuda_swiglu_one(gv.y, uv.y), cuda_swiglu_one(gv.z, uv.z),
+                                   cuda_swiglu_one(gv.w, uv.w));
             *(float4 *)(out + at) = v;
             if (ob) *(uint2 *)(ob + at) = make_uint2(tc_pack(v.x, v.y), tc_pack(v.z, v.w));
         } else {
-            float v = swiglu_one(*g, *u);
+            float v = cuda_swiglu_one(*g, *u);
             out[at] = v;
             twin_put(ob, at, v);
         }
