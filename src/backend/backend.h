@@ -166,6 +166,14 @@ typedef struct em_backend_ops {
     double (*bandwidth)(em_backend *be);
     /* y[M, w->rows] = x[M, w->cols] · wᵀ (+ bias[w->rows] when not NULL). */
     void (*matmul)(em_backend *be, float *y, const float *x, int M, const em_weight *w, const float *bias, em_math math);
+    /* y[M, w->rows] += x · wᵀ: a product added into y (the residual stream)
+     * by the product itself, where that saves the separate add's passes
+     * over y. The sum is y + (x · wᵀ), each element rounded once, as matmul
+     * then add give it when the product's own sums come out the same. A
+     * backend that does so for some shapes returns true when it queued
+     * them; false means nothing was queued and the caller runs matmul and
+     * add. Optional (NULL: always those). */
+    bool (*matmul_add)(em_backend *be, float *y, const float *x, int M, const em_weight *w, em_math math);
     /* n (1..EM_MATMUL_GROUP_MAX) products of one x: ys[i] = x · ws[i]ᵀ (+ biases[i]), all ws[i] with
      * the same cols. Each ys[i] gets exactly the bits matmul would give it:
      * a backend may fuse the launches (the q/k/v or gate/up projections of a
@@ -183,7 +191,8 @@ typedef struct em_backend_ops {
                           const em_weight *wu, const float *bg, const float *bu, em_math math);
     /* A whole MLP: act = silu(x · wgᵀ + bg) * (x · wuᵀ + bu) ([M, wg->rows]),
      * then y = act · wdᵀ + bd, with the bits of matmul_swiglu (or
-     * matmul_group and swiglu) then matmul; y may be x. act is the
+     * matmul_group and swiglu) then matmul; y may be x. With `add`, y +=
+     * act · wdᵀ + bd instead, as matmul_add adds (y is then not x). act is the
      * operation's scratch ([M, wg->rows] floats): what it holds afterwards
      * is unspecified. One arithmetic difference is allowed, and documented
      * by the backend that makes it: FAST batches of many rows (prefill) may
@@ -194,7 +203,7 @@ typedef struct em_backend_ops {
      * those calls. Optional (NULL: always the calls). */
     bool (*matmul_mlp)(em_backend *be, float *y, float *act, const float *x, int M, const em_weight *wg,
                        const em_weight *wu, const em_weight *wd, const float *bg, const float *bu, const float *bd,
-                       em_math math);
+                       em_math math, bool add);
     /* y = x / rms(x) * (gain + gain_offset) over rows of n. y may equal x. */
     void (*rmsnorm)(em_backend *be, float *y, const float *x, const float *gain, int rows, int n, float eps,
                     float gain_offset);

@@ -101,10 +101,15 @@ bool row_runs_matmul_swiglu(em_backend *be, const row_runs *r, float *out, const
 }
 
 bool row_runs_matmul_mlp(em_backend *be, const row_runs *r, float *out, float *act, const float *in,
-                         const em_weight *const *ws, const float *const *biases) {
+                         const em_weight *const *ws, const float *const *biases, bool add) {
     if (!be->ops->matmul_mlp || r->n != 1 || r->start[0] != 0) return false;
     return be->ops->matmul_mlp(be, out, act, in, r->len[0], ws[0], ws[1], ws[2], biases[0], biases[1], biases[2],
-                               r->math[0]);
+                               r->math[0], add);
+}
+
+bool row_runs_matmul_add(em_backend *be, const row_runs *r, float *out, const float *in, const em_weight *w) {
+    if (!be->ops->matmul_add || r->n != 1 || r->start[0] != 0) return false;
+    return be->ops->matmul_add(be, out, in, r->len[0], w, r->math[0]);
 }
 
 em_math row_runs_common_math(const row_runs *r) {

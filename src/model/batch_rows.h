@@ -52,11 +52,17 @@ bool row_runs_matmul_swiglu(em_backend *be, const row_runs *r, float *out, const
                             const em_weight *const *ws, const float *const *biases);
 
 /* out = the MLP of in (ws = {wg, wu, wd}, biases the same; act its
- * SwiGLU) in one backend call, when the batch is one run and the backend's
- * matmul_mlp takes it; false: nothing was done, and the caller runs the
- * SwiGLU and the down projection (which give the same bits). */
+ * scratch) in one backend call, when the batch is one run and the
+ * backend's matmul_mlp takes it (add: out += the MLP); false: nothing was
+ * done, and the caller runs the SwiGLU and the down projection (backend.h
+ * says where the bits may differ). */
 bool row_runs_matmul_mlp(em_backend *be, const row_runs *r, float *out, float *act, const float *in,
-                         const em_weight *const *ws, const float *const *biases);
+                         const em_weight *const *ws, const float *const *biases, bool add);
+
+/* out += in · wᵀ in one backend call (matmul_add), when the batch is one
+ * run and the backend takes it; false: nothing was done, and the caller
+ * runs the product and the add. */
+bool row_runs_matmul_add(em_backend *be, const row_runs *r, float *out, const float *in, const em_weight *w);
 
 /* FAST when every run of the batch is FAST (what a whole-batch operation
  * such as attention may then assume), else EXACT. */

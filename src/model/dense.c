@@ -256,8 +256,19 @@ static void attend_spans(em_model *m, dense_impl *d, const em_kv_spans *spans, i
     op->attention_spans(be, d->att, d->q, spans, d->pos, c->n_heads, c->n_kv_heads, c->head_dim, scale, window);
 }
 
-/* Leaves the attention output projection in h, to be added to x. */
-static void attention_block(em_model *m, dense_impl *d, dense_layer *L, int layer, const em_batch *b, int T,
+/* x += in · wᵀ + bias: by the product itself where the backend adds into
+ * its output (returns false: nothing left pending), else the product into
+ * h, for the next norm to add (true). */
+static bool mm_residual(em_model *m, dense_impl *d, const float *in, const em_weight *w, const float *bias) {
+    if (!bias && row_runs_matmul_add(m->be, &d->runs, d->x, in, w)) return false;
+    mm(m, d, d->h, in, w, bias);
+    return true;
+}
+
+/* Adds the attention output projection to x, or leaves it in h for the
+ * next norm to add (returns true). `pending`: the previous block's output
+ * waits in h. */
+static bool attention_block(em_model *m, dense_impl *d, dense_layer *L, int layer, const em_batch *b, int T,
                             bool pending) {
     const model_config *c = &m->cfg;
     em_backend *be = m->be;
@@ -291,19 +302,21 @@ static void attention_block(em_model *m, dense_impl *d, dense_layer *L, int laye
             row += sp->n;
         }
     }
-    mm(m, d, d->h, d->att, &L->wo, L->bo);
+    return mm_residual(m, d, d->att, &L->wo, L->bo);
 }
 
-/* Leaves the MLP output in h, to be added to x. */
-static void mlp_block(em_model *m, dense_impl *d, dense_layer *L, int T) {
+/* Adds the MLP's output to x, or leaves it in h (returns true), as
+ * attention_block does. */
+static bool mlp_block(em_model *m, dense_impl *d, dense_layer *L, int T, bool pending) {
     const model_config *c = &m->cfg;
     em_backend *be = m->be;
     const em_backend_ops *op = be->ops;
-    residual_norm(m, d, L->mlp_norm, T, true);
+    residual_norm(m, d, L->mlp_norm, T, pending);
     if (c->rot_mlp_in) op->hadamard(be, d->h, T, &d->rot);
     const em_weight *wmlp[3] = {&L->wg, &L->wu, &L->wd};
     const float *bmlp[3] = {L->bg, L->bu, L->bd};
-    if (row_runs_matmul_mlp(m->be, &d->runs, d->h, d->act, d->h, wmlp, bmlp)) return;
+    if (row_runs_matmul_mlp(m->be, &d->runs, d->x, d->act, d->h, wmlp, bmlp, true)) return false;
+    if (row_runs_matmul_mlp(m->be, &d->runs, d->h, d->act, d->h, wmlp, bmlp, false)) return true;
     float *gu[2] = {d->gate, d->up};
     const em_weight *wgu[2] = {&L->wg, &L->wu};
     const float *bgu[2] = {L->bg, L->bu};
@@ -311,7 +324,7 @@ static void mlp_block(em_model *m, dense_impl *d, dense_layer *L, int T) {
         row_runs_matmul_group(m->be, &d->runs, 2, gu, d->h, wgu, bgu);
         op->swiglu(be, d->act, d->gate, d->up, T, c->intermediate, c->intermediate);
     }
-    mm(m, d, d->h, d->act, &L->wd, L->bd);
+    return mm_residual(m, d, d->act, &L->wd, L->bd);
 }
 
 /* The head runs EXACT for LOGITS_ALL (reference comparisons) and for any
@@ -335,11 +348,12 @@ static void forward_ops(em_model *m, dense_impl *d, const em_batch *b, int T, fl
     const model_config *c = &m->cfg;
     em_backend *be = m->be;
     be->ops->embed(be, d->x, &d->embed, d->ids, T);
+    bool pending = false; /* a block's output waits in h to be added to x */
     for (int l = 0; l < c->n_layers; l++) {
-        attention_block(m, d, &d->layers[l], l, b, T, l > 0);
-        mlp_block(m, d, &d->layers[l], T);
+        pending = attention_block(m, d, &d->layers[l], l, b, T, pending);
+        pending = mlp_block(m, d, &d->layers[l], T, pending);
     }
-    be->ops->add(be, d->x, d->h, (size_t)T * c->hidden);
+    if (pending) be->ops->add(be, d->x, d->h, (size_t)T * c->hidden);
     int rows = batch_gather_logit_rows(m->be, b, d->x, d->h, c->hidden);
     if (!rows) return;
     be->ops->rmsnorm(be, d->h, d->h, d->final_norm, rows, c->hidden, (float)c->rms_eps, 0.0f);

@@ -300,14 +300,15 @@ void q35_residual_norm(em_model *m, q35_impl *d, float *y, const float *gain, in
     op->rmsnorm(be, y, d->x, gain, T, c->hidden, (float)c->rms_eps, 0.0f);
 }
 
-void q35_mlp(em_model *m, q35_impl *d, q35_layer *L, int T) {
+bool q35_mlp(em_model *m, q35_impl *d, q35_layer *L, int T) {
     const model_config *c = &m->cfg;
     em_backend *be = m->be;
     const em_backend_ops *op = be->ops;
     q35_residual_norm(m, d, d->h, L->mlp_norm, T, true);
     const em_weight *wmlp[3] = {&L->wg, &L->wu, &L->wd};
     const float *bmlp[3] = {NULL, NULL, NULL};
-    if (row_runs_matmul_mlp(be, &d->runs, d->h, d->act, d->h, wmlp, bmlp)) return;
+    if (row_runs_matmul_mlp(be, &d->runs, d->x, d->act, d->h, wmlp, bmlp, true)) return false;
+    if (row_runs_matmul_mlp(be, &d->runs, d->h, d->act, d->h, wmlp, bmlp, false)) return true;
     float *gu[2] = {d->mg, d->mu};
     const em_weight *wgu[2] = {&L->wg, &L->wu};
     const float *bgu[2] = {NULL, NULL};
@@ -315,10 +316,12 @@ void q35_mlp(em_model *m, q35_impl *d, q35_layer *L, int T) {
         row_runs_matmul_group(be, &d->runs, 2, gu, d->h, wgu, bgu);
         op->swiglu(be, d->act, d->mg, d->mu, T, c->intermediate, c->intermediate);
     }
+    if (row_runs_matmul_add(be, &d->runs, d->x, d->act, &L->wd)) return false;
     row_runs_matmul(be, &d->runs, d->h, d->act, &L->wd, NULL);
+    return true;
 }
 
-void q35_attention_layer(em_model *m, q35_impl *d, q35_layer *L, const q35_span *sp, int n_spans, int T, bool pending) {
+bool q35_attention_layer(em_model *m, q35_impl *d, q35_layer *L, const q35_span *sp, int n_spans, int T, bool pending) {
     const model_config *c = &m->cfg;
     em_backend *be = m->be;
     q35_residual_norm(m, d, d->h, L->attn_norm, T, pending);
@@ -331,7 +334,7 @@ void q35_attention_layer(em_model *m, q35_impl *d, q35_layer *L, const q35_span 
                           cache_view, m->kv};
         q35_gated_attention(&r, &L->attn, L->slot, sp, n_spans, T);
     }
-    q35_mlp(m, d, L, T);
+    return q35_mlp(m, d, L, T);
 }
 
 em_status q35_prepare_spans(em_model *m, rstate *const *rs, int n_rs, const em_batch *b, q35_span *sp, int32_t *ids,
@@ -401,10 +404,12 @@ static em_status q35_forward(em_model *m, const em_batch *b, float *logits) {
     if (st == EM_OK) {
         em_backend *be = m->be;
         be->ops->embed(be, d->x, &d->embed, d->ids, T);
-        for (int l = 0; l < c->n_layers; l++) q35_attention_layer(m, d, &d->layers[l], sp, b->n_spans, T, l > 0);
+        bool pending = false; /* a layer's MLP output waits in h to be added to x */
+        for (int l = 0; l < c->n_layers; l++)
+            pending = q35_attention_layer(m, d, &d->layers[l], sp, b->n_spans, T, pending);
         for (int s = 0; s < b->n_spans; s++) m->kv->seqs[b->spans[s].seq].len += b->spans[s].n;
         /* every row normed: the MTP head reads the hidden state of each token */
-        q35_residual_norm(m, d, d->hid, d->final_norm, T, true);
+        q35_residual_norm(m, d, d->hid, d->final_norm, T, pending);
         int rows = batch_gather_logit_rows(m->be, b, d->hid, d->h, c->hidden);
         if (rows) st = q35_logits(m, d, b, logits, d->h, rows, &d->head);
     }

@@ -117,13 +117,15 @@ em_status q35_plan_runs(em_model *m, row_runs *runs, const em_batch *b, const q3
  * through a backend buffer and a download on device backends. */
 em_status q35_logits(em_model *m, q35_impl *d, const em_batch *b, float *logits, const float *h, int rows,
                      const em_weight *head);
-/* One decoder layer: x += attention(rmsnorm(x)), then mlp(rmsnorm(x))
- * into d->h, left there for the next q35_residual_norm to add to x (where
- * the backend fuses that add with the norm after it). `pending`: d->h
- * holds the layer before's output, not yet added. */
-void q35_attention_layer(em_model *m, q35_impl *d, q35_layer *L, const q35_span *sp, int n_spans, int T, bool pending);
-/* mlp(rmsnorm(x + d->h)) into d->h: the attention's output is added first. */
-void q35_mlp(em_model *m, q35_impl *d, q35_layer *L, int T);
+/* One decoder layer: x += attention(rmsnorm(x)), then mlp(rmsnorm(x)),
+ * added to x by its product where the backend does that (returns false),
+ * else left in d->h for the next q35_residual_norm to add to x (true; the
+ * backend fuses that add with the norm after it). `pending`: d->h holds
+ * the layer before's output, not yet added. */
+bool q35_attention_layer(em_model *m, q35_impl *d, q35_layer *L, const q35_span *sp, int n_spans, int T, bool pending);
+/* mlp(rmsnorm(x + d->h)): the attention's output is added first; the
+ * MLP's is added to x (false) or left in d->h (true). */
+bool q35_mlp(em_model *m, q35_impl *d, q35_layer *L, int T);
 /* y = rmsnorm(x) * gain, after x += d->h when pending. */
 void q35_residual_norm(em_model *m, q35_impl *d, float *y, const float *gain, int T, bool pending);
 /* r->h (normed input) -> r->h (the output projection of attention over KV

@@ -345,7 +345,7 @@ static void test_qmlp_case(int bits, int M, int F, int H, bool with_bias, bool a
     bool fused = true;
     for (int rep = 0; rep < 2 && fused; rep++) {
         if (alias && rep) gpu->ops->upload(gpu, yb, x, (size_t)M * H * 4);
-        fused = gpu->ops->matmul_mlp(gpu, yb, actb, alias ? yb : xd, M, &wg, &wu, &wd, bd[0], bd[1], bd[2], math);
+        fused = gpu->ops->matmul_mlp(gpu, yb, actb, alias ? yb : xd, M, &wg, &wu, &wd, bd[0], bd[1], bd[2], math, false);
         CHECKF(fused == want, "matmul_mlp bits=%d M=%d F=%d H=%d math=%d: fused=%d, expected %d", bits, M, F, H,
                (int)math, fused, want);
         if (!fused) break;
@@ -433,26 +433,62 @@ static void test_mlp_rows_case(int bits, int M, int F, int H, bool alias) {
     }
     REQUIRE(gpu->ops->upload(gpu, act, g, mf * 4) == EM_OK);
     gpu->ops->matmul(gpu, yref, act, M, &wd, NULL, EM_MATH_FAST);
+    /* with add: into a residual stream r, before the plain call (which may write over x) */
+    float *r = rand_f32(mh, 4.0f), *rd = up(r, mh * 4);
+    bool fused = gpu->ops->matmul_mlp(gpu, rd, act, xd, M, &wg, &wu, &wd, NULL, NULL, NULL, EM_MATH_FAST, true);
+    CHECKF(fused, "matmul_mlp bits=%d M=%d F=%d H=%d add: declined a FAST prefill batch", bits, M, F, H);
     float *y = alias ? xd : gpu->ops->alloc(gpu, mh * 4);
-    bool fused = gpu->ops->matmul_mlp(gpu, y, act, xd, M, &wg, &wu, &wd, NULL, NULL, NULL, EM_MATH_FAST);
+    fused = fused && gpu->ops->matmul_mlp(gpu, y, act, xd, M, &wg, &wu, &wd, NULL, NULL, NULL, EM_MATH_FAST, false);
     CHECKF(fused, "matmul_mlp bits=%d M=%d F=%d H=%d: declined a FAST prefill batch", bits, M, F, H);
     if (fused) {
-        float *a = down(y, mh), *b = down(yref, mh);
+        float *a = down(y, mh), *b = down(yref, mh), *s = down(rd, mh);
         double e = rel_err(a, b, mh);
         CHECKF(e < 1e-3, "matmul_mlp bits=%d M=%d F=%d H=%d alias=%d: %.3g from gate/up rounded to bf16", bits, M, F,
                H, alias, e);
-        free(a), free(b);
+        for (size_t i = 0; i < mh; i++) r[i] += a[i]; /* the plain output added on the host */
+        e = rel_err(s, r, mh);
+        CHECKF(e < 1e-5, "matmul_mlp bits=%d M=%d F=%d H=%d add: %.3g from the plain output added", bits, M, F, H, e);
+        free(a), free(b), free(s);
     }
-    /* a bias, or too few rows: left to the separate operations */
+    /* a bias, too few rows, EXACT, or an add into its own input: left to the separate operations */
     float *bias = gpu->ops->alloc(gpu, (size_t)F * 4);
-    CHECK(!gpu->ops->matmul_mlp(gpu, yref, act, xd, M, &wg, &wu, &wd, bias, NULL, NULL, EM_MATH_FAST));
-    CHECK(!gpu->ops->matmul_mlp(gpu, yref, act, xd, 32, &wg, &wu, &wd, NULL, NULL, NULL, EM_MATH_FAST));
-    CHECK(!gpu->ops->matmul_mlp(gpu, yref, act, xd, M, &wg, &wu, &wd, NULL, NULL, NULL, EM_MATH_EXACT));
+    CHECK(!gpu->ops->matmul_mlp(gpu, yref, act, xd, M, &wg, &wu, &wd, bias, NULL, NULL, EM_MATH_FAST, false));
+    CHECK(!gpu->ops->matmul_mlp(gpu, yref, act, xd, 32, &wg, &wu, &wd, NULL, NULL, NULL, EM_MATH_FAST, false));
+    CHECK(!gpu->ops->matmul_mlp(gpu, yref, act, xd, M, &wg, &wu, &wd, NULL, NULL, NULL, EM_MATH_EXACT, false));
+    CHECK(!gpu->ops->matmul_mlp(gpu, xd, act, xd, M, &wg, &wu, &wd, NULL, NULL, NULL, EM_MATH_FAST, true));
     mlp_weight_free(&wg, gh), mlp_weight_free(&wu, uh), mlp_weight_free(&wd, dh);
-    float *dev[] = {xd, act, gd, ud, yref, bias, alias ? NULL : y};
+    float *dev[] = {xd, act, gd, ud, yref, bias, rd, alias ? NULL : y};
     for (size_t i = 0; i < sizeof dev / sizeof *dev; i++)
         if (dev[i]) gpu->ops->free(gpu, dev[i]);
-    free(x), free(g), free(u);
+    free(x), free(g), free(u), free(r);
+}
+
+/* matmul_add: y += x · wᵀ by the product over FAST prefill rows, against
+ * matmul and the add on the host (the GEMM's own sums may come from
+ * another algorithm, so within a few f32 roundings); declines the rest. */
+static void test_matmul_add_case(int bits, int M, int N, int K) {
+    REQUIRE(gpu->ops->matmul_add);
+    void *wh[3];
+    em_weight w = mlp_weight_up(N, K, bits, wh);
+    size_t mk = (size_t)M * K, mn = (size_t)M * N;
+    float *x = rand_f32(mk, 1.0f), *r = rand_f32(mn, 4.0f);
+    float *xd = up(x, mk * 4), *rd = up(r, mn * 4), *yd = gpu->ops->alloc(gpu, mn * 4);
+    gpu->ops->matmul(gpu, yd, xd, M, &w, NULL, EM_MATH_FAST);
+    bool fused = gpu->ops->matmul_add(gpu, rd, xd, M, &w, EM_MATH_FAST);
+    CHECKF(fused, "matmul_add bits=%d M=%d: declined a FAST prefill batch", bits, M);
+    if (fused) {
+        float *y = down(yd, mn), *s = down(rd, mn);
+        for (size_t i = 0; i < mn; i++) r[i] += y[i];
+        double e = rel_err(s, r, mn);
+        CHECKF(e < 1e-5, "matmul_add bits=%d M=%d N=%d K=%d: %.3g from matmul and add", bits, M, N, K, e);
+        free(y), free(s);
+    }
+    CHECK(!gpu->ops->matmul_add(gpu, rd, xd, 32, &w, EM_MATH_FAST));
+    CHECK(!gpu->ops->matmul_add(gpu, rd, xd, M, &w, EM_MATH_EXACT));
+    if (N == K) CHECK(!gpu->ops->matmul_add(gpu, xd, xd, M, &w, EM_MATH_FAST));
+    mlp_weight_free(&w, wh);
+    gpu->ops->free(gpu, xd), gpu->ops->free(gpu, rd), gpu->ops->free(gpu, yd);
+    free(x), free(r);
 }
 
 static void test_matmul_mlp_rows(void) {
@@ -460,6 +496,9 @@ static void test_matmul_mlp_rows(void) {
     test_mlp_rows_case(0, 200, 8192, 2048, true); /* the 1B shape */
     test_mlp_rows_case(4, 64, 2560, 1024, false);
     test_mlp_rows_case(8, 129, 1024, 512, true);
+    test_matmul_add_case(0, 33, 512, 512);
+    test_matmul_add_case(0, 300, 2048, 8192); /* the 1B down projection */
+    test_matmul_add_case(4, 64, 1024, 2048);
 }
 
 /* A norm or swiglu that writes its output's bf16 rounding for the FAST

@@ -416,12 +416,12 @@ bool cuda_qgemv_i8_set(cuda_backend *cb, const gemv_set *s, const em_weight *w0,
  * down) in one launch (backend.h's matmul_mlp); false: nothing queued. */
 bool cuda_qmatmul_mlp(em_backend *be, float *y, float *act, const float *x, int M, const em_weight *wg,
                       const em_weight *wu, const em_weight *wd, const float *bg, const float *bu, const float *bd,
-                      em_math math);
+                      em_math math, bool add);
 /* cuda_mlp.cu: backend.h's matmul_mlp (FAST prefill batches here, decode
  * rows through cuda_qmatmul_mlp). */
 bool cuda_matmul_mlp(em_backend *be, float *y, float *act, const float *x, int M, const em_weight *wg,
                      const em_weight *wu, const em_weight *wd, const float *bg, const float *bu, const float *bd,
-                     em_math math);
+                     em_math math, bool add);
 /* cuda_qgemv_i8.cu: gate and up of 4-/8-bit weights with their SwiGLU, for
  * FAST decode rows (cuda_matmul_swiglu hands quantized weights here). */
 bool cuda_qmatmul_swiglu(em_backend *be, float *out, const float *x, int M, const em_weight *wg, const em_weight *wu,
@@ -454,13 +454,20 @@ bool cuda_qgemm_fast_ok(const em_weight *w, int M, em_math math);
 /* y = (the activations rounded in cb->xconv) · Wᵀ (+ bias) for quantized W:
  * slices of W dequantized to bf16, then the bf16 GEMM. */
 void cuda_qgemm_rounded(cuda_backend *cb, float *y, int M, const em_weight *w, const float *bias);
-/* y = xb · Wᵀ for quantized W and bf16 activations xb ([M, cols]): the
- * same slices and GEMM, y of ytype (CUDA_R_32F or CUDA_R_16BF), no bias. */
-void cuda_qgemm_bf16(cuda_backend *cb, void *y, cudaDataType_t ytype, const void *xb, int M, const em_weight *w);
-/* cuda_matmul.cu: y = xb · Wᵀ on tensor cores for bf16 or quantized W
- * (FAST): xb bf16 activations [M, cols], y of ytype (CUDA_R_32F or
- * CUDA_R_16BF), f32 sums, no bias. */
-void cuda_gemm_bf16(cuda_backend *cb, void *y, cudaDataType_t ytype, const void *xb, int M, const em_weight *w);
+/* y = xb · Wᵀ (add: y +=) for quantized W and bf16 activations xb ([M,
+ * cols]): the same slices and GEMM, y of ytype (CUDA_R_32F or
+ * CUDA_R_16BF), no bias. */
+void cuda_qgemm_bf16(cuda_backend *cb, void *y, cudaDataType_t ytype, const void *xb, int M, const em_weight *w,
+                     bool add);
+/* cuda_matmul.cu: y = xb · Wᵀ (add: y += it, rounded once) on tensor cores
+ * for bf16 or quantized W (FAST): xb bf16 activations [M, cols], y of
+ * ytype (CUDA_R_32F or CUDA_R_16BF), f32 sums, no bias. */
+void cuda_gemm_bf16(cuda_backend *cb, void *y, cudaDataType_t ytype, const void *xb, int M, const em_weight *w,
+                    bool add);
+/* backend.h's matmul_add: FAST products of more than CUDA_SKINNY_MAX_M
+ * rows over bf16 or quantized weights (the GEMM adds into y); false
+ * otherwise, nothing queued. */
+bool cuda_matmul_add(em_backend *be, float *y, const float *x, int M, const em_weight *w, em_math math);
 /* cuda_matmul.cu: x (M x K) rounded to bf16 into cb->xconv, unless its
  * producer's twin is there already; false (noted) without scratch. */
 bool cuda_round_activations(cuda_backend *cb, const float *x, int M, int K);

@@ -411,16 +411,17 @@ __nv_bfloat16 *cuda_twin_make(cuda_backend *cb, const float *y, int rows, int n)
     return (__nv_bfloat16 *)cb->xconv;
 }
 
-void cuda_gemm_bf16(cuda_backend *cb, void *y, cudaDataType_t ytype, const void *xb, int M, const em_weight *w) {
+void cuda_gemm_bf16(cuda_backend *cb, void *y, cudaDataType_t ytype, const void *xb, int M, const em_weight *w,
+                    bool add) {
     if (w->bits) {
-        cuda_qgemm_bf16(cb, y, ytype, xb, M, w);
+        cuda_qgemm_bf16(cb, y, ytype, xb, M, w, add);
         return;
     }
     int N = (int)w->rows, K = (int)w->cols;
-    const float one = 1.0f, zero = 0.0f;
+    const float one = 1.0f, beta = add ? 1.0f : 0.0f;
     cuda_note_blas(cb,
                    cb->fn.gemm_ex(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &one, w->data, CUDA_R_16BF, K, xb,
-                                  CUDA_R_16BF, K, &zero, y, ytype, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                                  CUDA_R_16BF, K, &beta, y, ytype, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                    "matmul (cuBLAS bf16 GEMM)");
 }
 
@@ -442,7 +443,7 @@ static void gemm_fast_set(cuda_backend *cb, int n, float *const *ys, int M, cons
             sy[k] = ys[i], sw[k] = ws[i], sb[k] = b;
             k++;
         } else {
-            cuda_gemm_bf16(cb, ys[i], CUDA_R_32F, cb->xconv, M, ws[i]);
+            cuda_gemm_bf16(cb, ys[i], CUDA_R_32F, cb->xconv, M, ws[i], false);
             add_bias(cb, ys[i], b, M, (int)ws[i]->rows);
         }
     }

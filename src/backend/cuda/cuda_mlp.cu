@@ -1,4 +1,5 @@
-/* cuda_mlp.cu — backend.h's matmul_mlp: the gate, up, SwiGLU and down of a
+/* cuda_mlp.cu — backend.h's matmul_mlp and matmul_add over FAST prefill
+ * rows. matmul_mlp: the gate, up, SwiGLU and down of a
  * FAST batch of more than CUDA_SKINNY_MAX_M rows (prefill) as one
  * operation, so that its intermediates never exist in f32.
  *
@@ -12,8 +13,11 @@
  * output over the gate's half, and the down product reads that. This is
  * the one place a FAST batch rounds a product's output rather than only
  * its input: a regime boundary at CUDA_SKINNY_MAX_M rows (fewer rows keep
- * f32 gate and up, docs/architecture.md). Decode rows go to the quantized
- * one-launch MLP where it applies (cuda_qmatmul_mlp). */
+ * f32 gate and up, docs/architecture.md). With `add` the down product adds
+ * its output into y (the residual stream) in its own epilogue, as
+ * matmul_add's product does: the next norm then reads the stream once
+ * instead of reading it and the product and writing the sum. Decode rows
+ * go to the quantized one-launch MLP where it applies (cuda_qmatmul_mlp). */
 #include "backend/cuda/cuda_internal.cuh"
 
 /* Eight elements per thread: g[i] <- bf16(silu(g[i]) * u[i]) over rows of
@@ -43,38 +47,54 @@ static bool mlp_weight_ok(const em_weight *w, int M) {
     return w->bits ? cuda_qgemm_fast_ok(w, M, EM_MATH_FAST) : w->dtype == EM_BF16;
 }
 
+/* Whether a FAST product of M rows takes the tensor-core GEMM that can
+ * round its output or add into it: more rows than the skinny kernel takes. */
+static bool gemm_rows_fit(int M, const em_weight *w, em_math math) {
+    return math == EM_MATH_FAST && M > CUDA_SKINNY_MAX_M && mlp_weight_ok(w, M);
+}
+
 static bool mlp_rows_fit(int M, const em_weight *wg, const em_weight *wu, const em_weight *wd, const float *act,
                          const float *bg, const float *bu, const float *bd, em_math math) {
-    if (math != EM_MATH_FAST || M <= CUDA_SKINNY_MAX_M || bg || bu || bd) return false;
-    if (!mlp_weight_ok(wg, M) || !mlp_weight_ok(wu, M) || !mlp_weight_ok(wd, M)) return false;
+    if (bg || bu || bd || !gemm_rows_fit(M, wg, math) || !gemm_rows_fit(M, wu, math) || !gemm_rows_fit(M, wd, math))
+        return false;
     if (wu->rows != wg->rows || wu->cols != wg->cols || wd->cols != wg->rows || wd->rows != wg->cols) return false;
     return wg->rows % 8 == 0 && ((uintptr_t)act & 15) == 0;
 }
 
 static void mlp_rows(cuda_backend *cb, float *y, float *act, const float *x, int M, const em_weight *wg,
-                     const em_weight *wu, const em_weight *wd) {
+                     const em_weight *wu, const em_weight *wd, bool add) {
     int F = (int)wg->rows;
     if (!cuda_round_activations(cb, x, M, (int)wg->cols)) return;
     __nv_bfloat16 *g = (__nv_bfloat16 *)act, *u = g + (size_t)M * F;
-    cuda_gemm_bf16(cb, g, CUDA_R_16BF, cb->xconv, M, wg);
-    cuda_gemm_bf16(cb, u, CUDA_R_16BF, cb->xconv, M, wu);
+    cuda_gemm_bf16(cb, g, CUDA_R_16BF, cb->xconv, M, wg, false);
+    cuda_gemm_bf16(cb, u, CUDA_R_16BF, cb->xconv, M, wu, false);
     dim3 grid(cuda_blocks((size_t)F / 8, 256), M < 65535 ? (unsigned)M : 65535u);
     cuda_launch(swiglu_bf16_kernel, grid, 256, 0, cb->stream, g, (const __nv_bfloat16 *)u, M, F);
     CUDA_LAUNCHED(cb, "matmul_mlp (swiglu)");
-    cuda_gemm_bf16(cb, y, CUDA_R_32F, g, M, wd); /* y may be x: x was read into xconv above */
+    cuda_gemm_bf16(cb, y, CUDA_R_32F, g, M, wd, add); /* y may be x: x was read into xconv above */
 }
 
 bool cuda_matmul_mlp(em_backend *be, float *y, float *act, const float *x, int M, const em_weight *wg,
                      const em_weight *wu, const em_weight *wd, const float *bg, const float *bu, const float *bd,
-                     em_math math) {
-    if (!mlp_rows_fit(M, wg, wu, wd, act, bg, bu, bd, math))
-        return cuda_qmatmul_mlp(be, y, act, x, M, wg, wu, wd, bg, bu, bd, math);
+                     em_math math, bool add) {
+    if (!mlp_rows_fit(M, wg, wu, wd, act, bg, bu, bd, math) || (add && y == x))
+        return cuda_qmatmul_mlp(be, y, act, x, M, wg, wu, wd, bg, bu, bd, math, add);
     cuda_backend *cb = cuda_enter(be);
-    bool replay = cuda_graph_skip(cb, y, act, x, M);
+    bool replay = cuda_graph_skip(cb, y, act, x, M, add);
     const em_weight *w[3] = {wg, wu, wd};
     for (int i = 0; i < 3; i++)
         replay = cuda_graph_skip(cb, w[i]->data, w[i]->scales, w[i]->biases, w[i]->dtype, w[i]->bits,
                                  w[i]->group_size, w[i]->scale_dtype, w[i]->rows, w[i]->cols);
-    if (!replay) mlp_rows(cb, y, act, x, M, wg, wu, wd);
+    if (!replay) mlp_rows(cb, y, act, x, M, wg, wu, wd, add);
+    return true;
+}
+
+bool cuda_matmul_add(em_backend *be, float *y, const float *x, int M, const em_weight *w, em_math math) {
+    if (!gemm_rows_fit(M, w, math) || y == x) return false;
+    cuda_backend *cb = cuda_enter(be);
+    if (cuda_graph_skip(cb, y, x, M, w->data, w->scales, w->biases, w->dtype, w->bits, w->group_size, w->scale_dtype,
+                        w->rows, w->cols))
+        return true;
+    if (cuda_round_activations(cb, x, M, (int)w->cols)) cuda_gemm_bf16(cb, y, CUDA_R_32F, cb->xconv, M, w, true);
     return true;
 }

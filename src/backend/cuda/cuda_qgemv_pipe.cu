@@ -491,11 +491,11 @@ static bool qp_mlp_weights(const em_weight *const *w) {
  * than the dependency between two launches that it replaces. */
 bool cuda_qmatmul_mlp(em_backend *be, float *y, float *act, const float *x, int M, const em_weight *wg,
                       const em_weight *wu, const em_weight *wd, const float *bg, const float *bu, const float *bd,
-                      em_math math) {
+                      em_math math, bool add) {
     const em_weight *w[3] = {wg, wu, wd};
     const float *bias[3] = {bg, bu, bd};
     const cuda_backend *cb = (const cuda_backend *)be->impl;
-    if (math != EM_MATH_FAST || M < 1 || M > 2 || !cb->qpipe_on || !cb->qmlp || !qp_mlp_weights(w) ||
+    if (add || math != EM_MATH_FAST || M < 1 || M > 2 || !cb->qpipe_on || !cb->qmlp || !qp_mlp_weights(w) ||
         (((uintptr_t)x | (uintptr_t)act) & 15) || (cb->qmlp == 2 && qp_balanced(cb, (int)wg->rows)))
         return false;
     if (wg->bits == 4) return M == 1 ? qp_mlp<4, 1>(be, y, act, x, M, w, bias) : qp_mlp<4, 2>(be, y, act, x, M, w, bias);

@@ -308,24 +308,25 @@ bool cuda_qgemm_fast_ok(const em_weight *w, int M, em_math math) {
     return w->bits && math == EM_MATH_FAST && M >= QFAST_MIN_M && qweight_ok(w) && w->rows > 0 && w->cols > 0;
 }
 
-void cuda_qgemm_bf16(cuda_backend *cb, void *y, cudaDataType_t ytype, const void *xb, int M, const em_weight *w) {
+void cuda_qgemm_bf16(cuda_backend *cb, void *y, cudaDataType_t ytype, const void *xb, int M, const em_weight *w,
+                     bool add) {
     int N = (int)w->rows, K = (int)w->cols, slice = slice_rows(w, QSLICE_BF16_ELEMS);
     size_t ysize = ytype == CUDA_R_32F ? sizeof(float) : sizeof(__nv_bfloat16);
-    const float one = 1.0f, zero = 0.0f;
+    const float one = 1.0f, beta = add ? 1.0f : 0.0f;
     if (!cuda_scratch(cb, &cb->wconv, &cb->wconv_bytes, (size_t)slice * K * sizeof(__nv_bfloat16))) return;
     for (int n0 = 0; n0 < N; n0 += slice) {
         int nr = N - n0 < slice ? N - n0 : slice;
         qdequant(cb, cb->wconv, true, w, (size_t)n0, (size_t)nr);
         cuda_note_blas(cb,
                        cb->fn.gemm_ex(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, nr, M, K, &one, cb->wconv, CUDA_R_16BF, K,
-                                      xb, CUDA_R_16BF, K, &zero, (char *)y + (size_t)n0 * ysize, ytype, N,
+                                      xb, CUDA_R_16BF, K, &beta, (char *)y + (size_t)n0 * ysize, ytype, N,
                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                        "quantized matmul (cuBLAS bf16 GEMM)");
     }
 }
 
 void cuda_qgemm_rounded(cuda_backend *cb, float *y, int M, const em_weight *w, const float *bias) {
-    cuda_qgemm_bf16(cb, y, CUDA_R_32F, cb->xconv, M, w);
+    cuda_qgemm_bf16(cb, y, CUDA_R_32F, cb->xconv, M, w, false);
     qbias(cb, y, bias, M, (int)w->rows);
 }
 
