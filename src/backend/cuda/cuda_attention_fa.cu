@@ -171,13 +171,18 @@ __global__ void __launch_bounds__(fa_shape<HD, MT, KN>::threads, HD > 128 ? 1 : 
                 }
             }
         }
-        /* mask and online softmax; a tile below both rows' diagonals, without a window, masks nothing */
+        /* mask and online softmax; a tile below the diagonals of the warp's
+         * rows, without a window, masks nothing (the same bits either way) */
         uint32_t pf[MT][SN / 2][4];
         int last = k0 + KN - 1;
 #pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-            tc_softmax<SN, NT>(s[mt], pf[mt], o[mt], m[mt], l[mt], rp[mt], k0, hi, window, scale, c,
-                               window <= 0 && last <= hi && last <= rp[mt][0] && last <= rp[mt][1]);
+        for (int mt = 0; mt < MT; mt++) {
+            bool all = window <= 0 && last <= hi && last <= rp[mt][0] && last <= rp[mt][1];
+            if (__all_sync(0xffffffffu, all))
+                tc_softmax<SN, NT, false>(s[mt], pf[mt], o[mt], m[mt], l[mt], rp[mt], k0, hi, window, scale, c);
+            else
+                tc_softmax<SN, NT, true>(s[mt], pf[mt], o[mt], m[mt], l[mt], rp[mt], k0, hi, window, scale, c);
+        }
         /* O += P V: V's B fragments (keys c, c+1 of dim g) by transposing loads of the row-major values */
 #pragma unroll
         for (int kk = 0; kk < KN / 16; kk++) {

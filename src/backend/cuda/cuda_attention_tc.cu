@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(TC_THREADS, 1)
             for (int ks = 0; ks < KS; ks++) tc_mma(s[j], qf[ks], kr[ks * 8], kr[ks * 8 + 4]);
         }
         uint32_t pf[TC_KEYS / 16][4];
-        tc_softmax<TC_KEYS / 8, NT>(s, pf, o, m, l, rp, k0, hi, window, scale, c, false);
+        tc_softmax<TC_KEYS / 8, NT, true>(s, pf, o, m, l, rp, k0, hi, window, scale, c);
         /* O += P V: V's B fragments (keys c, c+1 of dim g) by transposing loads of the row-major values */
 #pragma unroll
         for (int kk = 0; kk < TC_KEYS / 16; kk++) {

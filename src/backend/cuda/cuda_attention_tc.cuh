@@ -10,23 +10,35 @@
 
 #include "backend/cuda/cuda_internal.cuh"
 
+/* 2^x in one special-function instruction (2^-inf = 0). */
+__device__ __forceinline__ float tc_ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 /* Masks the scores s of SN n-tiles of keys from k0 (causal, window, the
- * tile's last key hi; `all`: none is masked) and scales them, updates each
- * row's running maximum m and sum l (online softmax, the sum over the
- * rounded weights), writes the weights, rounded to bf16, as the A operand
- * of P V (pf: k-step kk covers n-tiles 2kk and 2kk+1), and rescales the
- * output o where a row's maximum moved. rp: the rows' positions. */
-template <int SN, int NT>
+ * tile's last key hi; MASK false: the caller knows none is masked, and the
+ * masking is not compiled in — its compares and selects were a third of
+ * the instructions of an unmasked tile), updates each row's running
+ * maximum m and sum l (online softmax, the sum over the rounded weights),
+ * writes the weights, rounded to bf16, as the A operand of P V (pf: k-step
+ * kk covers n-tiles 2kk and 2kk+1), and rescales the output o where a
+ * row's maximum moved. rp: the rows' positions. The maxima are kept in
+ * base-2 units (scaled scores times log2 e), so that a weight is one fused
+ * multiply-add and one exp2 of the raw score: scaling by a positive
+ * constant keeps the maximum where it was, whichever is done first. */
+template <int SN, int NT, bool MASK>
 __device__ __forceinline__ void tc_softmax(float (*s)[4], uint32_t (*pf)[4], float (*o)[4], float *m, float *l,
-                                           const int *rp, int k0, int hi, int window, float scale, int c, bool all) {
+                                           const int *rp, int k0, int hi, int window, float scale, int c) {
+    const float sl = scale * 1.4426950408889634f;
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int j = 0; j < SN; j++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             int h = e >> 1, kp = k0 + j * 8 + c + (e & 1);
-            bool seen = all || (kp <= rp[h] && kp <= hi && (window <= 0 || kp > rp[h] - window));
-            s[j][e] = seen ? s[j][e] * scale : -INFINITY;
+            if (MASK && !(kp <= rp[h] && kp <= hi && (window <= 0 || kp > rp[h] - window))) s[j][e] = -INFINITY;
             mx[h] = fmaxf(mx[h], s[j][e]);
         }
     float corr[2], mu[2];
@@ -34,16 +46,16 @@ __device__ __forceinline__ void tc_softmax(float (*s)[4], uint32_t (*pf)[4], flo
     for (int h = 0; h < 2; h++) {
         mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
         mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-        float m_new = fmaxf(m[h], mx[h]);
+        float m_new = fmaxf(m[h], mx[h] * sl);
         mu[h] = m_new == -INFINITY ? 0.0f : m_new; /* no key seen yet: every weight is 0 */
-        corr[h] = __expf(m[h] - mu[h]);
+        corr[h] = tc_ex2(m[h] - mu[h]);
         m[h] = m_new;
         l[h] *= corr[h];
     }
 #pragma unroll
     for (int j = 0; j < SN; j++) {
-        float p0 = __expf(s[j][0] - mu[0]), p1 = __expf(s[j][1] - mu[0]);
-        float p2 = __expf(s[j][2] - mu[1]), p3 = __expf(s[j][3] - mu[1]);
+        float p0 = tc_ex2(fmaf(s[j][0], sl, -mu[0])), p1 = tc_ex2(fmaf(s[j][1], sl, -mu[0]));
+        float p2 = tc_ex2(fmaf(s[j][2], sl, -mu[1])), p3 = tc_ex2(fmaf(s[j][3], sl, -mu[1]));
         uint32_t top = tc_pack(p0, p1), bot = tc_pack(p2, p3);
         __nv_bfloat162 tb = *(__nv_bfloat162 *)&top, bb = *(__nv_bfloat162 *)&bot;
         l[0] += __bfloat162float(tb.x) + __bfloat162float(tb.y);
@@ -58,7 +70,8 @@ __device__ __forceinline__ void tc_softmax(float (*s)[4], uint32_t (*pf)[4], flo
 
 /* Row h of the m-tile, pair p of the block's tile (rows from row0, group
  * query heads of kv head kvh a row), when p < pairs: with slot >= 0 the
- * unnormalised partial (maximum, sum, outputs) into part for tile_merge;
+ * unnormalised partial (maximum of the scaled scores, sum, outputs) into
+ * part for tile_merge;
  * else o / l into out, and its bf16 rounding into ob when given. Every
  * lane calls it (the row sum l is completed over the quad here). */
 template <int HD>
@@ -71,7 +84,7 @@ __device__ __forceinline__ void tc_store(const float (*o)[4], float m, float l, 
     if (p >= pairs) return;
     if (slot >= 0) {
         float *pp = part + (((size_t)slot * n_kv + kvh) * CUDA_TC_PAIRS + p) * (HD + 2);
-        if (c == 0) pp[0] = m, pp[1] = l;
+        if (c == 0) pp[0] = m * 0.6931471805599453f, pp[1] = l; /* the maximum back in natural units */
 #pragma unroll
         for (int i = 0; i < NT; i++) pp[2 + i * 8 + c] = o[i][2 * h], pp[3 + i * 8 + c] = o[i][2 * h + 1];
         return;
