@@ -204,6 +204,25 @@ typedef struct em_backend_ops {
     bool (*matmul_mlp)(em_backend *be, float *y, float *act, const float *x, int M, const em_weight *wg,
                        const em_weight *wu, const em_weight *wd, const float *bg, const float *bu, const float *bd,
                        em_math math, bool add);
+    /* matmul_group and matmul_swiglu of the rows rmsnorm(x) · (gain +
+     * gain_offset) (rmsnorm's arguments), with x the residual stream: the
+     * normed rows are never written. Their bits are the backend's own (the
+     * CUDA GEMV scales each product's sum by the row's norm, within f32
+     * roundings of rmsnorm then the products). A backend that does so for
+     * some shapes (decode rows) returns true when it queued them; false
+     * means nothing was queued and the caller runs rmsnorm and the
+     * products. Whether it takes M rows depends only on M's regime for the
+     * weights and math (CUDA: the rows its matmul gives to the GEMV), never
+     * on the batch around them, and a row's bits are the same for every M
+     * it takes: so a sequence's numbers still do not depend on its batch
+     * (batch_rows.h runs a batch's runs one by one). Optional (NULL: always
+     * rmsnorm and the products). */
+    bool (*norm_matmul_group)(em_backend *be, int n, float *const *ys, const float *x, const float *gain, float eps,
+                              float gain_offset, int M, const em_weight *const *ws, const float *const *biases,
+                              em_math math);
+    bool (*norm_matmul_swiglu)(em_backend *be, float *out, const float *x, const float *gain, float eps,
+                               float gain_offset, int M, const em_weight *wg, const em_weight *wu, const float *bg,
+                               const float *bu, em_math math);
     /* y = x / rms(x) * (gain + gain_offset) over rows of n. y may equal x. */
     void (*rmsnorm)(em_backend *be, float *y, const float *x, const float *gain, int rows, int n, float eps,
                     float gain_offset);

@@ -23,6 +23,9 @@ typedef struct row_runs {
     int n, cap;
     int *start, *len;
     em_math *math;
+    /* per run: its rows' last block output waits in the model's h to be
+     * added to the residual stream (row_runs_matmul_residual) */
+    bool *pending;
 } row_runs;
 
 /* Plans runs for spans of span_n[i] rows (exact_only[i]: never FAST; may
@@ -63,6 +66,40 @@ bool row_runs_matmul_mlp(em_backend *be, const row_runs *r, float *out, float *a
  * run and the backend takes it; false: nothing was done, and the caller
  * runs the product and the add. */
 bool row_runs_matmul_add(em_backend *be, const row_runs *r, float *out, const float *in, const em_weight *w);
+
+/* x += in · wᵀ (+ bias) over the batch, run by run: added by the product
+ * itself where the backend can (matmul_add), else the run's product left
+ * in h and the run marked pending, for the next norm to add. Returns
+ * whether any run is pending. A run's path depends on its own rows only,
+ * so each run meets the next norm as it would alone. */
+bool row_runs_matmul_residual(em_backend *be, row_runs *r, float *x, float *h, const float *in, const em_weight *w,
+                              const float *bias);
+/* Marks every run pending (its block's output left in h) or none. */
+void row_runs_set_pending(row_runs *r, bool pending);
+/* x += h over the pending runs' rows (width n); none pending after. */
+void row_runs_add_pending(em_backend *be, row_runs *r, float *x, const float *h, int n);
+/* h = rmsnorm(x) · gain over every run (n: the row width), adding a
+ * pending run's h into x first (add_rmsnorm); nothing is pending after. */
+void row_runs_norm(em_backend *be, row_runs *r, float *x, float *h, const float *gain, float eps, int n);
+
+/* The products of a norm: outs[j] = rmsnorm(x) · gain · ws[j]ᵀ (+
+ * biases[j]), x the residual stream. Run by run: a pending run is added
+ * and normed into h (add_rmsnorm), then multiplied; another goes to the
+ * backend's norm_matmul_group where it takes the run (the normed rows are
+ * never written; backend.h: a row's bits then do not depend on its
+ * batch), else it is normed into h and multiplied. False, nothing done,
+ * for a backend without that operation, or a batch of one run that is
+ * pending or declined: the caller norms (row_runs_norm) and multiplies. */
+bool row_runs_norm_matmul_group(em_backend *be, row_runs *r, int n, float *const *outs, float *x, float *h,
+                                const float *gain, float eps, const em_weight *const *ws, const float *const *biases);
+
+/* The same for an MLP's gate and up (ws, biases: {wg, wu}) with their
+ * SwiGLU into act: norm_matmul_swiglu where the backend takes a run, else
+ * norm_matmul_group into gu = {gate, up} and the SwiGLU kernel, else (a
+ * run of a batch of several) the run's norm into h, matmul_swiglu or the
+ * products and the SwiGLU. */
+bool row_runs_norm_swiglu(em_backend *be, row_runs *r, float *act, float *const *gu, float *x, float *h,
+                          const float *gain, float eps, const em_weight *const *ws, const float *const *biases);
 
 /* FAST when every run of the batch is FAST (what a whole-batch operation
  * such as attention may then assume), else EXACT. */

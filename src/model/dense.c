@@ -201,23 +201,11 @@ static em_status ensure_logits(em_model *m, dense_impl *d, int rows) {
     return EM_OK;
 }
 
-static void mm(em_model *m, dense_impl *d, float *out, const float *in, const em_weight *w, const float *bias) {
-    row_runs_matmul(m->be, &d->runs, out, in, w, bias);
-}
-
-/* h = rmsnorm(x) · gain, after adding the previous block's output (in h)
- * to the residual stream when `pending` — one fused operation where the
- * backend has it. */
-static void residual_norm(em_model *m, dense_impl *d, const float *gain, int T, bool pending) {
-    const model_config *c = &m->cfg;
-    em_backend *be = m->be;
-    const em_backend_ops *op = be->ops;
-    if (pending && op->add_rmsnorm) {
-        op->add_rmsnorm(be, d->x, d->h, d->h, gain, T, c->hidden, (float)c->rms_eps, 0.0f);
-        return;
-    }
-    if (pending) op->add(be, d->x, d->h, (size_t)T * c->hidden);
-    op->rmsnorm(be, d->h, d->x, gain, T, c->hidden, (float)c->rms_eps, 0.0f);
+/* h = rmsnorm(x) · gain, after adding to the residual stream the previous
+ * block's output that waits in h for a run (add_rmsnorm where the backend
+ * fuses the two). */
+static void residual_norm(em_model *m, dense_impl *d, const float *gain) {
+    row_runs_norm(m->be, &d->runs, d->x, d->h, gain, (float)m->cfg.rms_eps, m->cfg.hidden);
 }
 
 /* Rotary embeddings on the step's queries and keys, in place. */
@@ -257,29 +245,29 @@ static void attend_spans(em_model *m, dense_impl *d, const em_kv_spans *spans, i
 }
 
 /* x += in · wᵀ + bias: by the product itself where the backend adds into
- * its output (returns false: nothing left pending), else the product into
- * h, for the next norm to add (true). */
-static bool mm_residual(em_model *m, dense_impl *d, const float *in, const em_weight *w, const float *bias) {
-    if (!bias && row_runs_matmul_add(m->be, &d->runs, d->x, in, w)) return false;
-    mm(m, d, d->h, in, w, bias);
-    return true;
+ * its output, else the product into h, its runs pending for the next norm
+ * to add. */
+static void mm_residual(em_model *m, dense_impl *d, const float *in, const em_weight *w, const float *bias) {
+    row_runs_matmul_residual(m->be, &d->runs, d->x, d->h, in, w, bias);
 }
 
 /* Adds the attention output projection to x, or leaves it in h for the
- * next norm to add (returns true). `pending`: the previous block's output
- * waits in h. */
-static bool attention_block(em_model *m, dense_impl *d, dense_layer *L, int layer, const em_batch *b, int T,
-                            bool pending) {
+ * next norm to add (d->runs says which runs wait). */
+static void attention_block(em_model *m, dense_impl *d, dense_layer *L, int layer, const em_batch *b, int T) {
     const model_config *c = &m->cfg;
     em_backend *be = m->be;
     const em_backend_ops *op = be->ops;
     int qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
-    residual_norm(m, d, L->attn_norm, T, pending);
-    if (c->rot_attn_in) op->hadamard(be, d->h, T, &d->rot);
     float *qkv[3] = {d->q, d->k, d->v};
     const em_weight *wqkv[3] = {&L->wq, &L->wk, &L->wv};
     const float *bqkv[3] = {L->bq, L->bk, L->bv};
-    row_runs_matmul_group(m->be, &d->runs, 3, qkv, d->h, wqkv, bqkv);
+    /* decode rows: the norm inside the products, over x itself */
+    if (c->rot_attn_in ||
+        !row_runs_norm_matmul_group(be, &d->runs, 3, qkv, d->x, d->h, L->attn_norm, (float)c->rms_eps, wqkv, bqkv)) {
+        residual_norm(m, d, L->attn_norm);
+        if (c->rot_attn_in) op->hadamard(be, d->h, T, &d->rot);
+        row_runs_matmul_group(m->be, &d->runs, 3, qkv, d->h, wqkv, bqkv);
+    }
     if (L->q_norm) {
         op->rmsnorm(be, d->q, d->q, L->q_norm, T * c->n_heads, c->head_dim, (float)c->rms_eps, 0.0f);
         op->rmsnorm(be, d->k, d->k, L->k_norm, T * c->n_kv_heads, c->head_dim, (float)c->rms_eps, 0.0f);
@@ -302,29 +290,37 @@ static bool attention_block(em_model *m, dense_impl *d, dense_layer *L, int laye
             row += sp->n;
         }
     }
-    return mm_residual(m, d, d->att, &L->wo, L->bo);
+    mm_residual(m, d, d->att, &L->wo, L->bo);
 }
 
-/* Adds the MLP's output to x, or leaves it in h (returns true), as
- * attention_block does. */
-static bool mlp_block(em_model *m, dense_impl *d, dense_layer *L, int T, bool pending) {
+/* Adds the MLP's output to x, or leaves it in h, as attention_block does. */
+static void mlp_block(em_model *m, dense_impl *d, dense_layer *L, int T) {
     const model_config *c = &m->cfg;
     em_backend *be = m->be;
     const em_backend_ops *op = be->ops;
-    residual_norm(m, d, L->mlp_norm, T, pending);
+    const em_weight *wgu[2] = {&L->wg, &L->wu};
+    const float *bgu[2] = {L->bg, L->bu};
+    float *gu[2] = {d->gate, d->up};
+    /* decode rows: the norm inside the gate and up products, over x itself */
+    if (!c->rot_mlp_in &&
+        row_runs_norm_swiglu(be, &d->runs, d->act, gu, d->x, d->h, L->mlp_norm, (float)c->rms_eps, wgu, bgu)) {
+        mm_residual(m, d, d->act, &L->wd, L->bd);
+        return;
+    }
+    residual_norm(m, d, L->mlp_norm);
     if (c->rot_mlp_in) op->hadamard(be, d->h, T, &d->rot);
     const em_weight *wmlp[3] = {&L->wg, &L->wu, &L->wd};
     const float *bmlp[3] = {L->bg, L->bu, L->bd};
-    if (row_runs_matmul_mlp(m->be, &d->runs, d->x, d->act, d->h, wmlp, bmlp, true)) return false;
-    if (row_runs_matmul_mlp(m->be, &d->runs, d->h, d->act, d->h, wmlp, bmlp, false)) return true;
-    float *gu[2] = {d->gate, d->up};
-    const em_weight *wgu[2] = {&L->wg, &L->wu};
-    const float *bgu[2] = {L->bg, L->bu};
+    if (row_runs_matmul_mlp(m->be, &d->runs, d->x, d->act, d->h, wmlp, bmlp, true)) return;
+    if (row_runs_matmul_mlp(m->be, &d->runs, d->h, d->act, d->h, wmlp, bmlp, false)) {
+        row_runs_set_pending(&d->runs, true);
+        return;
+    }
     if (!row_runs_matmul_swiglu(m->be, &d->runs, d->act, d->h, wgu, bgu)) {
         row_runs_matmul_group(m->be, &d->runs, 2, gu, d->h, wgu, bgu);
         op->swiglu(be, d->act, d->gate, d->up, T, c->intermediate, c->intermediate);
     }
-    return mm_residual(m, d, d->act, &L->wd, L->bd);
+    mm_residual(m, d, d->act, &L->wd, L->bd);
 }
 
 /* The head runs EXACT for LOGITS_ALL (reference comparisons) and for any
@@ -348,12 +344,12 @@ static void forward_ops(em_model *m, dense_impl *d, const em_batch *b, int T, fl
     const model_config *c = &m->cfg;
     em_backend *be = m->be;
     be->ops->embed(be, d->x, &d->embed, d->ids, T);
-    bool pending = false; /* a block's output waits in h to be added to x */
+    row_runs_set_pending(&d->runs, false); /* nothing waits in h to be added to x */
     for (int l = 0; l < c->n_layers; l++) {
-        pending = attention_block(m, d, &d->layers[l], l, b, T, pending);
-        pending = mlp_block(m, d, &d->layers[l], T, pending);
+        attention_block(m, d, &d->layers[l], l, b, T);
+        mlp_block(m, d, &d->layers[l], T);
     }
-    if (pending) be->ops->add(be, d->x, d->h, (size_t)T * c->hidden);
+    row_runs_add_pending(be, &d->runs, d->x, d->h, c->hidden);
     int rows = batch_gather_logit_rows(m->be, b, d->x, d->h, c->hidden);
     if (!rows) return;
     be->ops->rmsnorm(be, d->h, d->h, d->final_norm, rows, c->hidden, (float)c->rms_eps, 0.0f);

@@ -484,7 +484,8 @@ static void test_matmul_add_case(int bits, int M, int N, int K) {
         free(y), free(s);
     }
     CHECK(!gpu->ops->matmul_add(gpu, rd, xd, 32, &w, EM_MATH_FAST));
-    CHECK(!gpu->ops->matmul_add(gpu, rd, xd, M, &w, EM_MATH_EXACT));
+    /* EXACT rows: the GEMV's (unquantized weights, up to 64 rows), none past it */
+    CHECK(gpu->ops->matmul_add(gpu, rd, xd, M, &w, EM_MATH_EXACT) == (bits == 0 && M <= 64));
     if (N == K) CHECK(!gpu->ops->matmul_add(gpu, xd, xd, M, &w, EM_MATH_FAST));
     mlp_weight_free(&w, wh);
     gpu->ops->free(gpu, xd), gpu->ops->free(gpu, rd), gpu->ops->free(gpu, yd);
@@ -499,6 +500,122 @@ static void test_matmul_mlp_rows(void) {
     test_matmul_add_case(0, 33, 512, 512);
     test_matmul_add_case(0, 300, 2048, 8192); /* the 1B down projection */
     test_matmul_add_case(4, 64, 1024, 2048);
+}
+
+/* Decode rows of the GEMV: matmul_add adds the bits of matmul's product
+ * (the add kernel's sum, bit for bit); norm_matmul_group and
+ * norm_matmul_swiglu give rmsnorm then the products within f32 roundings,
+ * and a row the same bits whichever rows share its batch. */
+static void test_gemv_norm_case(em_dtype dt, int M, em_math math) {
+    const int K = 1024, N[3] = {512, 128, 128}, F = 384;
+    void *wh[3], *gh, *uh;
+    em_weight w[3];
+    const em_weight *wp[3];
+    for (int i = 0; i < 3; i++) {
+        size_t bytes = (size_t)N[i] * K * (dt == EM_F32 ? 4 : 2);
+        wh[i] = weight_data(dt, (size_t)N[i] * K);
+        w[i] = (em_weight){.dtype = dt, .rows = N[i], .cols = K, .data = up(wh[i], bytes), .name = "w"};
+        wp[i] = &w[i];
+    }
+    size_t gbytes = (size_t)F * K * (dt == EM_F32 ? 4 : 2);
+    gh = weight_data(dt, (size_t)F * K), uh = weight_data(dt, (size_t)F * K);
+    em_weight wg = {.dtype = dt, .rows = F, .cols = K, .data = up(gh, gbytes), .name = "g"};
+    em_weight wu = {.dtype = dt, .rows = F, .cols = K, .data = up(uh, gbytes), .name = "u"};
+    float *x = rand_f32((size_t)M * K, 3.0f), *gain = rand_f32(K, 1.0f), *r = rand_f32((size_t)M * N[0], 2.0f);
+    float *xd = up(x, (size_t)M * K * 4), *gd = up(gain, (size_t)K * 4), *hd = gpu->ops->alloc(gpu, (size_t)M * K * 4);
+    float *ya[3], *yb[3], *sa = gpu->ops->alloc(gpu, (size_t)M * F * 4), *sb = gpu->ops->alloc(gpu, (size_t)M * F * 4);
+    for (int i = 0; i < 3; i++)
+        ya[i] = gpu->ops->alloc(gpu, (size_t)M * N[i] * 4), yb[i] = gpu->ops->alloc(gpu, (size_t)M * N[i] * 4);
+    /* reference: the norm written, then the products */
+    /* more than 8 rows: the staged batch kernel, whose SwiGLU is a kernel of its own */
+    float *gate = gpu->ops->alloc(gpu, (size_t)M * F * 4), *upo = gpu->ops->alloc(gpu, (size_t)M * F * 4);
+    const em_weight *gup[2] = {&wg, &wu};
+    float *gus[2] = {gate, upo};
+    gpu->ops->rmsnorm(gpu, hd, xd, gd, M, K, 1e-5f, 0.0f);
+    gpu->ops->matmul_group(gpu, 3, ya, hd, M, wp, NULL, math);
+    gpu->ops->matmul_group(gpu, 2, gus, hd, M, gup, NULL, math);
+    gpu->ops->swiglu(gpu, sa, gate, upo, M, F, F);
+    bool fused = gpu->ops->norm_matmul_group(gpu, 3, yb, xd, gd, 1e-5f, 0.0f, M, wp, NULL, math);
+    bool one = gpu->ops->norm_matmul_swiglu(gpu, sb, xd, gd, 1e-5f, 0.0f, M, &wg, &wu, NULL, NULL, math);
+    CHECKF(one == (M <= 8), "norm_matmul_swiglu dt=%d M=%d: took=%d", (int)dt, M, (int)one);
+    if (!one) {
+        fused = fused && gpu->ops->norm_matmul_group(gpu, 2, gus, xd, gd, 1e-5f, 0.0f, M, gup, NULL, math);
+        gpu->ops->swiglu(gpu, sb, gate, upo, M, F, F);
+    }
+    CHECKF(fused, "norm_matmul dt=%d M=%d math=%d: declined decode rows", (int)dt, M, (int)math);
+    for (int i = 0; i < 3 && fused; i++) {
+        float *a = down(ya[i], (size_t)M * N[i]), *b = down(yb[i], (size_t)M * N[i]);
+        double e = rel_err(b, a, (size_t)M * N[i]);
+        CHECKF(e < 2e-5, "norm_matmul_group dt=%d M=%d product %d: %.3g from rmsnorm + matmul_group", (int)dt, M, i, e);
+        if (M > 1) { /* row 0 alone gives row 0's bits */
+            REQUIRE(gpu->ops->norm_matmul_group(gpu, 3, ya, xd, gd, 1e-5f, 0.0f, 1, wp, NULL, math));
+            float *c = down(ya[i], (size_t)N[i]);
+            CHECKF(!memcmp(c, b, (size_t)N[i] * 4), "norm_matmul_group dt=%d M=%d: row 0 differs alone", (int)dt, M);
+            free(c);
+        }
+        free(a), free(b);
+    }
+    if (fused) {
+        float *a = down(sa, (size_t)M * F), *b = down(sb, (size_t)M * F);
+        double e = rel_err(b, a, (size_t)M * F);
+        CHECKF(e < 2e-5, "norm_matmul_swiglu dt=%d M=%d: %.3g from rmsnorm + matmul_swiglu", (int)dt, M, e);
+        if (M > 1) { /* row 0 alone, fused with its SwiGLU, gives row 0's bits */
+            REQUIRE(gpu->ops->norm_matmul_swiglu(gpu, sa, xd, gd, 1e-5f, 0.0f, 1, &wg, &wu, NULL, NULL, math));
+            float *c = down(sa, (size_t)F);
+            CHECKF(!memcmp(c, b, (size_t)F * 4), "norm_matmul_swiglu dt=%d M=%d: row 0 differs alone", (int)dt, M);
+            free(c);
+        }
+        free(a), free(b);
+    }
+    gpu->ops->free(gpu, gate), gpu->ops->free(gpu, upo);
+    /* matmul_add through the GEMV: the stream plus matmul's product, bit for bit */
+    float *rd = up(r, (size_t)M * N[0] * 4);
+    gpu->ops->matmul(gpu, ya[0], xd, M, &w[0], NULL, math);
+    bool added = gpu->ops->matmul_add(gpu, rd, xd, M, &w[0], math);
+    CHECKF(added, "matmul_add dt=%d M=%d math=%d: declined decode rows", (int)dt, M, (int)math);
+    if (added) {
+        float *p = down(ya[0], (size_t)M * N[0]), *q = down(rd, (size_t)M * N[0]);
+        for (size_t i = 0; i < (size_t)M * N[0]; i++) r[i] += p[i];
+        CHECKF(!memcmp(q, r, (size_t)M * N[0] * 4), "matmul_add dt=%d M=%d: not the product added", (int)dt, M);
+        free(p), free(q);
+    }
+    /* a misaligned gain is declined */
+    CHECK(!gpu->ops->norm_matmul_group(gpu, 3, yb, xd, gd + 1, 1e-5f, 0.0f, M, wp, NULL, math));
+    for (int i = 0; i < 3; i++) gpu->ops->free(gpu, (void *)w[i].data), gpu->ops->free(gpu, ya[i]),
+                                 gpu->ops->free(gpu, yb[i]), free(wh[i]);
+    gpu->ops->free(gpu, (void *)wg.data), gpu->ops->free(gpu, (void *)wu.data), free(gh), free(uh);
+    float *dev[] = {xd, gd, hd, sa, sb, rd};
+    for (size_t i = 0; i < sizeof dev / sizeof *dev; i++) gpu->ops->free(gpu, dev[i]);
+    free(x), free(gain), free(r);
+}
+
+static void test_gemv_norm(void) {
+    REQUIRE(gpu->ops->norm_matmul_group && gpu->ops->norm_matmul_swiglu && gpu->ops->matmul_add);
+    test_gemv_norm_case(EM_BF16, 1, EM_MATH_FAST);
+    test_gemv_norm_case(EM_BF16, 2, EM_MATH_FAST);
+    test_gemv_norm_case(EM_BF16, 5, EM_MATH_EXACT);
+    test_gemv_norm_case(EM_F32, 8, EM_MATH_EXACT);
+    test_gemv_norm_case(EM_F16, 3, EM_MATH_FAST);
+    test_gemv_norm_case(EM_BF16, 12, EM_MATH_EXACT);
+    test_gemv_norm_case(EM_F32, 40, EM_MATH_EXACT);
+    test_gemv_norm_case(EM_F16, 64, EM_MATH_FAST);
+    /* FAST bf16 rows on tensor cores, and quantized weights, are left to the separate operations */
+    void *qh[3];
+    em_weight q = qweight_up(256, 512, 4, qh);
+    float *x = gpu->ops->alloc(gpu, 65 * 512 * 4), *g = gpu->ops->alloc(gpu, 512 * 4), *y = gpu->ops->alloc(gpu, 65 * 256 * 4);
+    const em_weight *qp = &q;
+    CHECK(!gpu->ops->norm_matmul_group(gpu, 1, &y, x, g, 1e-5f, 0.0f, 1, &qp, NULL, EM_MATH_FAST));
+    CHECK(!gpu->ops->matmul_add(gpu, y, x, 1, &q, EM_MATH_FAST));
+    void *bh = weight_data(EM_BF16, 256 * 512);
+    em_weight b = {.dtype = EM_BF16, .rows = 256, .cols = 512, .data = up(bh, 256 * 512 * 2), .name = "b"};
+    const em_weight *bp = &b;
+    CHECK(!gpu->ops->norm_matmul_group(gpu, 1, &y, x, g, 1e-5f, 0.0f, 3, &bp, NULL, EM_MATH_FAST));
+    CHECK(!gpu->ops->matmul_add(gpu, y, x, 3, &b, EM_MATH_FAST));
+    /* EXACT rows past the GEMV's 64 (cuBLAS SGEMM) */
+    CHECK(!gpu->ops->norm_matmul_group(gpu, 1, &y, x, g, 1e-5f, 0.0f, 65, &bp, NULL, EM_MATH_EXACT));
+    CHECK(gpu->ops->norm_matmul_group(gpu, 1, &y, x, g, 1e-5f, 0.0f, 64, &bp, NULL, EM_MATH_EXACT));
+    free_q(&q, qh), gpu->ops->free(gpu, (void *)b.data), free(bh);
+    gpu->ops->free(gpu, x), gpu->ops->free(gpu, g), gpu->ops->free(gpu, y);
 }
 
 /* A norm or swiglu that writes its output's bf16 rounding for the FAST
@@ -607,6 +724,7 @@ int main(void) {
     RUN(test_matmul_swiglu_quantized);
     RUN(test_matmul_mlp_quantized);
     RUN(test_matmul_mlp_rows);
+    RUN(test_gemv_norm);
     RUN(test_twin);
     em_backend_free(gpu);
     em_backend_free(cpu);

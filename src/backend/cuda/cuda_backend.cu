@@ -378,6 +378,8 @@ static em_backend_ops make_ops(void) {
     o.matmul_swiglu = cuda_matmul_swiglu;
     o.matmul_mlp = cuda_matmul_mlp;
     o.matmul_add = cuda_matmul_add;
+    o.norm_matmul_group = cuda_norm_matmul_group;
+    o.norm_matmul_swiglu = cuda_norm_matmul_swiglu;
     o.rmsnorm = cuda_rmsnorm;
     o.hadamard = cuda_hadamard;
     o.add_rmsnorm = cuda_add_rmsnorm;

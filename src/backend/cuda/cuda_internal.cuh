@@ -378,6 +378,7 @@ typedef struct gemv_set {
     const float *bias[EM_MATMUL_GROUP_MAX];
     int start[EM_MATMUL_GROUP_MAX + 1];
     int count;
+    int add; /* add each product to what its y holds (matmul_add) */
 } gemv_set;
 
 /* Each lane's partial sums acc[r][m] summed across the warp by a fixed
@@ -468,6 +469,18 @@ void cuda_gemm_bf16(cuda_backend *cb, void *y, cudaDataType_t ytype, const void 
  * rows over bf16 or quantized weights (the GEMM adds into y); false
  * otherwise, nothing queued. */
 bool cuda_matmul_add(em_backend *be, float *y, const float *x, int M, const em_weight *w, em_math math);
+/* cuda_matmul.cu: matmul_add's decode rows, y += x · Wᵀ through the GEMV
+ * (the bits of the GEMV's product added as the add kernel adds it); false
+ * where the GEMV does not take the product (nothing queued). */
+bool cuda_gemv_add(em_backend *be, float *y, const float *x, int M, const em_weight *w, em_math math);
+/* backend.h's norm_matmul_group and norm_matmul_swiglu: the GEMV over
+ * rmsnorm'd rows of x, the norm applied as the rows are read. */
+bool cuda_norm_matmul_group(em_backend *be, int n, float *const *ys, const float *x, const float *gain, float eps,
+                            float gain_offset, int M, const em_weight *const *ws, const float *const *biases,
+                            em_math math);
+bool cuda_norm_matmul_swiglu(em_backend *be, float *out, const float *x, const float *gain, float eps,
+                             float gain_offset, int M, const em_weight *wg, const em_weight *wu, const float *bg,
+                             const float *bu, em_math math);
 /* cuda_matmul.cu: x (M x K) rounded to bf16 into cb->xconv, unless its
  * producer's twin is there already; false (noted) without scratch. */
 bool cuda_round_activations(cuda_backend *cb, const float *x, int M, int K);

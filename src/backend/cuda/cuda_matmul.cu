@@ -61,40 +61,78 @@ template <int DT> __device__ __forceinline__ void wunpack(const void *w, size_t 
     }
 }
 
-template <int R, int MR, bool SMEM = false>
+/* The rmsnorm a GEMV applies to its activations as it reads them
+ * (backend.h's norm_matmul_group, norm_matmul_swiglu): x is then the
+ * residual stream, each element is multiplied by gain + goff before its
+ * products, a warp sums each row's squares over the elements its lanes
+ * read (every warp the same chain, so the same sum), and the row's dot
+ * products are scaled by 1 / sqrt(mean square + eps) once reduced. The
+ * normed rows are never written; no norm kernel runs between the producer
+ * of x and the products. gain NULL: plain activations. */
+typedef struct gemv_norm {
+    const float *gain;
+    float goff, eps;
+} gemv_norm;
+
+template <int R, int MR, bool SMEM = false, bool NORM = false>
 __device__ __forceinline__ void gemv_step(float (*acc)[MR], const float (*wv)[8], const float *x, int K, int mr,
-                                          size_t k) {
+                                          size_t k, const gemv_norm *nm = nullptr, float *ss = nullptr) {
+    float g[8];
+    if (NORM) {
+        float4 ga = __ldg((const float4 *)(nm->gain + k)), gb = __ldg((const float4 *)(nm->gain + k) + 1);
+        g[0] = ga.x + nm->goff, g[1] = ga.y + nm->goff, g[2] = ga.z + nm->goff, g[3] = ga.w + nm->goff;
+        g[4] = gb.x + nm->goff, g[5] = gb.y + nm->goff, g[6] = gb.z + nm->goff, g[7] = gb.w + nm->goff;
+    }
 #pragma unroll
     for (int m = 0; m < MR; m++) {
         if (m < mr) {
             const float4 *xp = (const float4 *)(x + (size_t)m * K + k);
             float4 a = SMEM ? xp[0] : __ldg(xp), b = SMEM ? xp[1] : __ldg(xp + 1);
+            float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+            if (NORM)
+#pragma unroll
+                for (int e = 0; e < 8; e++) ss[m] = fmaf(v[e], v[e], ss[m]), v[e] *= g[e];
 #pragma unroll
             for (int r = 0; r < R; r++) {
                 float s = acc[r][m];
-                s = fmaf(wv[r][0], a.x, s), s = fmaf(wv[r][1], a.y, s), s = fmaf(wv[r][2], a.z, s);
-                s = fmaf(wv[r][3], a.w, s), s = fmaf(wv[r][4], b.x, s), s = fmaf(wv[r][5], b.y, s);
-                s = fmaf(wv[r][6], b.z, s), s = fmaf(wv[r][7], b.w, s);
+#pragma unroll
+                for (int e = 0; e < 8; e++) s = fmaf(wv[r][e], v[e], s);
                 acc[r][m] = s;
             }
         }
     }
 }
 
+/* A NORM kernel's last step before its stores: every row's sum of squares
+ * reduced across the warp (the butterfly of cuda_warp_sums) and the row's
+ * sums, already reduced, scaled by the norm. */
+template <int R, int MR>
+__device__ __forceinline__ void gemv_norm_scale(float (*acc)[MR], float *ss, const gemv_norm &nm, int K) {
+#pragma unroll
+    for (int m = 0; m < MR; m++) {
+        float t = ss[m];
+        for (int o = 16; o; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+        float inv = 1.0f / sqrtf(t / (float)K + nm.eps);
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[r][m] *= inv;
+    }
+}
 
-/* Ends a pass: each lane's partial sums reduced across the warp
- * (cuda_warp_sums), then lane r*MR + m stores row m's result for weight row
- * n0 + r (the stores spread over the warp). */
+
+/* Ends a pass, the sums reduced across the warp (cuda_warp_sums): lane
+ * r*MR + m stores row m's result for weight row n0 + r (the stores spread
+ * over the warp), or adds it to what y holds. */
 template <int R, int MR>
 __device__ __forceinline__ void gemv_finish(float (*acc)[MR], int lane, float *y, const float *bias, int m0, int mr,
-                                            int n0, int N) {
-    cuda_warp_sums<R, MR>(acc);
+                                            int n0, int N, bool add = false) {
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
         for (int m = 0; m < MR; m++)
-            if (lane == (r * MR + m) % 32 && m < mr && n0 + r < N)
-                y[(size_t)(m0 + m) * N + n0 + r] = acc[r][m] + (bias ? bias[n0 + r] : 0.0f);
+            if (lane == (r * MR + m) % 32 && m < mr && n0 + r < N) {
+                float v = acc[r][m] + (bias ? bias[n0 + r] : 0.0f), *at = y + (size_t)(m0 + m) * N + n0 + r;
+                *at = add ? *at + v : v; /* add: as the add kernel adds the product written alone */
+            }
 }
 
 /* Vector path: K % 8 == 0 and 16-byte aligned rows. MR activation rows
@@ -116,10 +154,18 @@ template <int MR> struct gemv_shape {
 template <int MR> struct swiglu_shape {
     static constexpr int blocks = MR == 1 ? 4 : gemv_shape<MR>::blocks;
 };
+#ifndef GEMV_NORM_BLOCKS
+#define GEMV_NORM_BLOCKS 6
+#endif
+#ifndef SWIGLU_NORM_BLOCKS
+#define SWIGLU_NORM_BLOCKS 4
+#endif
+template <int MR, bool NORM> constexpr int gemv_blocks() { return NORM && MR == 1 ? GEMV_NORM_BLOCKS : gemv_shape<MR>::blocks; }
+template <int MR, bool NORM> constexpr int swiglu_blocks() { return NORM && MR == 1 ? SWIGLU_NORM_BLOCKS : swiglu_shape<MR>::blocks; }
 
-template <int DT, int MR>
-__global__ void __launch_bounds__(GEMV_WARPS * 32, gemv_shape<MR>::blocks) gemv_kernel(gemv_set set, const float *x,
-                                                                                     int M, int K) {
+template <int DT, int MR, bool NORM>
+__global__ void __launch_bounds__(GEMV_WARPS * 32, gemv_blocks<MR, NORM>()) gemv_kernel(gemv_set set, const float *x,
+                                                                                     int M, int K, gemv_norm nm) {
     cuda_pdl_enter();
     constexpr int R = 1; /* a warp's rows never straddle two matrices of the set */
     int lane = threadIdx.x % 32, v = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
@@ -134,11 +180,13 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32, gemv_shape<MR>::blocks) gemv_
     for (int m0 = 0; m0 < M; m0 += MR) {
         int mr = M - m0 < MR ? M - m0 : MR;
         const float *xm = x + (size_t)m0 * K;
-        float acc[R][MR];
+        float acc[R][MR], ss[MR];
 #pragma unroll
-        for (int r = 0; r < R; r++)
+        for (int m = 0; m < MR; m++) {
+            ss[m] = 0.0f;
 #pragma unroll
-            for (int m = 0; m < MR; m++) acc[r][m] = 0.0f;
+            for (int r = 0; r < R; r++) acc[r][m] = 0.0f;
+        }
         constexpr int U = gemv_shape<MR>::loads;
         int k = lane * 8;
         for (; k + (U - 1) * 256 < K; k += U * 256) {
@@ -152,16 +200,18 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32, gemv_shape<MR>::blocks) gemv_
                 float wv[R][8];
 #pragma unroll
                 for (int r = 0; r < R; r++) wunpack<DT>(w, wrow[r] + k + i * 256, u[i][r], wv[r]);
-                gemv_step<R, MR>(acc, wv, xm, K, mr, (size_t)k + i * 256);
+                gemv_step<R, MR, false, NORM>(acc, wv, xm, K, mr, (size_t)k + i * 256, &nm, ss);
             }
         }
         for (; k < K; k += 256) {
             float wv[R][8];
 #pragma unroll
             for (int r = 0; r < R; r++) wunpack<DT>(w, wrow[r] + k, wfetch<DT>(w, wrow[r] + k), wv[r]);
-            gemv_step<R, MR>(acc, wv, xm, K, mr, (size_t)k);
+            gemv_step<R, MR, false, NORM>(acc, wv, xm, K, mr, (size_t)k, &nm, ss);
         }
-        gemv_finish<R, MR>(acc, lane, y, bias, m0, mr, n0, N);
+        cuda_warp_sums<R, MR>(acc);
+        if (NORM) gemv_norm_scale<R, MR>(acc, ss, nm, K);
+        gemv_finish<R, MR>(acc, lane, y, bias, m0, mr, n0, N, set.add);
     }
 }
 
@@ -169,10 +219,10 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32, gemv_shape<MR>::blocks) gemv_
  * computes row n of both (each the chain of gemv_kernel, so the same bits)
  * and stores silu(gate) * up as swiglu_kernel computes it. The two
  * products are never written, and no third kernel reads them back. */
-template <int DT, int MR>
-__global__ void __launch_bounds__(GEMV_WARPS * 32, swiglu_shape<MR>::blocks)
+template <int DT, int MR, bool NORM>
+__global__ void __launch_bounds__(GEMV_WARPS * 32, swiglu_blocks<MR, NORM>())
     gemv_swiglu_kernel(float *out, const void *wg, const void *wu, const float *bg, const float *bu, const float *x,
-                       int M, int N, int K) {
+                       int M, int N, int K, gemv_norm nm) {
     cuda_pdl_enter();
     int lane = threadIdx.x % 32, n = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (n >= N) return;
@@ -181,11 +231,9 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32, swiglu_shape<MR>::blocks)
     for (int m0 = 0; m0 < M; m0 += MR) {
         int mr = M - m0 < MR ? M - m0 : MR;
         const float *xm = x + (size_t)m0 * K;
-        float acc[2][MR];
+        float acc[2][MR], ss[MR];
 #pragma unroll
-        for (int r = 0; r < 2; r++)
-#pragma unroll
-            for (int m = 0; m < MR; m++) acc[r][m] = 0.0f;
+        for (int m = 0; m < MR; m++) ss[m] = acc[0][m] = acc[1][m] = 0.0f;
         constexpr int U = gemv_shape<MR>::loads;
         int k = lane * 8;
         for (; k + (U - 1) * 256 < K; k += U * 256) {
@@ -199,21 +247,22 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32, swiglu_shape<MR>::blocks)
                 float wv[2][8];
 #pragma unroll
                 for (int r = 0; r < 2; r++) wunpack<DT>(w[r], wrow + k + i * 256, u[i][r], wv[r]);
-                gemv_step<2, MR>(acc, wv, xm, K, mr, (size_t)k + i * 256);
+                gemv_step<2, MR, false, NORM>(acc, wv, xm, K, mr, (size_t)k + i * 256, &nm, ss);
             }
         }
         for (; k < K; k += 256) {
             float wv[2][8];
 #pragma unroll
             for (int r = 0; r < 2; r++) wunpack<DT>(w[r], wrow + k, wfetch<DT>(w[r], wrow + k), wv[r]);
-            gemv_step<2, MR>(acc, wv, xm, K, mr, (size_t)k);
+            gemv_step<2, MR, false, NORM>(acc, wv, xm, K, mr, (size_t)k, &nm, ss);
         }
         cuda_warp_sums<2, MR>(acc);
+        if (NORM) gemv_norm_scale<2, MR>(acc, ss, nm, K);
 #pragma unroll
         for (int m = 0; m < MR; m++)
             if (lane == m && m < mr) {
                 float g = acc[0][m] + (bg ? bg[n] : 0.0f), up = acc[1][m] + (bu ? bu[n] : 0.0f);
-                out[(size_t)(m0 + m) * N + n] = g / (1.0f + expf(-g)) * up;
+                out[(size_t)(m0 + m) * N + n] = cuda_swiglu_one(g, up);
             }
     }
 }
@@ -226,9 +275,10 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32, swiglu_shape<MR>::blocks)
 #define GEMVB_MR 16
 #define GEMVB_KC 512 /* a multiple of 256: each lane keeps its k positions */
 
-template <int DT>
+template <int DT, bool NORM>
 __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_batch_kernel(float *y, const float *x, const void *w,
-                                                                     const float *bias, int M, int N, int K) {
+                                                                     const float *bias, int M, int N, int K, int add,
+                                                                     gemv_norm nm) {
     cuda_pdl_enter();
     constexpr int R = GEMVB_R, MR = GEMVB_MR, KC = GEMVB_KC;
     __shared__ __align__(16) float xs[MR * KC];
@@ -239,11 +289,13 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_batch_kernel(float *y, c
     for (int r = 0; r < R; r++) wrow[r] = (size_t)(n0 + r < N ? n0 + r : (active ? n0 : 0)) * K;
     for (int m0 = 0; m0 < M; m0 += MR) {
         int mr = M - m0 < MR ? M - m0 : MR;
-        float acc[R][MR];
+        float acc[R][MR], ss[MR];
 #pragma unroll
-        for (int r = 0; r < R; r++)
+        for (int m = 0; m < MR; m++) {
+            ss[m] = 0.0f;
 #pragma unroll
-            for (int m = 0; m < MR; m++) acc[r][m] = 0.0f;
+            for (int r = 0; r < R; r++) acc[r][m] = 0.0f;
+        }
         for (int k0 = 0; k0 < K; k0 += KC) {
             int kc = K - k0 < KC ? K - k0 : KC, q = kc / 4;
             __syncthreads(); /* the previous chunk has been consumed */
@@ -253,6 +305,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_batch_kernel(float *y, c
             }
             __syncthreads();
             if (!active) continue;
+            gemv_norm nk = {NORM ? nm.gain + k0 : nullptr, nm.goff, nm.eps}; /* the chunk's gains */
             for (int k = lane * 8; k < kc; k += 256) {
                 uint4 u[R];
 #pragma unroll
@@ -260,11 +313,13 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_batch_kernel(float *y, c
                 float wv[R][8];
 #pragma unroll
                 for (int r = 0; r < R; r++) wunpack<DT>(w, wrow[r] + k0 + k, u[r], wv[r]);
-                gemv_step<R, MR, true>(acc, wv, xs, KC, mr, (size_t)k);
+                gemv_step<R, MR, true, NORM>(acc, wv, xs, KC, mr, (size_t)k, &nk, ss);
             }
         }
         if (!active) continue;
-        gemv_finish<R, MR>(acc, lane, y, bias, m0, mr, n0, N);
+        cuda_warp_sums<R, MR>(acc);
+        if (NORM) gemv_norm_scale<R, MR>(acc, ss, nm, K);
+        gemv_finish<R, MR>(acc, lane, y, bias, m0, mr, n0, N, add);
     }
 }
 
@@ -317,12 +372,38 @@ gemv_set gemv_set_make(int n, float *const *ys, const em_weight *const *ws, cons
 
 /* Up to 8 activation rows against every matrix of the set, one warp per
  * weight row. */
-template <int DT> static void gemv_set_launch(cuda_backend *cb, const gemv_set &set, const float *x, int M, int K) {
+template <int DT, bool NORM>
+static void gemv_set_launch_as(cuda_backend *cb, const gemv_set &set, const float *x, int M, int K, gemv_norm nm) {
     unsigned grid = (unsigned)((set.start[set.count] + GEMV_WARPS - 1) / GEMV_WARPS);
-    if (M == 1) cuda_launch(gemv_kernel<DT, 1>, grid, GEMV_WARPS * 32, 0, cb->stream, set, x, M, K);
-    else if (M == 2) cuda_launch(gemv_kernel<DT, 2>, grid, GEMV_WARPS * 32, 0, cb->stream, set, x, M, K);
-    else if (M <= 4) cuda_launch(gemv_kernel<DT, 4>, grid, GEMV_WARPS * 32, 0, cb->stream, set, x, M, K);
-    else cuda_launch(gemv_kernel<DT, GEMV_ROWS>, grid, GEMV_WARPS * 32, 0, cb->stream, set, x, M, K);
+    if (M == 1) cuda_launch(gemv_kernel<DT, 1, NORM>, grid, GEMV_WARPS * 32, 0, cb->stream, set, x, M, K, nm);
+    else if (M == 2) cuda_launch(gemv_kernel<DT, 2, NORM>, grid, GEMV_WARPS * 32, 0, cb->stream, set, x, M, K, nm);
+    else if (M <= 4) cuda_launch(gemv_kernel<DT, 4, NORM>, grid, GEMV_WARPS * 32, 0, cb->stream, set, x, M, K, nm);
+    else cuda_launch(gemv_kernel<DT, GEMV_ROWS, NORM>, grid, GEMV_WARPS * 32, 0, cb->stream, set, x, M, K, nm);
+}
+
+/* Batches of more than one pass: a launch of the staged kernel a matrix. */
+template <int DT, bool NORM>
+static void gemv_batch_launch_as(cuda_backend *cb, const gemv_set &set, const float *x, int M, int K, gemv_norm nm) {
+    for (int i = 0; i < set.count; i++) {
+        int N = set.start[i + 1] - set.start[i];
+        unsigned grid = (unsigned)((N + GEMVB_R * GEMV_WARPS - 1) / (GEMVB_R * GEMV_WARPS));
+        cuda_launch(gemv_batch_kernel<DT, NORM>, grid, GEMV_WARPS * 32, 0, cb->stream, set.y[i], x, set.w[i],
+                    set.bias[i], M, N, K, set.add, nm);
+    }
+}
+
+/* The vector GEMV of M <= GEMV_MAX_EXACT_M rows against every matrix of
+ * the set, over normed rows when nm.gain is set. Batches of more than one
+ * pass stage their activations in shared memory; small ones keep one
+ * weight row per warp so that even the narrow k/v projections spread over
+ * every multiprocessor. */
+template <int DT>
+static void gemv_set_launch(cuda_backend *cb, const gemv_set &set, const float *x, int M, int K,
+                            gemv_norm nm = gemv_norm{}) {
+    if (M > GEMV_ROWS && nm.gain) gemv_batch_launch_as<DT, true>(cb, set, x, M, K, nm);
+    else if (M > GEMV_ROWS) gemv_batch_launch_as<DT, false>(cb, set, x, M, K, nm);
+    else if (nm.gain) gemv_set_launch_as<DT, true>(cb, set, x, M, K, nm);
+    else gemv_set_launch_as<DT, false>(cb, set, x, M, K, nm);
 }
 
 template <int DT>
@@ -334,17 +415,9 @@ static void gemv_launch(cuda_backend *cb, float *y, const float *x, int M, const
             y, x, w->data, bias, M, N, K);
         return;
     }
-    /* Batches of more than one pass stage their activations in shared
-     * memory; small ones keep one weight row per warp so that even the
-     * narrow k/v projections spread over every multiprocessor. */
-    if (M > GEMV_ROWS) {
-        unsigned grid = (unsigned)((N + GEMVB_R * GEMV_WARPS - 1) / (GEMVB_R * GEMV_WARPS));
-        cuda_launch(gemv_batch_kernel<DT>, grid, GEMV_WARPS * 32, 0, cb->stream, y, x, w->data, bias, M, N, K);
-    } else {
-        float *ys[1] = {y};
-        const float *bs[1] = {bias};
-        gemv_set_launch<DT>(cb, gemv_set_make(1, ys, &w, bs), x, M, K);
-    }
+    float *ys[1] = {y};
+    const float *bs[1] = {bias};
+    gemv_set_launch<DT>(cb, gemv_set_make(1, ys, &w, bs), x, M, K);
 }
 
 static void gemv(cuda_backend *cb, float *y, const float *x, int M, const em_weight *w, const float *bias) {
@@ -475,16 +548,57 @@ void cuda_matmul(em_backend *be, float *y, const float *x, int M, const em_weigh
     }
 }
 
+template <int DT, bool NORM>
+static void gemv_swiglu_launch_as(cuda_backend *cb, float *out, const float *x, int M, const em_weight *wg,
+                                  const em_weight *wu, const float *bg, const float *bu, gemv_norm nm) {
+    int N = (int)wg->rows, K = (int)wg->cols;
+    unsigned grid = (unsigned)((N + GEMV_WARPS - 1) / GEMV_WARPS), t = GEMV_WARPS * 32;
+    const void *g = wg->data, *u = wu->data;
+    if (M == 1) cuda_launch(gemv_swiglu_kernel<DT, 1, NORM>, grid, t, 0, cb->stream, out, g, u, bg, bu, x, M, N, K, nm);
+    else if (M == 2) cuda_launch(gemv_swiglu_kernel<DT, 2, NORM>, grid, t, 0, cb->stream, out, g, u, bg, bu, x, M, N, K, nm);
+    else if (M <= 4) cuda_launch(gemv_swiglu_kernel<DT, 4, NORM>, grid, t, 0, cb->stream, out, g, u, bg, bu, x, M, N, K, nm);
+    else cuda_launch(gemv_swiglu_kernel<DT, GEMV_ROWS, NORM>, grid, t, 0, cb->stream, out, g, u, bg, bu, x, M, N, K, nm);
+}
+
 template <int DT>
 static void gemv_swiglu_launch(cuda_backend *cb, float *out, const float *x, int M, const em_weight *wg,
-                               const em_weight *wu, const float *bg, const float *bu) {
-    int N = (int)wg->rows, K = (int)wg->cols;
-    unsigned grid = (unsigned)((N + GEMV_WARPS - 1) / GEMV_WARPS);
-    const void *g = wg->data, *u = wu->data;
-    if (M == 1) cuda_launch(gemv_swiglu_kernel<DT, 1>, grid, GEMV_WARPS * 32, 0, cb->stream, out, g, u, bg, bu, x, M, N, K);
-    else if (M == 2) cuda_launch(gemv_swiglu_kernel<DT, 2>, grid, GEMV_WARPS * 32, 0, cb->stream, out, g, u, bg, bu, x, M, N, K);
-    else if (M <= 4) cuda_launch(gemv_swiglu_kernel<DT, 4>, grid, GEMV_WARPS * 32, 0, cb->stream, out, g, u, bg, bu, x, M, N, K);
-    else cuda_launch(gemv_swiglu_kernel<DT, GEMV_ROWS>, grid, GEMV_WARPS * 32, 0, cb->stream, out, g, u, bg, bu, x, M, N, K);
+                               const em_weight *wu, const float *bg, const float *bu, gemv_norm nm) {
+    if (nm.gain) gemv_swiglu_launch_as<DT, true>(cb, out, x, M, wg, wu, bg, bu, nm);
+    else gemv_swiglu_launch_as<DT, false>(cb, out, x, M, wg, wu, bg, bu, nm);
+}
+
+/* Whether M rows of a FAST product over bf16 weights go to tensor cores
+ * (the GEMVs below leave them). */
+static bool tensor_rows(int M, em_dtype dt, em_math math) {
+    return math == EM_MATH_FAST && M >= FAST_MIN_M && dt == EM_BF16;
+}
+
+/* Whether M rows of x take the vector GEMV over unquantized w in
+ * cuda_matmul (the rows' regime, whatever else is in their batch). */
+static bool gemv_fits(const float *x, int M, const em_weight *w, em_math math) {
+    return !w->bits && M > 0 && M <= GEMV_MAX_EXACT_M && !tensor_rows(M, w->dtype, math) &&
+           (w->dtype == EM_BF16 || w->dtype == EM_F16 || w->dtype == EM_F32) && w->rows > 0 && w->cols % 8 == 0 &&
+           ((uintptr_t)x & 15) == 0 && ((uintptr_t)w->data & 15) == 0;
+}
+
+/* matmul_swiglu's GEMV, over normed activations when nm.gain is set. */
+static bool swiglu_gemv(em_backend *be, float *out, const float *x, int M, const em_weight *wg, const em_weight *wu,
+                        const float *bg, const float *bu, em_math math, gemv_norm nm) {
+    /* declined before entering, so that a declined call ends no bf16 twin */
+    if (M > GEMV_ROWS || !gemv_fits(x, M, wg, math) || !gemv_fits(x, M, wu, math) || wg->dtype != wu->dtype ||
+        wg->rows != wu->rows || wg->cols != wu->cols)
+        return false;
+    cuda_backend *cb = cuda_enter(be);
+    if (cuda_graph_skip(cb, out, x, M, wg->data, wu->data, bg, bu, wg->dtype, wg->rows, wg->cols, nm.gain, nm.goff,
+                        nm.eps))
+        return true;
+    switch (wg->dtype) {
+    case EM_BF16: gemv_swiglu_launch<EM_BF16>(cb, out, x, M, wg, wu, bg, bu, nm); break;
+    case EM_F16: gemv_swiglu_launch<EM_F16>(cb, out, x, M, wg, wu, bg, bu, nm); break;
+    default: gemv_swiglu_launch<EM_F32>(cb, out, x, M, wg, wu, bg, bu, nm); break;
+    }
+    CUDA_LAUNCHED(cb, "matmul and swiglu (gemv)");
+    return true;
 }
 
 /* The products matmul_group would give to its GEMV (unquantized weights,
@@ -494,21 +608,53 @@ static void gemv_swiglu_launch(cuda_backend *cb, float *out, const float *x, int
 bool cuda_matmul_swiglu(em_backend *be, float *out, const float *x, int M, const em_weight *wg, const em_weight *wu,
                         const float *bg, const float *bu, em_math math) {
     if (wg->bits || wu->bits) return cuda_qmatmul_swiglu(be, out, x, M, wg, wu, bg, bu, math);
-    /* declined before entering, so that a declined call ends no bf16 twin */
-    if (M <= 0 || M > GEMV_ROWS || (math == EM_MATH_FAST && M >= FAST_MIN_M && wg->dtype == EM_BF16)) return false;
-    if (wg->dtype != wu->dtype || wg->rows != wu->rows || wg->cols != wu->cols ||
-        wg->rows <= 0 || wg->cols % 8 || ((uintptr_t)x & 15) || ((uintptr_t)wg->data & 15) ||
-        ((uintptr_t)wu->data & 15))
-        return false;
-    if (wg->dtype != EM_BF16 && wg->dtype != EM_F16 && wg->dtype != EM_F32) return false;
+    return swiglu_gemv(be, out, x, M, wg, wu, bg, bu, math, gemv_norm{});
+}
+
+bool cuda_norm_matmul_swiglu(em_backend *be, float *out, const float *x, const float *gain, float eps,
+                             float gain_offset, int M, const em_weight *wg, const em_weight *wu, const float *bg,
+                             const float *bu, em_math math) {
+    if (!gain || ((uintptr_t)gain & 15)) return false;
+    return swiglu_gemv(be, out, x, M, wg, wu, bg, bu, math, gemv_norm{gain, gain_offset, eps});
+}
+
+bool cuda_norm_matmul_group(em_backend *be, int n, float *const *ys, const float *x, const float *gain, float eps,
+                            float gain_offset, int M, const em_weight *const *ws, const float *const *biases,
+                            em_math math) {
+    if (n < 1 || n > EM_MATMUL_GROUP_MAX || !gain || ((uintptr_t)gain & 15)) return false;
+    for (int i = 0; i < n; i++)
+        if (!gemv_fits(x, M, ws[i], math) || ws[i]->cols != ws[0]->cols || ws[i]->dtype != ws[0]->dtype) return false;
     cuda_backend *cb = cuda_enter(be);
-    if (cuda_graph_skip(cb, out, x, M, wg->data, wu->data, bg, bu, wg->dtype, wg->rows, wg->cols)) return true;
-    switch (wg->dtype) {
-    case EM_BF16: gemv_swiglu_launch<EM_BF16>(cb, out, x, M, wg, wu, bg, bu); break;
-    case EM_F16: gemv_swiglu_launch<EM_F16>(cb, out, x, M, wg, wu, bg, bu); break;
-    default: gemv_swiglu_launch<EM_F32>(cb, out, x, M, wg, wu, bg, bu); break;
+    gemv_set set = gemv_set_make(n, ys, ws, biases);
+    gemv_norm nm = {gain, gain_offset, eps};
+    bool replay = cuda_graph_skip(cb, x, M, n, gain, gain_offset, eps, ws[0]->dtype, ws[0]->cols);
+    for (int i = 0; i < n; i++)
+        replay = cuda_graph_skip(cb, set.w[i], set.y[i], set.bias[i], set.start[i + 1]);
+    if (replay) return true;
+    int K = (int)ws[0]->cols;
+    switch (ws[0]->dtype) {
+    case EM_BF16: gemv_set_launch<EM_BF16>(cb, set, x, M, K, nm); break;
+    case EM_F16: gemv_set_launch<EM_F16>(cb, set, x, M, K, nm); break;
+    default: gemv_set_launch<EM_F32>(cb, set, x, M, K, nm); break;
     }
-    CUDA_LAUNCHED(cb, "matmul and swiglu (gemv)");
+    CUDA_LAUNCHED(cb, "matmul (gemv over normed rows)");
+    return true;
+}
+
+bool cuda_gemv_add(em_backend *be, float *y, const float *x, int M, const em_weight *w, em_math math) {
+    if (!gemv_fits(x, M, w, math) || y == x) return false;
+    cuda_backend *cb = cuda_enter(be);
+    if (cuda_graph_skip(cb, y, x, M, w->data, w->dtype, w->rows, w->cols, 1)) return true;
+    float *ys[1] = {y};
+    gemv_set set = gemv_set_make(1, ys, &w, NULL);
+    set.add = 1;
+    int K = (int)w->cols;
+    switch (w->dtype) {
+    case EM_BF16: gemv_set_launch<EM_BF16>(cb, set, x, M, K); break;
+    case EM_F16: gemv_set_launch<EM_F16>(cb, set, x, M, K); break;
+    default: gemv_set_launch<EM_F32>(cb, set, x, M, K); break;
+    }
+    CUDA_LAUNCHED(cb, "matmul (gemv, added)");
     return true;
 }
 

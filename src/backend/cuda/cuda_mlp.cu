@@ -90,7 +90,8 @@ bool cuda_matmul_mlp(em_backend *be, float *y, float *act, const float *x, int M
 }
 
 bool cuda_matmul_add(em_backend *be, float *y, const float *x, int M, const em_weight *w, em_math math) {
-    if (!gemm_rows_fit(M, w, math) || y == x) return false;
+    if (y == x) return false;
+    if (!gemm_rows_fit(M, w, math)) return cuda_gemv_add(be, y, x, M, w, math);
     cuda_backend *cb = cuda_enter(be);
     if (cuda_graph_skip(cb, y, x, M, w->data, w->scales, w->biases, w->dtype, w->bits, w->group_size, w->scale_dtype,
                         w->rows, w->cols))
