@@ -188,6 +188,12 @@ static void run_matmul_group(em_backend *be, const row_runs *r, int i, int n, fl
     for (int j = 0; j < n; j++) be->ops->matmul(be, ys[j], in, r->len[i], ws[j], biases[j], r->math[i]);
 }
 
+/* Run i's SwiGLU of its gate and up products (gu) into act. */
+static void run_swiglu(em_backend *be, const row_runs *r, int i, float *act, float *const *gu, size_t F) {
+    be->ops->swiglu(be, run_rows(r, i, act, F), run_rows(r, i, gu[0], F), run_rows(r, i, gu[1], F), r->len[i], (int)F,
+                    (int)F);
+}
+
 /* Run i's products through the backend's norm_matmul_group (nothing
  * pending); false where it declines. */
 static bool run_norm_group(em_backend *be, const row_runs *r, int i, int n, float *const *outs, const float *x,
@@ -225,7 +231,7 @@ static bool run_norm_swiglu(em_backend *be, const row_runs *r, int i, float *act
                                                          ws[0], ws[1], biases[0], biases[1], r->math[i]))
         return true;
     if (!run_norm_group(be, r, i, 2, gu, x, gain, eps, ws, biases)) return false;
-    op->swiglu(be, out, run_rows(r, i, gu[0], F), run_rows(r, i, gu[1], F), r->len[i], (int)F, (int)F);
+    run_swiglu(be, r, i, act, gu, F);
     return true;
 }
 
@@ -244,7 +250,7 @@ bool row_runs_norm_swiglu(em_backend *be, row_runs *r, float *act, float *const 
                                                    biases[0], biases[1], r->math[i]))
             continue;
         run_matmul_group(be, r, i, 2, gu, h, ws, biases);
-        op->swiglu(be, out, run_rows(r, i, gu[0], F), run_rows(r, i, gu[1], F), r->len[i], (int)F, (int)F);
+        run_swiglu(be, r, i, act, gu, F);
     }
     return true;
 }

@@ -13,14 +13,20 @@
 
 #include <glob.h>
 
-static void check_model(const char *dir) {
+/* The checkpoint at dir in EXACT with room for max_seq sequences, or NULL
+ * (a failed check). */
+static em_model *open_exact(const char *dir, int max_seq) {
     em_model *m;
-    em_open_options o = {.n_threads = 2, .precision = EM_PRECISION_EXACT, .max_sequences = 4};
-    if (em_model_open(dir, &o, &m) != EM_OK) {
-        fprintf(stderr, "%s\n", em_last_error());
-        CHECK(0);
-        return;
-    }
+    em_open_options o = {.n_threads = 2, .precision = EM_PRECISION_EXACT, .max_sequences = max_seq};
+    if (em_model_open(dir, &o, &m) == EM_OK) return m;
+    fprintf(stderr, "%s\n", em_last_error());
+    CHECK(0);
+    return NULL;
+}
+
+static void check_model(const char *dir) {
+    em_model *m = open_exact(dir, 4);
+    if (!m) return;
     enum { N = 20 };
     int32_t ids[N];
     int V = m->cfg.vocab;
@@ -142,13 +148,8 @@ static void check_fast_tails(const char *dir) {
  * batch kernel) and beside a FAST prefill chunk of another sequence (a
  * batch of two runs): a request's numbers never depend on its batch. */
 static void check_batch_invariance(const char *dir) {
-    em_model *m;
-    em_open_options o = {.n_threads = 2, .precision = EM_PRECISION_EXACT, .max_sequences = 16};
-    if (em_model_open(dir, &o, &m) != EM_OK) {
-        fprintf(stderr, "%s\n", em_last_error());
-        CHECK(0);
-        return;
-    }
+    em_model *m = open_exact(dir, 16);
+    if (!m) return;
     enum { PRE = 9, FILL = 11, CHUNK = 20 };
     int V = m->cfg.vocab, seq[3], fill[FILL];
     int32_t ids[CHUNK + 1];
