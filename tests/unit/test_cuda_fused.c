@@ -4,7 +4,9 @@
  * rope_attention_spans (those and the attention of decode rows) and
  * matmul_swiglu (the gate and up GEMV and the SwiGLU, over float and 4-/8-bit
  * weights), matmul_mlp (those and the down projection, 4-/8-bit; over
- * prefill rows, its bf16 gate and up within rounding of the reference), and decline exactly
+ * prefill rows, its bf16 gate and up within rounding of the reference),
+ * the norms and residual adds of decode products (float and 4-/8-bit
+ * weights), and decline exactly
  * the shapes they leave to the separate operations; and the bf16 copies
  * that norms and swiglu write for the FAST matmul issued next give that
  * matmul the bits of its own rounding, and never a stale one. Skipped (77) when
@@ -365,10 +367,9 @@ static void test_qmlp_case(int bits, int M, int F, int H, bool with_bias, bool a
     free(x);
 }
 
-/* EMBER_CUDA_QMLP=auto leaves an MLP whose gate and up balance on their
- * own (here 1,024 rows: at most one a warp on any GPU of 32 or more
- * multiprocessors) to the separate launches. */
-static void test_mlp_auto(void) {
+/* Runs fn against a GPU backend made with EMBER_CUDA_QMLP=auto (the
+ * default; this program sets 1 for the rest). */
+static void with_qmlp_auto(void (*fn)(void)) {
     em_config *c = NULL;
     const em_config *prev = em_config_retain(em_config_global());
     em_config_override ov = {"EMBER_CUDA_QMLP", "auto"};
@@ -376,12 +377,18 @@ static void test_mlp_auto(void) {
     em_config_set_global(c);
     em_backend *saved = gpu;
     REQUIRE(cuda_backend_create(0, &gpu) == EM_OK);
-    test_qmlp_case(4, 1, 1024, 512, false, false, EM_MATH_FAST, false);
+    fn();
     em_backend_free(gpu);
     gpu = saved;
     em_config_set_global(prev);
     em_config_release((em_config *)prev), em_config_release(c);
 }
+
+/* EMBER_CUDA_QMLP=auto leaves an MLP whose gate and up balance on their
+ * own (here 1,024 rows: at most one a warp on any GPU of 32 or more
+ * multiprocessors) to the separate launches. */
+static void mlp_auto_case(void) { test_qmlp_case(4, 1, 1024, 512, false, false, EM_MATH_FAST, false); }
+static void test_mlp_auto(void) { with_qmlp_auto(mlp_auto_case); }
 
 static void test_matmul_mlp_quantized(void) {
     REQUIRE(gpu->ops->matmul_mlp);
@@ -599,13 +606,16 @@ static void test_gemv_norm(void) {
     test_gemv_norm_case(EM_BF16, 12, EM_MATH_EXACT);
     test_gemv_norm_case(EM_F32, 40, EM_MATH_EXACT);
     test_gemv_norm_case(EM_F16, 64, EM_MATH_FAST);
-    /* FAST bf16 rows on tensor cores, and quantized weights, are left to the separate operations */
+    /* FAST bf16 rows on tensor cores, and quantized weights past the int8
+     * GEMV's two FAST rows, are left to the separate operations */
     void *qh[3];
     em_weight q = qweight_up(256, 512, 4, qh);
     float *x = gpu->ops->alloc(gpu, 65 * 512 * 4), *g = gpu->ops->alloc(gpu, 512 * 4), *y = gpu->ops->alloc(gpu, 65 * 256 * 4);
     const em_weight *qp = &q;
-    CHECK(!gpu->ops->norm_matmul_group(gpu, 1, &y, x, g, 1e-5f, 0.0f, 1, &qp, NULL, EM_MATH_FAST));
-    CHECK(!gpu->ops->matmul_add(gpu, y, x, 1, &q, EM_MATH_FAST));
+    CHECK(!gpu->ops->norm_matmul_group(gpu, 1, &y, x, g, 1e-5f, 0.0f, 3, &qp, NULL, EM_MATH_FAST));
+    CHECK(!gpu->ops->norm_matmul_group(gpu, 1, &y, x, g, 1e-5f, 0.0f, 1, &qp, NULL, EM_MATH_EXACT));
+    CHECK(!gpu->ops->matmul_add(gpu, y, x, 3, &q, EM_MATH_FAST));
+    CHECK(!gpu->ops->matmul_add(gpu, y, x, 1, &q, EM_MATH_EXACT));
     void *bh = weight_data(EM_BF16, 256 * 512);
     em_weight b = {.dtype = EM_BF16, .rows = 256, .cols = 512, .data = up(bh, 256 * 512 * 2), .name = "b"};
     const em_weight *bp = &b;
@@ -616,6 +626,93 @@ static void test_gemv_norm(void) {
     CHECK(gpu->ops->norm_matmul_group(gpu, 1, &y, x, g, 1e-5f, 0.0f, 64, &bp, NULL, EM_MATH_EXACT));
     free_q(&q, qh), gpu->ops->free(gpu, (void *)b.data), free(bh);
     gpu->ops->free(gpu, x), gpu->ops->free(gpu, g), gpu->ops->free(gpu, y);
+}
+
+/* Decode rows over 4- and 8-bit weights (the int8 GEMV): norm_matmul_group
+ * gives rmsnorm then matmul_group, and norm_matmul_swiglu rmsnorm then
+ * matmul_swiglu, to within a code of the activations' int8 rounding (the
+ * norm's factor is taken after the rounding, whose scale may then round
+ * one value the other way: 2e-3 of the largest output, where a norm
+ * missing or misapplied is off by tens of percent); matmul_add gives the
+ * bits of matmul then the add. */
+static void test_qnorm_case(int bits, int M) {
+    const int K = 1024, N[3] = {512, 128, 128}, F = 384;
+    void *wh[3][3], *gh[3], *uh[3];
+    em_weight w[3];
+    const em_weight *wp[3];
+    for (int i = 0; i < 3; i++) w[i] = qweight_up(N[i], K, bits, wh[i]), wp[i] = &w[i];
+    em_weight wg = qweight_up(F, K, bits, gh), wu = qweight_up(F, K, bits, uh);
+    float *x = rand_f32((size_t)M * K, 3.0f), *gain = rand_f32(K, 1.0f), *r = rand_f32((size_t)M * N[0], 2.0f);
+    float *xd = up(x, (size_t)M * K * 4), *gd = up(gain, (size_t)K * 4), *hd = gpu->ops->alloc(gpu, (size_t)M * K * 4);
+    float *ya[3], *yb[3], *sa = gpu->ops->alloc(gpu, (size_t)M * F * 4), *sb = gpu->ops->alloc(gpu, (size_t)M * F * 4);
+    for (int i = 0; i < 3; i++)
+        ya[i] = gpu->ops->alloc(gpu, (size_t)M * N[i] * 4), yb[i] = gpu->ops->alloc(gpu, (size_t)M * N[i] * 4);
+    gpu->ops->rmsnorm(gpu, hd, xd, gd, M, K, 1e-5f, 0.0f);
+    gpu->ops->matmul_group(gpu, 3, ya, hd, M, wp, NULL, EM_MATH_FAST);
+    REQUIRE(gpu->ops->matmul_swiglu(gpu, sa, hd, M, &wg, &wu, NULL, NULL, EM_MATH_FAST));
+    bool fused = gpu->ops->norm_matmul_group(gpu, 3, yb, xd, gd, 1e-5f, 0.0f, M, wp, NULL, EM_MATH_FAST);
+    bool one = gpu->ops->norm_matmul_swiglu(gpu, sb, xd, gd, 1e-5f, 0.0f, M, &wg, &wu, NULL, NULL, EM_MATH_FAST);
+    CHECKF(fused && one, "bits=%d M=%d: norm_matmul_group %d, norm_matmul_swiglu %d: declined decode rows", bits, M,
+           (int)fused, (int)one);
+    for (int i = 0; i < 3 && fused; i++) {
+        float *a = down(ya[i], (size_t)M * N[i]), *b = down(yb[i], (size_t)M * N[i]);
+        double e = rel_err(b, a, (size_t)M * N[i]);
+        CHECKF(e < 2e-3, "norm_matmul_group bits=%d M=%d product %d: %.3g from rmsnorm + matmul_group", bits, M, i, e);
+        free(a), free(b);
+    }
+    if (one) {
+        float *a = down(sa, (size_t)M * F), *b = down(sb, (size_t)M * F);
+        double e = rel_err(b, a, (size_t)M * F);
+        CHECKF(e < 2e-3, "norm_matmul_swiglu bits=%d M=%d: %.3g from rmsnorm + matmul_swiglu", bits, M, e);
+        free(a), free(b);
+    }
+    /* matmul_add: the stream plus matmul's product, bit for bit */
+    float *rd = up(r, (size_t)M * N[0] * 4);
+    gpu->ops->matmul(gpu, ya[0], xd, M, &w[0], NULL, EM_MATH_FAST);
+    bool added = gpu->ops->matmul_add(gpu, rd, xd, M, &w[0], EM_MATH_FAST);
+    CHECKF(added, "matmul_add bits=%d M=%d: declined decode rows", bits, M);
+    if (added) {
+        float *p = down(ya[0], (size_t)M * N[0]), *q = down(rd, (size_t)M * N[0]);
+        for (size_t i = 0; i < (size_t)M * N[0]; i++) r[i] += p[i];
+        CHECKF(!memcmp(q, r, (size_t)M * N[0] * 4), "matmul_add bits=%d M=%d: not the product added", bits, M);
+        free(p), free(q);
+    }
+    for (int i = 0; i < 3; i++) free_q(&w[i], wh[i]), gpu->ops->free(gpu, ya[i]), gpu->ops->free(gpu, yb[i]);
+    free_q(&wg, gh), free_q(&wu, uh);
+    float *dev[] = {xd, gd, hd, sa, sb, rd};
+    for (size_t i = 0; i < sizeof dev / sizeof *dev; i++) gpu->ops->free(gpu, dev[i]);
+    free(x), free(gain), free(r);
+}
+
+/* norm_matmul_swiglu leaves to matmul_mlp the MLPs it runs as one launch:
+ * of gate rows that balance on their own (384) and of rows that do not on
+ * an H100 or H200 (9,216 over 4,224 warps), exactly one of the two takes
+ * the MLP of one FAST row. */
+static void test_qnorm_or_mlp(int F) {
+    const int H = 1024;
+    void *gh[3], *uh[3], *dh[3];
+    em_weight wg = qweight_up(F, H, 4, gh), wu = qweight_up(F, H, 4, uh), wd = qweight_up(H, F, 4, dh);
+    float *x = rand_f32(H, 3.0f), *gain = rand_f32(H, 1.0f);
+    float *xd = up(x, (size_t)H * 4), *gd = up(gain, (size_t)H * 4), *act = gpu->ops->alloc(gpu, (size_t)F * 4),
+          *y = gpu->ops->alloc(gpu, (size_t)H * 4);
+    bool normed = gpu->ops->norm_matmul_swiglu(gpu, act, xd, gd, 1e-5f, 0.0f, 1, &wg, &wu, NULL, NULL, EM_MATH_FAST);
+    bool mlp = gpu->ops->matmul_mlp(gpu, y, act, xd, 1, &wg, &wu, &wd, NULL, NULL, NULL, EM_MATH_FAST, false);
+    CHECKF(normed != mlp, "F=%d: norm_matmul_swiglu took=%d, matmul_mlp took=%d", F, (int)normed, (int)mlp);
+    free_q(&wg, gh), free_q(&wu, uh), free_q(&wd, dh);
+    gpu->ops->free(gpu, xd), gpu->ops->free(gpu, gd), gpu->ops->free(gpu, act), gpu->ops->free(gpu, y);
+    free(x), free(gain);
+}
+
+static void qnorm_cases(void) {
+    for (int bits = 4; bits <= 8; bits += 4)
+        for (int M = 1; M <= 2; M++) test_qnorm_case(bits, M);
+    test_qnorm_or_mlp(384);
+    test_qnorm_or_mlp(9216);
+}
+
+static void test_qgemv_norm(void) {
+    REQUIRE(gpu->ops->norm_matmul_group && gpu->ops->norm_matmul_swiglu && gpu->ops->matmul_add);
+    with_qmlp_auto(qnorm_cases);
 }
 
 /* A norm or swiglu that writes its output's bf16 rounding for the FAST
@@ -725,6 +822,7 @@ int main(void) {
     RUN(test_matmul_mlp_quantized);
     RUN(test_matmul_mlp_rows);
     RUN(test_gemv_norm);
+    RUN(test_qgemv_norm);
     RUN(test_twin);
     em_backend_free(gpu);
     em_backend_free(cpu);

@@ -395,11 +395,27 @@ template <int R, int MR> __device__ __forceinline__ void cuda_warp_sums(float (*
         }
 }
 
+/* A GEMV's store of one result v, or its add to what y holds (matmul_add:
+ * as the add kernel adds the product written alone). */
+__device__ __forceinline__ void gemv_store(float *at, float v, int add) { *at = add ? *at + v : v; }
+
 __device__ __forceinline__ int gemv_set_find(const gemv_set &s, int v) {
     int g = 0;
     while (g + 1 < s.count && v >= s.start[g + 1]) g++;
     return g;
 }
+
+/* The rmsnorm a GEMV applies to its activations as it reads them
+ * (backend.h's norm_matmul_group, norm_matmul_swiglu): x is then the
+ * residual stream, each element is multiplied by gain + goff before its
+ * products, and each row's sums are scaled by 1 / sqrt(mean square + eps)
+ * at the end (a row's norm is one factor of all its products). The normed
+ * rows are never written; no norm kernel runs between the producer of x
+ * and the products. gain NULL: plain activations. */
+typedef struct gemv_norm {
+    const float *gain;
+    float goff, eps;
+} gemv_norm;
 
 /* A set of the n weights (and their outputs), rows in order. */
 gemv_set gemv_set_make(int n, float *const *ys, const em_weight *const *ws, const float *const *biases);
@@ -411,8 +427,12 @@ bool cuda_skinny_fits(const cuda_backend *cb, const em_weight *w, int M);
 void cuda_skinny(cuda_backend *cb, int n, float *const *ys, const em_weight *const *ws, const float *const *biases,
                  const void *xb, int M);
 /* cuda_qgemv_i8.cu: the int8 GEMV over a set of 4-/8-bit matrices alike (FAST,
- * M <= 2); false when it does not apply (nothing queued). */
-bool cuda_qgemv_i8_set(cuda_backend *cb, const gemv_set *s, const em_weight *w0, const float *x, int M);
+ * M <= 2), over rows normed by nm where nm.gain is set, each product added
+ * to its y where s->add; false when it does not apply (nothing queued).
+ * cuda_qgemv_i8_fits says beforehand whether it applies. */
+bool cuda_qgemv_i8_fits(const gemv_set *s, const em_weight *w0, const float *x, int M);
+bool cuda_qgemv_i8_set(cuda_backend *cb, const gemv_set *s, const em_weight *w0, const float *x, int M,
+                       gemv_norm nm = gemv_norm{});
 /* cuda_qgemv_pipe.cu: a quantized MLP of FAST decode rows (gate, up, SwiGLU,
  * down) in one launch (backend.h's matmul_mlp); false: nothing queued. */
 bool cuda_qmatmul_mlp(em_backend *be, float *y, float *act, const float *x, int M, const em_weight *wg,
@@ -424,9 +444,13 @@ bool cuda_matmul_mlp(em_backend *be, float *y, float *act, const float *x, int M
                      const em_weight *wu, const em_weight *wd, const float *bg, const float *bu, const float *bd,
                      em_math math, bool add);
 /* cuda_qgemv_i8.cu: gate and up of 4-/8-bit weights with their SwiGLU, for
- * FAST decode rows (cuda_matmul_swiglu hands quantized weights here). */
+ * FAST decode rows (cuda_matmul_swiglu hands quantized weights here), over
+ * rows normed by nm where nm.gain is set. */
 bool cuda_qmatmul_swiglu(em_backend *be, float *out, const float *x, int M, const em_weight *wg, const em_weight *wu,
-                         const float *bg, const float *bu, em_math math);
+                         const float *bg, const float *bu, em_math math, gemv_norm nm = gemv_norm{});
+/* cuda_qgemv_pipe.cu: whether matmul_mlp would run an MLP of gate rows
+ * like wg's as its one launch (the norm fusion then leaves it there). */
+bool cuda_qmlp_preferred(const cuda_backend *cb, const em_weight *wg);
 void cuda_attention(em_backend *be, float *out, const float *q, const em_kv_view *kv, const int32_t *pos, int n,
                     int n_heads, int n_kv, int head_dim, float scale, int window);
 /* cuda_hadamard.cu: backend.h's hadamard (plain transforms only). */

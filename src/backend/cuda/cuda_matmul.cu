@@ -61,18 +61,11 @@ template <int DT> __device__ __forceinline__ void wunpack(const void *w, size_t 
     }
 }
 
-/* The rmsnorm a GEMV applies to its activations as it reads them
- * (backend.h's norm_matmul_group, norm_matmul_swiglu): x is then the
- * residual stream, each element is multiplied by gain + goff before its
- * products, a warp sums each row's squares over the elements its lanes
- * read (every warp the same chain, so the same sum), and the row's dot
- * products are scaled by 1 / sqrt(mean square + eps) once reduced. The
- * normed rows are never written; no norm kernel runs between the producer
- * of x and the products. gain NULL: plain activations. */
-typedef struct gemv_norm {
-    const float *gain;
-    float goff, eps;
-} gemv_norm;
+/* The norm these GEMVs apply as they read x (gemv_norm, cuda_internal.cuh):
+ * each element is multiplied by gain + goff before its products, a warp
+ * sums each row's squares over the elements its lanes read (every warp the
+ * same chain, so the same sum), and the row's dot products are scaled by
+ * 1 / sqrt(mean square + eps) once reduced. */
 
 template <int R, int MR, bool SMEM = false, bool NORM = false>
 __device__ __forceinline__ void gemv_step(float (*acc)[MR], const float (*wv)[8], const float *x, int K, int mr,
@@ -130,8 +123,7 @@ __device__ __forceinline__ void gemv_finish(float (*acc)[MR], int lane, float *y
 #pragma unroll
         for (int m = 0; m < MR; m++)
             if (lane == (r * MR + m) % 32 && m < mr && n0 + r < N) {
-                float v = acc[r][m] + (bias ? bias[n0 + r] : 0.0f), *at = y + (size_t)(m0 + m) * N + n0 + r;
-                *at = add ? *at + v : v; /* add: as the add kernel adds the product written alone */
+                gemv_store(y + (size_t)(m0 + m) * N + n0 + r, acc[r][m] + (bias ? bias[n0 + r] : 0.0f), add);
             }
 }
 
@@ -615,17 +607,40 @@ bool cuda_matmul_swiglu(em_backend *be, float *out, const float *x, int M, const
     return swiglu_gemv(be, out, x, M, wg, wu, bg, bu, math, gemv_norm{});
 }
 
+/* Quantized gate and up weights: the int8 GEMV's rows (FAST, one or two),
+ * except where matmul_mlp runs the whole MLP as one launch, which the
+ * caller then takes over rmsnorm's rows. */
 bool cuda_norm_matmul_swiglu(em_backend *be, float *out, const float *x, const float *gain, float eps,
                              float gain_offset, int M, const em_weight *wg, const em_weight *wu, const float *bg,
                              const float *bu, em_math math) {
     if (!gain || ((uintptr_t)gain & 15)) return false;
-    return swiglu_gemv(be, out, x, M, wg, wu, bg, bu, math, gemv_norm{gain, gain_offset, eps});
+    gemv_norm nm = {gain, gain_offset, eps};
+    if (wg->bits || wu->bits)
+        return !cuda_qmlp_preferred((const cuda_backend *)be->impl, wg) &&
+               cuda_qmatmul_swiglu(be, out, x, M, wg, wu, bg, bu, math, nm);
+    return swiglu_gemv(be, out, x, M, wg, wu, bg, bu, math, nm);
+}
+
+/* norm_matmul_group over 4- and 8-bit weights alike: the int8 GEMV's rows
+ * (FAST, one or two). */
+static bool qnorm_group(em_backend *be, int n, float *const *ys, const float *x, const gemv_norm &nm, int M,
+                        const em_weight *const *ws, const float *const *biases, em_math math) {
+    const em_weight *a = ws[0];
+    if (math != EM_MATH_FAST) return false;
+    for (int i = 1; i < n; i++)
+        if (ws[i]->cols != a->cols || ws[i]->bits != a->bits || ws[i]->group_size != a->group_size ||
+            ws[i]->scale_dtype != a->scale_dtype || ws[i]->rows <= 0)
+            return false;
+    gemv_set set = gemv_set_make(n, ys, ws, biases);
+    if (!cuda_qgemv_i8_fits(&set, a, x, M)) return false; /* declined before entering */
+    return cuda_qgemv_i8_set(cuda_enter(be), &set, a, x, M, nm);
 }
 
 bool cuda_norm_matmul_group(em_backend *be, int n, float *const *ys, const float *x, const float *gain, float eps,
                             float gain_offset, int M, const em_weight *const *ws, const float *const *biases,
                             em_math math) {
     if (n < 1 || n > EM_MATMUL_GROUP_MAX || !gain || ((uintptr_t)gain & 15)) return false;
+    if (ws[0]->bits) return qnorm_group(be, n, ys, x, gemv_norm{gain, gain_offset, eps}, M, ws, biases, math);
     for (int i = 0; i < n; i++)
         if (!gemv_fits(x, M, ws[i], math) || ws[i]->cols != ws[0]->cols || ws[i]->dtype != ws[0]->dtype) return false;
     cuda_backend *cb = cuda_enter(be);
@@ -645,8 +660,20 @@ bool cuda_norm_matmul_group(em_backend *be, int n, float *const *ys, const float
     return true;
 }
 
+/* matmul_add over 4- and 8-bit weights: the int8 GEMV's rows (FAST, one
+ * or two), each result added as it is stored. */
+static bool qgemv_add(em_backend *be, float *y, const float *x, int M, const em_weight *w, em_math math) {
+    float *ys[1] = {y};
+    gemv_set set = gemv_set_make(1, ys, &w, NULL);
+    set.add = 1;
+    if (math != EM_MATH_FAST || !cuda_qgemv_i8_fits(&set, w, x, M)) return false;
+    return cuda_qgemv_i8_set(cuda_enter(be), &set, w, x, M);
+}
+
 bool cuda_gemv_add(em_backend *be, float *y, const float *x, int M, const em_weight *w, em_math math) {
-    if (!gemv_fits(x, M, w, math) || y == x) return false;
+    if (y == x) return false;
+    if (w->bits) return qgemv_add(be, y, x, M, w, math);
+    if (!gemv_fits(x, M, w, math)) return false;
     cuda_backend *cb = cuda_enter(be);
     if (cuda_graph_skip(cb, y, x, M, w->data, w->dtype, w->rows, w->cols, 1)) return true;
     float *ys[1] = {y};

@@ -34,16 +34,25 @@ template <int BITS> __device__ __forceinline__ int q8_pos(int k) {
  * the second), so lanes that read consecutive segments' halves meet no bank
  * conflict, and each segment's scale and sum are a pair at xd (one 8-byte
  * read; xs unused). COHERENT: x was written by this kernel's other blocks
- * (read through L2, not the non-coherent path). */
+ * (read through L2, not the non-coherent path).
+ *
+ * nm.gain set (the norm fusion, gemv_norm): the staged values are x times
+ * gain + goff, and each warp's sum of the squares of x (its threads' in a
+ * fixed order, then the butterfly) goes to red[m * warps + warp] (shared,
+ * ROWS * warps floats) for q8_norm_inv. Rounding x * gain rather than the
+ * normed row gives the same codes up to the roundings of the scale: the
+ * norm is one factor of a whole row, which the sums take at the end. */
 #define Q8_QPT 4
 template <int BITS, int ROWS, bool PLANES = false, bool COHERENT = false>
 __device__ __forceinline__ void q8_stage(int8_t *xq, float *xd, float *xs, int cap, const float *x, int K, int k0,
-                                         int kc, int mr) {
+                                         int kc, int mr, const gemv_norm &nm = gemv_norm{}, float *red = nullptr) {
     int quads = kc / 4, step = Q8_QPT * blockDim.x;
+    const float4 *gr = nm.gain ? (const float4 *)(nm.gain + k0) : nullptr;
 #pragma unroll
     for (int m = 0; m < ROWS; m++) {
         if (m >= mr) break;
         const float4 *xr = (const float4 *)(x + (size_t)m * K + k0);
+        float ss = 0.0f;
         for (int i0 = 0; i0 < quads; i0 += step) { /* whole warps take part in the shuffles */
             float4 v[Q8_QPT];
 #pragma unroll
@@ -54,6 +63,12 @@ __device__ __forceinline__ void q8_stage(int8_t *xq, float *xd, float *xs, int c
 #pragma unroll
             for (int j = 0; j < Q8_QPT; j++) {
                 int i = i0 + j * blockDim.x + threadIdx.x;
+                if (nm.gain && i < quads) {
+                    float4 g = __ldg(gr + i);
+                    ss = fmaf(v[j].x, v[j].x, ss), ss = fmaf(v[j].y, v[j].y, ss);
+                    ss = fmaf(v[j].z, v[j].z, ss), ss = fmaf(v[j].w, v[j].w, ss);
+                    v[j].x *= g.x + nm.goff, v[j].y *= g.y + nm.goff, v[j].z *= g.z + nm.goff, v[j].w *= g.w + nm.goff;
+                }
                 float amax = fmaxf(fmaxf(fabsf(v[j].x), fabsf(v[j].y)), fmaxf(fabsf(v[j].z), fabsf(v[j].w)));
                 float sum = (v[j].x + v[j].y) + (v[j].z + v[j].w);
 #pragma unroll
@@ -81,6 +96,27 @@ __device__ __forceinline__ void q8_stage(int8_t *xq, float *xd, float *xs, int c
                 }
             }
         }
+        if (nm.gain) {
+            for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+            if (threadIdx.x % 32 == 0) red[m * (blockDim.x / 32) + threadIdx.x / 32] = ss;
+        }
+    }
+}
+
+/* Each row's factor 1 / sqrt(mean square + eps) from the warps' sums that
+ * q8_stage left in red (after the block's barrier; every thread adds them
+ * in the same order, so every warp gets the same factor); 1 without a
+ * norm, which leaves a product's bits as they were. */
+template <int ROWS>
+__device__ __forceinline__ void q8_norm_inv(float *inv, const gemv_norm &nm, const float *red, int mr, int K) {
+    const int warps = blockDim.x / 32;
+#pragma unroll
+    for (int m = 0; m < ROWS; m++) {
+        inv[m] = 1.0f;
+        if (!nm.gain || m >= mr) continue;
+        float t = 0.0f;
+        for (int w = 0; w < warps; w++) t += red[m * warps + w];
+        inv[m] = 1.0f / sqrtf(t / (float)K + nm.eps);
     }
 }
 
@@ -119,8 +155,9 @@ template <int BITS> __device__ __forceinline__ int q8_dot(const uint32_t *w, con
 }
 
 /* cuda_qgemv_pipe.cu: the pipelined kernel over the set (swi: an MLP's gate
- * and up, stored as their SwiGLU into set.y[0]) where it is on and applies;
- * false: nothing queued. */
-bool cuda_qpipe_set(cuda_backend *cb, const gemv_set &set, const em_weight *w0, const float *x, int M, bool swi);
+ * and up, stored as their SwiGLU into set.y[0]; over rows normed by nm
+ * where nm.gain is set) where it is on and applies; false: nothing queued. */
+bool cuda_qpipe_set(cuda_backend *cb, const gemv_set &set, const em_weight *w0, const float *x, int M, bool swi,
+                    const gemv_norm &nm);
 
 #endif

@@ -170,10 +170,11 @@ __host__ __device__ __forceinline__ int q8s_units(const gemv_set &set, int rw) {
 
 /* SWI: the set is an MLP's gate and up projections; a warp's unit is row n
  * of both (RW 2), and it stores silu(gate) * up as swiglu_kernel computes
- * it, into set.y[0] ([M, N]). */
+ * it, into set.y[0] ([M, N]). nm.gain set: over the rows normed by nm
+ * (q8_stage). */
 template <int BITS, int ROWS, int RW, bool SWI>
 __global__ void __launch_bounds__(Q8_WARPS * 32, Q8_STREAM_BLOCKS_PER_SM)
-    qgemv_i8_stream_kernel(gemv_set set, const float *x, int sdt, int M, int K, int group) {
+    qgemv_i8_stream_kernel(gemv_set set, const float *x, int sdt, int M, int K, int group, gemv_norm nm) {
     static_assert(!SWI || RW == 2, "a SwiGLU unit is one row of the gate and one of the up projection");
     constexpr int Q8_U = (BITS == 8 ? 4 : 8) / RW; /* segments in flight per row and lane */
     extern __shared__ __align__(16) int8_t q8_smem[];
@@ -193,8 +194,10 @@ __global__ void __launch_bounds__(Q8_WARPS * 32, Q8_STREAM_BLOCKS_PER_SM)
     cuda_pdl_enter();
     int8_t *xq = q8_smem;
     float *xd = (float *)(q8_smem + (size_t)ROWS * K), *xs = xd + (size_t)ROWS * (K / QG_SEG);
-    q8_stage<BITS, ROWS>(xq, xd, xs, K, x, K, 0, K, M);
+    float *red = xs + (size_t)ROWS * (K / QG_SEG), inv[ROWS];
+    q8_stage<BITS, ROWS>(xq, xd, xs, K, x, K, 0, K, M, nm, red);
     __syncthreads();
+    q8_norm_inv<ROWS>(inv, nm, red, M, K);
     for (int unit = first; unit < units; unit += gridDim.x * Q8_WARPS) {
         q8s_unit u = q8s_locate<RW, SWI>(set, unit, words_per_row, groups_per_row);
         float acc[RW][ROWS];
@@ -232,7 +235,8 @@ __global__ void __launch_bounds__(Q8_WARPS * 32, Q8_STREAM_BLOCKS_PER_SM)
 #pragma unroll
             for (int m = 0; m < ROWS; m++)
                 if (lane == m && m < M) {
-                    float g = acc[0][m] + (bg ? bg[u.n0] : 0.0f), up = acc[1][m] + (bu ? bu[u.n0] : 0.0f);
+                    float g = acc[0][m] * inv[m] + (bg ? bg[u.n0] : 0.0f);
+                    float up = acc[1][m] * inv[m] + (bu ? bu[u.n0] : 0.0f);
                     set.y[0][(size_t)m * u.Ng + u.n0] = g / (1.0f + expf(-g)) * up;
                 }
             continue;
@@ -244,21 +248,26 @@ __global__ void __launch_bounds__(Q8_WARPS * 32, Q8_STREAM_BLOCKS_PER_SM)
 #pragma unroll
             for (int m = 0; m < ROWS; m++)
                 if (lane == (r * ROWS + m) % 32 && m < M)
-                    set.y[u.g][(size_t)m * u.Ng + u.n0 + r] = acc[r][m] + (bias ? bias[u.n0 + r] : 0.0f);
+                    gemv_store(set.y[u.g] + (size_t)m * u.Ng + u.n0 + r,
+                               acc[r][m] * inv[m] + (bias ? bias[u.n0 + r] : 0.0f), set.add);
         }
     }
 }
 
-/* Shared memory of the streaming kernel for ROWS rows of K activations. */
-static size_t q8_stream_smem(int rows, int K) { return (size_t)rows * ((size_t)K + (size_t)K / QG_SEG * 8); }
+/* Shared memory of the streaming kernel for ROWS rows of K activations
+ * (and the norm's sums of each warp). */
+static size_t q8_stream_smem(int rows, int K) {
+    return (size_t)rows * ((size_t)K + (size_t)K / QG_SEG * 8 + Q8_WARPS * 4);
+}
 
 template <int BITS, int ROWS, int RW, bool SWI = false>
-static void q8s_launch(cuda_backend *cb, const gemv_set &set, const em_weight *w0, const float *x, int M) {
+static void q8s_launch(cuda_backend *cb, const gemv_set &set, const em_weight *w0, const float *x, int M,
+                       const gemv_norm &nm) {
     int K = (int)w0->cols, units = SWI ? set.start[1] : q8s_units(set, RW);
     int blocks = (units + Q8_WARPS - 1) / Q8_WARPS;
     int most = cb->n_sm * Q8_STREAM_BLOCKS_PER_SM;
     cuda_launch(qgemv_i8_stream_kernel<BITS, ROWS, RW, SWI>, (unsigned)(blocks < most ? blocks : most), Q8_WARPS * 32,
-                q8_stream_smem(ROWS, K), cb->stream, set, x, (int)w0->scale_dtype, M, K, w0->group_size);
+                q8_stream_smem(ROWS, K), cb->stream, set, x, (int)w0->scale_dtype, M, K, w0->group_size, nm);
 }
 
 /* Rounds of loads a warp waits on for RW rows a warp: the units each warp
@@ -277,12 +286,13 @@ static int q8s_rounds(const gemv_set &set, int rw, int bits, int K, int n_sm) {
  * projection (2,048 rows of 8,192): four rows a warp gave 64 blocks of
  * four rounds each. */
 template <int BITS, int ROWS>
-static void qgemv_i8_stream_set(cuda_backend *cb, const gemv_set &set, const em_weight *w0, const float *x, int M) {
+static void qgemv_i8_stream_set(cuda_backend *cb, const gemv_set &set, const em_weight *w0, const float *x, int M,
+                                const gemv_norm &nm = gemv_norm{}) {
     int K = (int)w0->cols, r4 = q8s_rounds(set, 4, BITS, K, cb->n_sm), r2 = q8s_rounds(set, 2, BITS, K, cb->n_sm),
         r1 = q8s_rounds(set, 1, BITS, K, cb->n_sm);
-    if (r4 <= r2 && r4 <= r1) q8s_launch<BITS, ROWS, 4>(cb, set, w0, x, M);
-    else if (r2 <= r1) q8s_launch<BITS, ROWS, 2>(cb, set, w0, x, M);
-    else q8s_launch<BITS, ROWS, 1>(cb, set, w0, x, M);
+    if (r4 <= r2 && r4 <= r1) q8s_launch<BITS, ROWS, 4>(cb, set, w0, x, M, nm);
+    else if (r2 <= r1) q8s_launch<BITS, ROWS, 2>(cb, set, w0, x, M, nm);
+    else q8s_launch<BITS, ROWS, 1>(cb, set, w0, x, M, nm);
     CUDA_LAUNCHED(cb, "quantized matmul (int8 gemv)");
 }
 
@@ -291,15 +301,20 @@ static void qgemv_i8_stream(cuda_backend *cb, float *y, const float *x, int M, c
     float *ys[1] = {y};
     const float *bs[1] = {bias};
     gemv_set set = gemv_set_make(1, ys, &w, bs);
-    if (!cuda_qpipe_set(cb, set, w, x, M, false)) qgemv_i8_stream_set<BITS, ROWS>(cb, set, w, x, M);
+    if (!cuda_qpipe_set(cb, set, w, x, M, false, gemv_norm{})) qgemv_i8_stream_set<BITS, ROWS>(cb, set, w, x, M);
 }
 
-bool cuda_qgemv_i8_set(cuda_backend *cb, const gemv_set *s, const em_weight *w0, const float *x, int M) {
-    if ((w0->bits != 4 && w0->bits != 8) || M < 1 || M > 2 || w0->cols % 4 || !qweight_ok(w0) ||
-        q8_stream_smem(2, (int)w0->cols) > Q8_STREAM_SMEM_MAX)
+bool cuda_qgemv_i8_fits(const gemv_set *s, const em_weight *w0, const float *x, int M) {
+    if ((w0->bits != 4 && w0->bits != 8) || M < 1 || M > 2 || w0->cols % 4 || ((uintptr_t)x & 15) ||
+        !qweight_ok(w0) || q8_stream_smem(2, (int)w0->cols) > Q8_STREAM_SMEM_MAX)
         return false;
     for (int i = 0; i < s->count; i++)
         if (!words_aligned(s->w[i], w0->bits)) return false;
+    return true;
+}
+
+bool cuda_qgemv_i8_set(cuda_backend *cb, const gemv_set *s, const em_weight *w0, const float *x, int M, gemv_norm nm) {
+    if (!cuda_qgemv_i8_fits(s, w0, x, M)) return false;
     if (cb->graphs.mode) {
         cuda_graph_mix(cb, cuda_graph_word(x)), cuda_graph_mix(cb, (uint64_t)M), cuda_graph_mix(cb, (uint64_t)s->count);
         for (int i = 0; i < s->count; i++) {
@@ -308,13 +323,15 @@ bool cuda_qgemv_i8_set(cuda_backend *cb, const gemv_set *s, const em_weight *w0,
             cuda_graph_mix(cb, (uint64_t)s->start[i + 1]);
         }
         cuda_graph_mix(cb, (uint64_t)w0->bits), cuda_graph_mix(cb, (uint64_t)w0->cols);
+        cuda_graph_mix(cb, (uint64_t)s->add), cuda_graph_mix(cb, cuda_graph_word(nm.gain));
+        cuda_graph_mix(cb, cuda_graph_word(nm.goff)), cuda_graph_mix(cb, cuda_graph_word(nm.eps));
         if (cb->graphs.mode == 2 /* EM_GRAPH_REPLAY */) return true;
     }
-    if (cuda_qpipe_set(cb, *s, w0, x, M, false)) return true;
-    if (w0->bits == 4 && M == 1) qgemv_i8_stream_set<4, 1>(cb, *s, w0, x, M);
-    else if (w0->bits == 4) qgemv_i8_stream_set<4, 2>(cb, *s, w0, x, M);
-    else if (M == 1) qgemv_i8_stream_set<8, 1>(cb, *s, w0, x, M);
-    else qgemv_i8_stream_set<8, 2>(cb, *s, w0, x, M);
+    if (cuda_qpipe_set(cb, *s, w0, x, M, false, nm)) return true;
+    if (w0->bits == 4 && M == 1) qgemv_i8_stream_set<4, 1>(cb, *s, w0, x, M, nm);
+    else if (w0->bits == 4) qgemv_i8_stream_set<4, 2>(cb, *s, w0, x, M, nm);
+    else if (M == 1) qgemv_i8_stream_set<8, 1>(cb, *s, w0, x, M, nm);
+    else qgemv_i8_stream_set<8, 2>(cb, *s, w0, x, M, nm);
     return true;
 }
 
@@ -324,7 +341,7 @@ bool cuda_qgemv_i8_set(cuda_backend *cb, const gemv_set *s, const em_weight *w0,
  * and no third kernel reads them back. Each row's sum is the one the set's
  * GEMV gives it. False (nothing queued) where that kernel does not apply. */
 bool cuda_qmatmul_swiglu(em_backend *be, float *out, const float *x, int M, const em_weight *wg, const em_weight *wu,
-                         const float *bg, const float *bu, em_math math) {
+                         const float *bg, const float *bu, em_math math, gemv_norm nm) {
     if (math != EM_MATH_FAST || M < 1 || M > 2 || (wg->bits != 4 && wg->bits != 8) || wu->bits != wg->bits ||
         wg->rows != wu->rows || wg->cols != wu->cols || wg->group_size != wu->group_size ||
         wg->scale_dtype != wu->scale_dtype || wg->rows <= 0 || wg->cols % 4 || ((uintptr_t)x & 15) ||
@@ -333,17 +350,17 @@ bool cuda_qmatmul_swiglu(em_backend *be, float *out, const float *x, int M, cons
         return false;
     cuda_backend *cb = cuda_enter(be);
     if (cuda_graph_skip(cb, out, x, M, wg->data, wu->data, wg->scales, wu->scales, wg->biases, wu->biases, bg, bu,
-                        wg->bits, wg->rows, wg->cols))
+                        wg->bits, wg->rows, wg->cols, nm.gain, nm.goff, nm.eps))
         return true;
     float *ys[2] = {out, out};
     const em_weight *ws[2] = {wg, wu};
     const float *bs[2] = {bg, bu};
     gemv_set set = gemv_set_make(2, ys, ws, bs);
-    if (cuda_qpipe_set(cb, set, wg, x, M, true)) return true;
-    if (wg->bits == 4 && M == 1) q8s_launch<4, 1, 2, true>(cb, set, wg, x, M);
-    else if (wg->bits == 4) q8s_launch<4, 2, 2, true>(cb, set, wg, x, M);
-    else if (M == 1) q8s_launch<8, 1, 2, true>(cb, set, wg, x, M);
-    else q8s_launch<8, 2, 2, true>(cb, set, wg, x, M);
+    if (cuda_qpipe_set(cb, set, wg, x, M, true, nm)) return true;
+    if (wg->bits == 4 && M == 1) q8s_launch<4, 1, 2, true>(cb, set, wg, x, M, nm);
+    else if (wg->bits == 4) q8s_launch<4, 2, 2, true>(cb, set, wg, x, M, nm);
+    else if (M == 1) q8s_launch<8, 1, 2, true>(cb, set, wg, x, M, nm);
+    else q8s_launch<8, 2, 2, true>(cb, set, wg, x, M, nm);
     CUDA_LAUNCHED(cb, "quantized matmul and swiglu (int8 gemv)");
     return true;
 }

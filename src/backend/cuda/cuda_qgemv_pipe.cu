@@ -55,6 +55,7 @@ template <int BITS> struct qp_geom {
 
 struct qp_args {
     gemv_set set;
+    gemv_norm nm; /* the rows' norm (a first phase only) */
     const float *x;
     int M, K, lg;  /* activation rows, inputs, log2 of the group size */
     int nseg, lpr; /* segments and lines of a row */
@@ -191,10 +192,11 @@ __device__ __forceinline__ void qp_grid_sync(unsigned *bar) {
 
 /* A warp's rows of one phase, from row `it0` on (`rows` of them: an MLP's
  * gate and up rows count apart), consuming ring stages from k on; `issue`
- * refills each slot once its lanes are done with it. */
+ * refills each slot once its lanes are done with it. inv: each activation
+ * row's norm factor (q8_norm_inv), applied to its sums before the bias. */
 template <int BITS, int SDT, int ROWS, bool SWI, typename Issue>
 __device__ __forceinline__ void qp_rows(const qp_args &a, int it0, int rows, int &k, unsigned ring, unsigned sring,
-                                        unsigned bars, unsigned xl, unsigned dl, Issue &issue) {
+                                        unsigned bars, unsigned xl, unsigned dl, const float *inv, Issue &issue) {
     constexpr int SL = qp_geom<BITS>::SL, NS = qp_geom<BITS>::NS, SEGB = qp_geom<BITS>::SEGB;
     constexpr int LB = qp_geom<BITS>::LB, ES = SDT == EM_F32 ? 4 : 2;
     const int lane = threadIdx.x % 32, ssb = 2 * SL * a.scb;
@@ -246,7 +248,8 @@ __device__ __forceinline__ void qp_rows(const qp_args &a, int it0, int rows, int
 #pragma unroll
             for (int m = 0; m < ROWS; m++)
                 if (lane == m && m < a.M) {
-                    float gv = gate[m] + (bg ? bg[cr.item] : 0.0f), up = acc[m] + (bu ? bu[cr.item] : 0.0f);
+                    float gv = gate[m] * inv[m] + (bg ? bg[cr.item] : 0.0f);
+                    float up = acc[m] * inv[m] + (bu ? bu[cr.item] : 0.0f);
                     a.set.y[0][(size_t)m * a.items + cr.item] = gv / (1.0f + expf(-gv)) * up;
                 }
         } else {
@@ -254,7 +257,7 @@ __device__ __forceinline__ void qp_rows(const qp_args &a, int it0, int rows, int
             int n = cr.item - a.set.start[cr.g], Ng = a.set.start[cr.g + 1] - a.set.start[cr.g];
 #pragma unroll
             for (int m = 0; m < ROWS; m++)
-                if (lane == m && m < a.M) a.set.y[cr.g][(size_t)m * Ng + n] = acc[m] + (bias ? bias[n] : 0.0f);
+                if (lane == m && m < a.M) gemv_store(a.set.y[cr.g] + (size_t)m * Ng + n, acc[m] * inv[m] + (bias ? bias[n] : 0.0f), a.set.add);
         }
 #pragma unroll
         for (int m = 0; m < ROWS; m++) acc[m] = 0.0f;
@@ -281,7 +284,9 @@ __global__ void __launch_bounds__(QP_WARPS * 32, 1) qgemv_i8_pipe_kernel(qp_args
     const unsigned sring = qp_sa(qp_smem) + QP_WARPS * NS * (SL * LB) + warp * NS * ssb;
     const unsigned bars = qp_sa(qp_smem) + QP_WARPS * NS * (SL * LB + ssb) + warp * NS * 8;
     int8_t *const xq = (int8_t *)(qp_smem + (size_t)QP_WARPS * NS * (SL * LB + ssb + 8));
-    float *const xd = (float *)(xq + (size_t)ROWS * (MLP ? max(a.K, b.K) : a.K));
+    const int kx = MLP ? max(a.K, b.K) : a.K; /* the longest row staged */
+    float *const xd = (float *)(xq + (size_t)ROWS * kx);
+    float *const red = xd + (size_t)ROWS * (kx / QG_SEG) * 2; /* the norm's sums, ROWS * QP_WARPS */
     const int2 sa = qp_share(a), sb = MLP ? qp_share(b) : make_int2(0, 0);
     const int spa = (a.lpr + SL - 1) / SL, spb = (b.lpr + SL - 1) / SL; /* stages a row */
     const int na = (sa.y - sa.x) * (SWI ? 2 : 1) * spa, nb = (sb.y - sb.x) * spb; /* the warp's stages */
@@ -307,16 +312,19 @@ __global__ void __launch_bounds__(QP_WARPS * 32, 1) qgemv_i8_pipe_kernel(qp_args
         for (int s = 0; s < NS; s++) issue();
     }
     cuda_pdl_enter();
-    q8_stage<BITS, ROWS, true>(xq, xd, NULL, a.K, a.x, a.K, 0, a.K, a.M);
+    q8_stage<BITS, ROWS, true>(xq, xd, NULL, a.K, a.x, a.K, 0, a.K, a.M, a.nm, red);
     __syncthreads();
+    float inv[ROWS];
+    q8_norm_inv<ROWS>(inv, a.nm, red, a.M, a.K);
     const unsigned xl = qp_sa(xq) + lane * 16, dl = qp_sa(xd) + lane * 8; /* the lane's place in the staged x */
     int k = 0;
-    qp_rows<BITS, SDT, ROWS, SWI>(a, sa.x, na / spa, k, ring, sring, bars, xl, dl, issue);
+    qp_rows<BITS, SDT, ROWS, SWI>(a, sa.x, na / spa, k, ring, sring, bars, xl, dl, inv, issue);
     if (MLP) {
         qp_grid_sync(gbar);
         q8_stage<BITS, ROWS, true, true>(xq, xd, NULL, b.K, b.x, b.K, 0, b.K, b.M);
         __syncthreads();
-        qp_rows<BITS, SDT, ROWS, false>(b, sb.x, nb / spb, k, ring, sring, bars, xl, dl, issue);
+        q8_norm_inv<ROWS>(inv, b.nm, red, b.M, b.K);
+        qp_rows<BITS, SDT, ROWS, false>(b, sb.x, nb / spb, k, ring, sring, bars, xl, dl, inv, issue);
     }
 }
 
@@ -336,7 +344,7 @@ template <int BITS> static size_t qp_smem_bytes(const cuda_backend *cb, const em
     using G = qp_geom<BITS>;
     size_t scb = (size_t)(1024 / w0->group_size * dtype_size(w0->scale_dtype));
     size_t bytes = (size_t)QP_WARPS * G::NS * (G::SL * (G::LB + 2 * scb) + 8) +
-                   (size_t)rows * ((size_t)K + (size_t)K / QG_SEG * 8);
+                   (size_t)rows * ((size_t)K + (size_t)K / QG_SEG * 8 + QP_WARPS * 4);
     return bytes <= (size_t)cb->smem_optin ? bytes : 0;
 }
 
@@ -349,9 +357,10 @@ static int qp_blocks(const cuda_backend *cb, int items) {
 /* A phase's arguments: the set (rows in order, or an MLP's gate and up
  * when swi) over x. */
 template <int BITS>
-static qp_args qp_args_make(const gemv_set &set, const em_weight *w0, const float *x, int M, bool swi) {
+static qp_args qp_args_make(const gemv_set &set, const em_weight *w0, const float *x, int M, bool swi,
+                            const gemv_norm &nm = gemv_norm{}) {
     qp_args a;
-    a.set = set, a.x = x, a.M = M, a.K = (int)w0->cols;
+    a.set = set, a.nm = nm, a.x = x, a.M = M, a.K = (int)w0->cols;
     a.lg = w0->group_size == 32 ? 5 : w0->group_size == 64 ? 6 : 7;
     int es = (int)dtype_size(w0->scale_dtype);
     a.nseg = a.K / QG_SEG, a.lpr = (a.nseg + 31) / 32;
@@ -390,13 +399,18 @@ static bool qp_balanced(const cuda_backend *cb, int items) {
     return items <= warps || (double)most * (double)warps <= 1.2 * (double)items;
 }
 
+bool cuda_qmlp_preferred(const cuda_backend *cb, const em_weight *wg) {
+    return cb->qpipe_on && cb->qmlp && (cb->qmlp == 1 || !qp_balanced(cb, (int)wg->rows));
+}
+
 /* Queues the pipelined kernel; false (nothing queued) where it does not
  * apply. */
 template <int BITS, int ROWS, bool SWI>
-static bool qp_launch(cuda_backend *cb, const gemv_set &set, const em_weight *w0, const float *x, int M) {
+static bool qp_launch(cuda_backend *cb, const gemv_set &set, const em_weight *w0, const float *x, int M,
+                      const gemv_norm &nm) {
     size_t smem = qp_smem_bytes<BITS>(cb, w0, ROWS, (int)w0->cols);
     if (!smem || !qp_fits(set, w0)) return false;
-    qp_args a = qp_args_make<BITS>(set, w0, x, M, SWI), none = {};
+    qp_args a = qp_args_make<BITS>(set, w0, x, M, SWI, nm), none = {};
     if (!qp_balanced(cb, a.items)) return false;
     qp_launch_dt<BITS, ROWS, SWI, false>(cb, w0->scale_dtype, a, none, qp_blocks(cb, a.items), smem);
     return true;
@@ -405,14 +419,17 @@ static bool qp_launch(cuda_backend *cb, const gemv_set &set, const em_weight *w0
 /* The pipelined kernel over the set (SWI: an MLP's gate and up, stored
  * as their SwiGLU), when it is on and applies. */
 template <bool SWI>
-static bool qp_set(cuda_backend *cb, const gemv_set &set, const em_weight *w0, const float *x, int M) {
+static bool qp_set(cuda_backend *cb, const gemv_set &set, const em_weight *w0, const float *x, int M,
+                   const gemv_norm &nm) {
     if (!cb->qpipe_on) return false;
-    if (w0->bits == 4) return M == 1 ? qp_launch<4, 1, SWI>(cb, set, w0, x, M) : qp_launch<4, 2, SWI>(cb, set, w0, x, M);
-    return M == 1 ? qp_launch<8, 1, SWI>(cb, set, w0, x, M) : qp_launch<8, 2, SWI>(cb, set, w0, x, M);
+    if (w0->bits == 4)
+        return M == 1 ? qp_launch<4, 1, SWI>(cb, set, w0, x, M, nm) : qp_launch<4, 2, SWI>(cb, set, w0, x, M, nm);
+    return M == 1 ? qp_launch<8, 1, SWI>(cb, set, w0, x, M, nm) : qp_launch<8, 2, SWI>(cb, set, w0, x, M, nm);
 }
 
-bool cuda_qpipe_set(cuda_backend *cb, const gemv_set &set, const em_weight *w0, const float *x, int M, bool swi) {
-    return swi ? qp_set<true>(cb, set, w0, x, M) : qp_set<false>(cb, set, w0, x, M);
+bool cuda_qpipe_set(cuda_backend *cb, const gemv_set &set, const em_weight *w0, const float *x, int M, bool swi,
+                    const gemv_norm &nm) {
+    return swi ? qp_set<true>(cb, set, w0, x, M, nm) : qp_set<false>(cb, set, w0, x, M, nm);
 }
 
 /* ---- A whole MLP in one launch ----
