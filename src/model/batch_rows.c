@@ -267,6 +267,14 @@ int batch_tokens(const em_batch *b) {
     return t;
 }
 
+bool batch_logits_every_row(const em_batch *b) {
+    for (int s = 0; s < b->n_spans; s++) {
+        const em_span *sp = &b->spans[s];
+        if (sp->n && sp->logits != LOGITS_ALL && !(sp->logits == LOGITS_LAST && sp->n == 1)) return false;
+    }
+    return true;
+}
+
 int batch_gather_logit_rows(em_backend *be, const em_batch *b, const float *x, float *out, int H) {
     int row = 0, n_out = 0;
     for (int s = 0; s < b->n_spans; s++) {

@@ -110,5 +110,9 @@ int batch_tokens(const em_batch *b);
 /* Copies the rows of x (width H, backend memory) that want logits, in span
  * order, to out through the backend; returns how many. out may alias x. */
 int batch_gather_logit_rows(em_backend *be, const em_batch *b, const float *x, float *out, int H);
+/* Whether every row of the batch wants logits (each span all of its rows,
+ * or its last of one: a decode step), so that the rows to gather are x's
+ * own, in order. */
+bool batch_logits_every_row(const em_batch *b);
 
 #endif

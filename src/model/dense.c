@@ -337,6 +337,28 @@ static em_math head_math(const em_model *m, const em_batch *b) {
     return EM_MATH_FAST;
 }
 
+/* The final norm and the head over the rows that want logits: x's own in a
+ * decode step (no copy; the norm inside the head's product where the
+ * backend takes the rows, as for the layers' products), else gathered
+ * into h first. */
+static void head(em_model *m, dense_impl *d, const em_batch *b, int T, float *logits) {
+    const model_config *c = &m->cfg;
+    em_backend *be = m->be;
+    const em_backend_ops *op = be->ops;
+    const float *in = d->x;
+    int rows = T;
+    if (!batch_logits_every_row(b)) rows = batch_gather_logit_rows(be, b, d->x, d->h, c->hidden), in = d->h;
+    if (!rows) return;
+    float *out = op->host_memory ? logits : d->logits;
+    const em_weight *w = &d->head;
+    em_math math = head_math(m, b);
+    if (op->norm_matmul_group &&
+        op->norm_matmul_group(be, 1, &out, in, d->final_norm, (float)c->rms_eps, 0.0f, rows, &w, NULL, math))
+        return;
+    op->rmsnorm(be, d->h, in, d->final_norm, rows, c->hidden, (float)c->rms_eps, 0.0f);
+    op->matmul(be, out, d->h, rows, w, NULL, math);
+}
+
 /* The operations of one forward over the batch, from the embedding to the
  * head's logits in backend memory (or in `logits` on a host-memory
  * backend). Issued again unchanged when a recorded step must rerun. */
@@ -350,10 +372,7 @@ static void forward_ops(em_model *m, dense_impl *d, const em_batch *b, int T, fl
         mlp_block(m, d, &d->layers[l], T);
     }
     row_runs_add_pending(be, &d->runs, d->x, d->h, c->hidden);
-    int rows = batch_gather_logit_rows(m->be, b, d->x, d->h, c->hidden);
-    if (!rows) return;
-    be->ops->rmsnorm(be, d->h, d->h, d->final_norm, rows, c->hidden, (float)c->rms_eps, 0.0f);
-    be->ops->matmul(be, be->ops->host_memory ? logits : d->logits, d->h, rows, &d->head, NULL, head_math(m, b));
+    head(m, d, b, T, logits);
 }
 
 /* Steps the backend may record, with their keys (0: none):
