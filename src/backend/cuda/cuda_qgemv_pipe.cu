@@ -257,7 +257,9 @@ __device__ __forceinline__ void qp_rows(const qp_args &a, int it0, int rows, int
             int n = cr.item - a.set.start[cr.g], Ng = a.set.start[cr.g + 1] - a.set.start[cr.g];
 #pragma unroll
             for (int m = 0; m < ROWS; m++)
-                if (lane == m && m < a.M) gemv_store(a.set.y[cr.g] + (size_t)m * Ng + n, acc[m] * inv[m] + (bias ? bias[n] : 0.0f), a.set.add);
+                if (lane == m && m < a.M)
+                    gemv_store(a.set.y[cr.g] + (size_t)m * Ng + n, acc[m] * inv[m] + (bias ? bias[n] : 0.0f),
+                               a.set.add);
         }
 #pragma unroll
         for (int m = 0; m < ROWS; m++) acc[m] = 0.0f;
