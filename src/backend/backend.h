@@ -207,16 +207,17 @@ typedef struct em_backend_ops {
     /* matmul_group and matmul_swiglu of the rows rmsnorm(x) · (gain +
      * gain_offset) (rmsnorm's arguments), with x the residual stream: the
      * normed rows are never written. Their bits are the backend's own (the
-     * CUDA GEMV scales each product's sum by the row's norm, within f32
-     * roundings of rmsnorm then the products). A backend that does so for
-     * some shapes (decode rows) returns true when it queued them; false
-     * means nothing was queued and the caller runs rmsnorm and the
-     * products. Whether it takes M rows depends only on M's regime for the
-     * weights and math (CUDA: the rows its matmul gives to the GEMV), never
-     * on the batch around them, and a row's bits are the same for every M
-     * it takes: so a sequence's numbers still do not depend on its batch
-     * (batch_rows.h runs a batch's runs one by one). Optional (NULL: always
-     * rmsnorm and the products). */
+     * CUDA GEMVs scale each product's sum by the row's norm: within f32
+     * roundings of rmsnorm then the products over float weights, within the
+     * int8 rounding of the activations over 4- and 8-bit ones). A backend
+     * that does so for some shapes (decode rows) returns true when it queued
+     * them; false means nothing was queued and the caller runs rmsnorm and
+     * the products. Whether it takes M rows depends only on M's regime for
+     * the weights and math (CUDA: the rows its matmul gives to a GEMV),
+     * never on the batch around them, and an EXACT row's bits are the same
+     * for every M it takes: so a sequence's numbers still do not depend on
+     * its batch (batch_rows.h runs a batch's runs one by one). Optional
+     * (NULL: always rmsnorm and the products). */
     bool (*norm_matmul_group)(em_backend *be, int n, float *const *ys, const float *x, const float *gain, float eps,
                               float gain_offset, int M, const em_weight *const *ws, const float *const *biases,
                               em_math math);
