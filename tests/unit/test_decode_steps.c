@@ -1,10 +1,11 @@
 /* Step-by-step decode vs full-sequence forward on each checkpoint given on
- * the command line (default: every dense golden): feeding ids one at a time through the KV cache must give
- * (within f32 tolerance) the logits rows of one prefill over all ids; and a
- * prefill split into uneven chunks must too, and short prefills after a
- * prefix (a cached prompt's tail: on a GPU recorded once per row count and
- * replayed at other context lengths) give the full prefill's rows. Set
- * EMBER_DEVICE=cuda to run it on a GPU. */
+ * the command line (default: every dense golden, and every quantized one,
+ * whose few-row products on a GPU are the int8 GEMVs): feeding ids one at
+ * a time through the KV cache must give (within f32 tolerance) the logits
+ * rows of one prefill over all ids; and a prefill split into uneven chunks
+ * must too, and short prefills after a prefix (a cached prompt's tail: on a
+ * GPU recorded once per row count and replayed at other context lengths)
+ * give the full prefill's rows. Set EMBER_DEVICE=cuda to run it on a GPU. */
 #include "test.h"
 
 #include "base/config.h"
@@ -189,16 +190,19 @@ int main(int argc, char **argv) {
         for (int i = 1; i < argc; i++) check_model(argv[i]), check_batch_invariance(argv[i]), check_fast_tails(argv[i]);
         return test_summary();
     }
-    /* default: every dense golden checkpoint */
-    char pattern[4096];
-    snprintf(pattern, sizeof pattern, "%s/tests/golden/dense/*/", test_src_dir());
-    glob_t g;
-    REQUIRE(glob(pattern, 0, NULL, &g) == 0 && g.gl_pathc > 0);
-    for (size_t i = 0; i < g.gl_pathc; i++) {
-        check_model(g.gl_pathv[i]);
-        check_batch_invariance(g.gl_pathv[i]);
-        check_fast_tails(g.gl_pathv[i]);
+    /* default: every dense golden checkpoint, and every quantized one */
+    const char *sets[] = {"dense/*/", "quant/*/quant/"};
+    for (int k = 0; k < 2; k++) {
+        char pattern[4096];
+        snprintf(pattern, sizeof pattern, "%s/tests/golden/%s", test_src_dir(), sets[k]);
+        glob_t g;
+        REQUIRE(glob(pattern, 0, NULL, &g) == 0 && g.gl_pathc > 0);
+        for (size_t i = 0; i < g.gl_pathc; i++) {
+            check_model(g.gl_pathv[i]);
+            check_batch_invariance(g.gl_pathv[i]);
+            check_fast_tails(g.gl_pathv[i]);
+        }
+        globfree(&g);
     }
-    globfree(&g);
     return test_summary();
 }
