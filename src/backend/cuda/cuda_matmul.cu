@@ -627,7 +627,7 @@ static bool qnorm_group(em_backend *be, int n, float *const *ys, const float *x,
                         const em_weight *const *ws, const float *const *biases, em_math math) {
     const em_weight *a = ws[0];
     if (math != EM_MATH_FAST) return false;
-    for (int i = 1; i < n; i++)
+    for (int i = 0; i < n; i++)
         if (ws[i]->cols != a->cols || ws[i]->bits != a->bits || ws[i]->group_size != a->group_size ||
             ws[i]->scale_dtype != a->scale_dtype || ws[i]->rows <= 0)
             return false;

@@ -342,20 +342,18 @@ bool cuda_qgemv_i8_set(cuda_backend *cb, const gemv_set *s, const em_weight *w0,
  * GEMV gives it. False (nothing queued) where that kernel does not apply. */
 bool cuda_qmatmul_swiglu(em_backend *be, float *out, const float *x, int M, const em_weight *wg, const em_weight *wu,
                          const float *bg, const float *bu, em_math math, gemv_norm nm) {
-    if (math != EM_MATH_FAST || M < 1 || M > 2 || (wg->bits != 4 && wg->bits != 8) || wu->bits != wg->bits ||
-        wg->rows != wu->rows || wg->cols != wu->cols || wg->group_size != wu->group_size ||
-        wg->scale_dtype != wu->scale_dtype || wg->rows <= 0 || wg->cols % 4 || ((uintptr_t)x & 15) ||
-        !qweight_ok(wg) || !qweight_ok(wu) || !words_aligned(wg->data, wg->bits) ||
-        !words_aligned(wu->data, wu->bits) || q8_stream_smem(2, (int)wg->cols) > Q8_STREAM_SMEM_MAX)
+    float *ys[2] = {out, out};
+    const em_weight *ws[2] = {wg, wu};
+    const float *bs[2] = {bg, bu};
+    gemv_set set = gemv_set_make(2, ys, ws, bs);
+    if (math != EM_MATH_FAST || wu->bits != wg->bits || wg->rows != wu->rows || wg->cols != wu->cols ||
+        wg->group_size != wu->group_size || wg->scale_dtype != wu->scale_dtype || wg->rows <= 0 || !qweight_ok(wu) ||
+        !cuda_qgemv_i8_fits(&set, wg, x, M))
         return false;
     cuda_backend *cb = cuda_enter(be);
     if (cuda_graph_skip(cb, out, x, M, wg->data, wu->data, wg->scales, wu->scales, wg->biases, wu->biases, bg, bu,
                         wg->bits, wg->rows, wg->cols, nm.gain, nm.goff, nm.eps))
         return true;
-    float *ys[2] = {out, out};
-    const em_weight *ws[2] = {wg, wu};
-    const float *bs[2] = {bg, bu};
-    gemv_set set = gemv_set_make(2, ys, ws, bs);
     if (cuda_qpipe_set(cb, set, wg, x, M, true, nm)) return true;
     if (wg->bits == 4 && M == 1) q8s_launch<4, 1, 2, true>(cb, set, wg, x, M, nm);
     else if (wg->bits == 4) q8s_launch<4, 2, 2, true>(cb, set, wg, x, M, nm);
