@@ -14,6 +14,8 @@
 #include "model/qwen3_5_internal.h"
 
 #include "base/alloc.h"
+#include "base/config.h"
+#include "base/hash.h"
 #include "model/rope.h"
 
 #include <math.h>
@@ -163,6 +165,7 @@ static em_status q35_load(em_model *m) {
     d->inv_freq = em_calloc((size_t)d->rot_dim / 2 + 1, sizeof *d->inv_freq);
     if (!d->inv_freq) return em_fail(EM_ERR_NOMEM, "out of memory");
     rope_inv_freq(&c->rope, d->rot_dim, c->max_pos, d->inv_freq, &d->attn_factor);
+    d->graphs = em_config_flag(m->config, EMC_CUDA_GRAPHS);
     return EM_OK;
 }
 
@@ -199,29 +202,42 @@ em_status q35_workspace(em_model *m, q35_impl *d, int T) {
     return EM_OK;
 }
 
+/* Room for rows of logits in backend memory (device backends), made
+ * before a step is recorded: the recording names the buffer. */
+static em_status logits_room(em_model *m, q35_impl *d, int rows) {
+    em_backend *be = m->be;
+    if (be->ops->host_memory || rows <= d->cap_logit_rows) return EM_OK;
+    size_t bytes;
+    if (d->logits) be->ops->free(be, d->logits);
+    d->logits = NULL;
+    d->cap_logit_rows = 0;
+    if (!em_mul((size_t)rows * sizeof(float), (size_t)m->cfg.vocab, &bytes) || !(d->logits = be->ops->alloc(be, bytes)))
+        return em_fail(EM_ERR_NOMEM, "out of %s memory for %d rows of logits", be->desc, rows);
+    d->cap_logit_rows = rows;
+    return EM_OK;
+}
+
+/* Where the head writes: logits itself on a host-memory backend, else the
+ * backend buffer that model_logits_out reads. */
+static float *logits_dst(const em_model *m, const q35_impl *d, float *logits) {
+    return m->be->ops->host_memory ? logits : d->logits;
+}
+
+/* The head's product of rows of h (logits_room made its room). The
+ * trunk's arithmetic, as the dense family's head: FAST steps (decode) read
+ * the head through the FAST few-row products at the weights' streaming
+ * speed; EXACT rows (an EXACT model or request, speculation's journaled
+ * verify spans) keep it EXACT. */
+static void head_rows(em_model *m, q35_impl *d, float *logits, const float *h, int rows, const em_weight *head) {
+    em_backend *be = m->be;
+    be->ops->matmul(be, logits_dst(m, d, logits), h, rows, head, NULL, row_runs_common_math(&d->runs));
+}
+
 em_status q35_logits(em_model *m, q35_impl *d, const em_batch *b, float *logits, const float *h, int rows,
                      const em_weight *head) {
-    em_backend *be = m->be;
-    /* the trunk's arithmetic, as the dense family's head: FAST steps
-     * (decode) read the head through the FAST few-row products at the
-     * weights' streaming speed; EXACT rows (an EXACT model or request,
-     * speculation's journaled verify spans) keep it EXACT */
-    em_math math = row_runs_common_math(&d->runs);
-    if (be->ops->host_memory) {
-        be->ops->matmul(be, logits, h, rows, head, NULL, math);
-        return model_logits_out(m, b, logits, rows, logits);
-    }
-    if (rows > d->cap_logit_rows) {
-        size_t bytes;
-        if (d->logits) be->ops->free(be, d->logits);
-        d->logits = NULL;
-        d->cap_logit_rows = 0;
-        if (!em_mul((size_t)rows * sizeof(float), (size_t)m->cfg.vocab, &bytes) || !(d->logits = be->ops->alloc(be, bytes)))
-            return em_fail(EM_ERR_NOMEM, "out of %s memory for %d rows of logits", be->desc, rows);
-        d->cap_logit_rows = rows;
-    }
-    be->ops->matmul(be, d->logits, h, rows, head, NULL, math);
-    return model_logits_out(m, b, d->logits, rows, logits);
+    EM_TRY(logits_room(m, d, rows));
+    head_rows(m, d, logits, h, rows, head);
+    return model_logits_out(m, b, logits_dst(m, d, logits), rows, logits);
 }
 
 /* The attention of the batch's spans (their keys and values written): one
@@ -390,28 +406,71 @@ em_status q35_plan_runs(em_model *m, row_runs *runs, const em_batch *b, const q3
     return st;
 }
 
+/* The operations of a step, up to its logits in backend memory: what a
+ * recording holds, so it neither reads nor moves anything on the host
+ * that a replay would not repeat. */
+static void forward_ops(em_model *m, q35_impl *d, const em_batch *b, const q35_span *sp, int T, float *logits) {
+    const model_config *c = &m->cfg;
+    em_backend *be = m->be;
+    be->ops->embed(be, d->x, &d->embed, d->ids, T);
+    bool pending = false; /* a layer's MLP output waits in h to be added to x */
+    for (int l = 0; l < c->n_layers; l++) pending = q35_attention_layer(m, d, &d->layers[l], sp, b->n_spans, T, pending);
+    /* every row normed: the MTP head reads the hidden state of each token */
+    q35_residual_norm(m, d, d->hid, d->final_norm, T, pending);
+    int rows = batch_logit_rows(b);
+    if (!rows) return;
+    /* a decode step wants every row: the head reads them in place */
+    const float *h = d->hid;
+    if (!batch_logits_every_row(b)) h = d->h, batch_gather_logit_rows(be, b, d->hid, d->h, c->hidden);
+    head_rows(m, d, logits, h, rows, &d->head);
+}
+
+/* A decode step the backend may record: one token and its logits per
+ * sequence, at most 64 of them, none journaled (speculation's verify
+ * spans, whose journal rows move step to step, run eagerly). The key
+ * names the sequences, whose recurrent states the recording addresses,
+ * and the rows' arithmetic; 0: not recorded. */
+static uint64_t step_key(const em_model *m, const q35_impl *d, const em_batch *b, const q35_span *sp, int T) {
+    if (!d->graphs || !m->be->ops->graph_begin || T > 64) return 0;
+    uint64_t h = em_hash_u64(0x71776e3335ull, (uint64_t)T);
+    for (int s = 0; s < b->n_spans; s++) {
+        if (b->spans[s].n != 1 || b->spans[s].logits != LOGITS_LAST || sp[s].journal_first >= 0) return 0;
+        h = em_hash_u64(h, (uint64_t)sp[s].seq);
+    }
+    h = em_hash_finish(em_hash_u64(h, (uint64_t)row_runs_common_math(&d->runs)));
+    return h ? h : 1;
+}
+
+/* Runs the step's operations, recorded or replayed where the backend
+ * records this step (an eager run where the replay did not match). */
+static em_status run_step(em_model *m, q35_impl *d, const em_batch *b, const q35_span *sp, int T, float *logits) {
+    em_backend *be = m->be;
+    uint64_t key = step_key(m, d, b, sp, T);
+    em_graph_mode gm = key ? be->ops->graph_begin(be, key) : EM_GRAPH_NONE;
+    forward_ops(m, d, b, sp, T, logits);
+    if (gm == EM_GRAPH_NONE) return EM_OK;
+    bool ran;
+    EM_TRY(be->ops->graph_end(be, &ran));
+    if (!ran) forward_ops(m, d, b, sp, T, logits);
+    return EM_OK;
+}
+
 static em_status q35_forward(em_model *m, const em_batch *b, float *logits) {
     q35_impl *d = m->impl;
-    const model_config *c = &m->cfg;
     int T = 0;
     for (int s = 0; s < b->n_spans; s++) T += b->spans[s].n;
     if (T == 0) return EM_OK;
     EM_TRY(q35_workspace(m, d, T));
     q35_span stack[8], *sp = b->n_spans <= 8 ? stack : em_mallocn((size_t)b->n_spans, sizeof *sp);
     if (!sp) return em_fail(EM_ERR_NOMEM, "out of memory");
+    int rows = batch_logit_rows(b);
     em_status st = q35_prepare_spans(m, &d->rs, d->rs ? 1 : 0, b, sp, d->ids, d->pos);
     if (st == EM_OK) st = q35_plan_runs(m, &d->runs, b, sp);
+    if (st == EM_OK) st = logits_room(m, d, rows);
+    if (st == EM_OK) st = run_step(m, d, b, sp, T, logits);
     if (st == EM_OK) {
-        em_backend *be = m->be;
-        be->ops->embed(be, d->x, &d->embed, d->ids, T);
-        bool pending = false; /* a layer's MLP output waits in h to be added to x */
-        for (int l = 0; l < c->n_layers; l++)
-            pending = q35_attention_layer(m, d, &d->layers[l], sp, b->n_spans, T, pending);
         for (int s = 0; s < b->n_spans; s++) m->kv->seqs[b->spans[s].seq].len += b->spans[s].n;
-        /* every row normed: the MTP head reads the hidden state of each token */
-        q35_residual_norm(m, d, d->hid, d->final_norm, T, pending);
-        int rows = batch_gather_logit_rows(m->be, b, d->hid, d->h, c->hidden);
-        if (rows) st = q35_logits(m, d, b, logits, d->h, rows, &d->head);
+        st = model_logits_out(m, b, logits_dst(m, d, logits), rows, logits);
     }
     if (sp != stack) free(sp);
     return st;

@@ -67,6 +67,7 @@ typedef struct q35_impl {
     /* logits in backend memory before their download (device backends) */
     float *logits;
     int cap_logit_rows;
+    bool graphs; /* record decode steps where the backend can */
 } q35_impl;
 
 /* One sequence's part of a batch, as the blocks see it. */

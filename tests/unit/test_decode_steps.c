@@ -120,7 +120,21 @@ static bool run_fast_tails(const char *dir, const em_config *cfg, float **out, i
 /* FAST tails recorded once per row count and replayed at other context
  * lengths give the bits of the same tails run eagerly
  * (EMBER_CUDA_GRAPHS=0): a recording never depends on the context. */
-static void check_fast_tails(const char *dir) {
+static void check_fast_tails(const char *dir, const em_config *eager) {
+    float *a = NULL, *b = NULL;
+    int va = 0, vb = 0;
+    bool ok = run_fast_tails(dir, NULL, &a, &va) && run_fast_tails(dir, eager, &b, &vb);
+    CHECKF(ok, "%s: FAST tails did not run", dir);
+    if (ok) {
+        int differ = 0;
+        for (int c = 0; c < FAST_TAILS; c++) differ += memcmp(a + (size_t)c * va, b + (size_t)c * va, sizeof(float) * va) != 0;
+        CHECKF(differ == 0, "%s: %d FAST tails differ recorded and eager", dir, differ);
+    }
+    free(a), free(b);
+}
+
+/* The environment's configuration with EMBER_CUDA_GRAPHS=0. */
+static em_config *eager_config(void) {
     extern char **environ;
     size_t n_env = 0;
     while (environ[n_env]) n_env++;
@@ -131,17 +145,68 @@ static void check_fast_tails(const char *dir) {
     env[k++] = "EMBER_CUDA_GRAPHS=0";
     em_config *eager = NULL;
     REQUIRE(em_config_from_env(env, &eager) == EM_OK);
+    free(env);
+    return eager;
+}
+
+/* Decode steps of one, two and three sequences, in changing sets and
+ * orders, at growing contexts, on a model opened with `cfg` (FAST, the
+ * server's arithmetic); the logits rows of every step, in order, at out
+ * (DECODE_ROWS rows). */
+enum { DECODE_STEPS = 12, DECODE_ROWS = 21 };
+static bool run_decode_steps(const char *dir, const em_config *cfg, float **out, int *vocab) {
+    em_model *m;
+    em_open_options o = {.n_threads = 2, .precision = EM_PRECISION_FAST, .max_sequences = 3, .config = cfg};
+    if (em_model_open(dir, &o, &m) != EM_OK) {
+        fprintf(stderr, "%s\n", em_last_error());
+        return false;
+    }
+    int V = *vocab = m->cfg.vocab, seq[3], pre[3] = {40, 17, 5};
+    int32_t ids[64];
+    for (int i = 0; i < 64; i++) ids[i] = (int32_t)((i * 6421 + 5) % V);
+    *out = calloc((size_t)DECODE_ROWS * V, sizeof(float));
+    bool ok = true;
+    for (int k = 0; k < 3 && ok; k++) {
+        em_span sp = {-1, ids, pre[k], LOGITS_NONE, SPAN_MATH_MODEL};
+        em_batch b = {.spans = &sp, .n_spans = 1};
+        ok = kv_seq_alloc(m->kv, &seq[k]) == EM_OK;
+        sp.seq = seq[k];
+        if (ok) ok = model_forward(m, &b, *out) == EM_OK;
+    }
+    /* which sequences each step decodes: alone, in pairs and all three,
+     * each set met again at a longer context */
+    static const int sets[DECODE_STEPS][4] = {{1, 0},    {1, 0},    {2, 0, 1}, {2, 0, 1}, {3, 0, 1, 2}, {1, 2},
+                                              {2, 2, 0}, {1, 0},    {3, 0, 1, 2}, {2, 0, 1}, {1, 2},    {2, 2, 0}};
+    int rows = 0;
+    for (int t = 0; t < DECODE_STEPS && ok; t++) {
+        em_span sp[3];
+        int n = sets[t][0];
+        for (int i = 0; i < n; i++)
+            sp[i] = (em_span){seq[sets[t][1 + i]], ids + (t * 5 + i) % 60, 1, LOGITS_LAST, SPAN_MATH_MODEL};
+        em_batch b = {.spans = sp, .n_spans = n};
+        ok = rows + n <= DECODE_ROWS && model_forward(m, &b, *out + (size_t)rows * V) == EM_OK;
+        rows += n;
+    }
+    if (!ok) fprintf(stderr, "%s\n", em_last_error());
+    em_model_free(m);
+    return ok;
+}
+
+/* Decode steps recorded once per set of sequences and replayed at longer
+ * contexts give the bits of the same steps run eagerly
+ * (EMBER_CUDA_GRAPHS=0): a recording never depends on the context, and a
+ * replay of one set of sequences never touches another's state. */
+static void check_recorded_decode(const char *dir, const em_config *eager) {
     float *a = NULL, *b = NULL;
     int va = 0, vb = 0;
-    bool ok = run_fast_tails(dir, NULL, &a, &va) && run_fast_tails(dir, eager, &b, &vb);
-    CHECKF(ok, "%s: FAST tails did not run", dir);
+    bool ok = run_decode_steps(dir, NULL, &a, &va) && run_decode_steps(dir, eager, &b, &vb);
+    CHECKF(ok, "%s: decode steps did not run", dir);
     if (ok) {
         int differ = 0;
-        for (int c = 0; c < FAST_TAILS; c++) differ += memcmp(a + (size_t)c * va, b + (size_t)c * va, sizeof(float) * va) != 0;
-        CHECKF(differ == 0, "%s: %d FAST tails differ recorded and eager", dir, differ);
+        for (int r = 0; r < DECODE_ROWS; r++) differ += memcmp(a + (size_t)r * va, b + (size_t)r * va, sizeof(float) * va) != 0;
+        CHECKF(differ == 0, "%s: %d decode rows differ recorded and eager", dir, differ);
     }
-    free(a), free(b), free(env);
-    em_config_release(eager);
+    free(a), free(b);
 }
 
 /* One EXACT decode step of a sequence gives the same bits alone, among 11
@@ -185,24 +250,28 @@ static void check_batch_invariance(const char *dir) {
     em_model_free(m);
 }
 
+static void check_all(const char *dir, const em_config *eager) {
+    check_model(dir);
+    check_batch_invariance(dir);
+    check_fast_tails(dir, eager);
+    check_recorded_decode(dir, eager);
+}
+
 int main(int argc, char **argv) {
+    em_config *eager = eager_config();
     if (argc >= 2) {
-        for (int i = 1; i < argc; i++) check_model(argv[i]), check_batch_invariance(argv[i]), check_fast_tails(argv[i]);
-        return test_summary();
-    }
-    /* default: every dense golden checkpoint, and every quantized one */
-    const char *sets[] = {"dense/*/", "quant/*/quant/"};
-    for (int k = 0; k < 2; k++) {
-        char pattern[4096];
-        snprintf(pattern, sizeof pattern, "%s/tests/golden/%s", test_src_dir(), sets[k]);
-        glob_t g;
-        REQUIRE(glob(pattern, 0, NULL, &g) == 0 && g.gl_pathc > 0);
-        for (size_t i = 0; i < g.gl_pathc; i++) {
-            check_model(g.gl_pathv[i]);
-            check_batch_invariance(g.gl_pathv[i]);
-            check_fast_tails(g.gl_pathv[i]);
+        for (int i = 1; i < argc; i++) check_all(argv[i], eager);
+    } else { /* default: every dense, quantized and Qwen3.5 golden checkpoint */
+        const char *sets[] = {"dense/*/", "quant/*/quant/", "qwen3_5/*/"};
+        for (int k = 0; k < 3; k++) {
+            char pattern[4096];
+            snprintf(pattern, sizeof pattern, "%s/tests/golden/%s", test_src_dir(), sets[k]);
+            glob_t g;
+            REQUIRE(glob(pattern, 0, NULL, &g) == 0 && g.gl_pathc > 0);
+            for (size_t i = 0; i < g.gl_pathc; i++) check_all(g.gl_pathv[i], eager);
+            globfree(&g);
         }
-        globfree(&g);
     }
+    em_config_release(eager);
     return test_summary();
 }

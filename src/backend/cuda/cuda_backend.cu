@@ -304,6 +304,7 @@ static void cuda_copy_many(em_backend *be, int n, void *const *dst, const void *
 void cuda_copy_rows(em_backend *be, float *dst, int ld_dst, const float *src, int ld_src, int rows, int n) {
     cuda_backend *cb = cuda_enter(be);
     if (rows <= 0 || n <= 0) return;
+    if (cuda_graph_skip(cb, dst, ld_dst, src, ld_src, rows, n)) return;
     cuda_note(cb,
               cudaMemcpy2DAsync(dst, (size_t)ld_dst * sizeof(float), src, (size_t)ld_src * sizeof(float),
                                 (size_t)n * sizeof(float), (size_t)rows, cudaMemcpyDeviceToDevice, cb->stream),

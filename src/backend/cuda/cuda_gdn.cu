@@ -54,6 +54,7 @@ void cuda_sigmoid_mul(em_backend *be, float *y, const float *gate, int rows, int
     cuda_backend *cb = cuda_enter(be);
     if (rows <= 0 || n <= 0) return;
     size_t total = (size_t)rows * n;
+    if (cuda_graph_skip(cb, y, gate, rows, n, ld_gate)) return;
     cuda_launch(sigmoid_mul_kernel, cuda_blocks(total, GDN_THREADS), GDN_THREADS, 0, cb->stream, y, gate, rows, n, ld_gate);
     CUDA_LAUNCHED(cb, "sigmoid_mul");
 }
@@ -133,6 +134,7 @@ void cuda_conv1d_silu(em_backend *be, float *y, const float *x, int n, int C, in
     /* a segment of at least CONV_SEG_MIN tokens a warp, at most CONV_SEGS warps */
     int segs = n / CONV_SEG_MIN < 1 ? 1 : n / CONV_SEG_MIN > CONV_SEGS ? CONV_SEGS : n / CONV_SEG_MIN;
     dim3 grid(cuda_blocks((size_t)C, 32)), block(32 * segs);
+    if (cuda_graph_skip(cb, y, x, n, C, ld, w, K, state)) return;
     if (K <= 4) cuda_launch(conv_kernel<4>, grid, block, 0, cb->stream, y, x, n, C, ld, w, K, state);
     else if (K <= 8) cuda_launch(conv_kernel<8>, grid, block, 0, cb->stream, y, x, n, C, ld, w, K, state);
     else cuda_launch(conv_kernel<CONV_MAX_KERNEL>, grid, block, 0, cb->stream, y, x, n, C, ld, w, K, state);
@@ -159,6 +161,7 @@ void cuda_gdn_gates(em_backend *be, float *g, float *beta, const float *a, const
     cuda_backend *cb = cuda_enter(be);
     if (n <= 0 || Hv <= 0) return;
     size_t total = (size_t)n * Hv;
+    if (cuda_graph_skip(cb, g, beta, a, b, ld_in, A_log, dt_bias, n, Hv)) return;
     cuda_launch(gates_kernel, cuda_blocks(total, GDN_THREADS), GDN_THREADS, 0, cb->stream, g, beta, a, b, ld_in, A_log, dt_bias,
                                                                                   n, Hv);
     CUDA_LAUNCHED(cb, "gdn_gates");
@@ -438,6 +441,7 @@ void cuda_gated_delta_rule(em_backend *be, float *out, const float *qkv, int ld,
         return;
     }
     dim3 grid((unsigned)Hv, (unsigned)((dv + DR_COLS - 1) / DR_COLS));
+    if (cuda_graph_skip(cb, out, qkv, ld, g, beta, state, n, Hk, Hv, dk, dv)) return;
     int nj = (dk + DR_PARTS - 1) / DR_PARTS;
     if (dk > DR_MAX_DK)
         cuda_launch(delta_rule_wide_kernel, grid, DR_THREADS, 0, cb->stream, out, qkv, ld, g, beta, state, n, Hk, Hv, dk, dv);
@@ -469,6 +473,7 @@ void cuda_rmsnorm_gated(em_backend *be, float *y, const float *x, const float *z
     cuda_backend *cb = cuda_enter(be);
     if (rows <= 0 || n <= 0) return;
     int threads = n >= 256 ? 256 : n >= 128 ? 128 : 64;
+    if (cuda_graph_skip(cb, y, x, z, gain, rows, n, eps)) return;
     cuda_launch(rmsnorm_gated_kernel, rows, threads, 0, cb->stream, y, x, z, gain, n, eps);
     CUDA_LAUNCHED(cb, "rmsnorm_gated");
 }
