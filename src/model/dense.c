@@ -12,6 +12,7 @@
 #include "base/alloc.h"
 #include "base/config.h"
 #include "model/batch_rows.h"
+#include "model/mlp_block.h"
 #include "model/rope.h"
 
 #include <math.h>
@@ -294,33 +295,11 @@ static void attention_block(em_model *m, dense_impl *d, dense_layer *L, int laye
 }
 
 /* Adds the MLP's output to x, or leaves it in h, as attention_block does. */
-static void mlp_block(em_model *m, dense_impl *d, dense_layer *L, int T) {
+static void mlp_layer(em_model *m, dense_impl *d, dense_layer *L, int T) {
     const model_config *c = &m->cfg;
-    em_backend *be = m->be;
-    const em_backend_ops *op = be->ops;
-    const em_weight *wgu[2] = {&L->wg, &L->wu};
-    const float *bgu[2] = {L->bg, L->bu};
-    float *gu[2] = {d->gate, d->up};
-    /* decode rows: the norm inside the gate and up products, over x itself */
-    if (!c->rot_mlp_in &&
-        row_runs_norm_swiglu(be, &d->runs, d->act, gu, d->x, d->h, L->mlp_norm, (float)c->rms_eps, wgu, bgu)) {
-        mm_residual(m, d, d->act, &L->wd, L->bd);
-        return;
-    }
-    residual_norm(m, d, L->mlp_norm);
-    if (c->rot_mlp_in) op->hadamard(be, d->h, T, &d->rot);
-    const em_weight *wmlp[3] = {&L->wg, &L->wu, &L->wd};
-    const float *bmlp[3] = {L->bg, L->bu, L->bd};
-    if (row_runs_matmul_mlp(m->be, &d->runs, d->x, d->act, d->h, wmlp, bmlp, true)) return;
-    if (row_runs_matmul_mlp(m->be, &d->runs, d->h, d->act, d->h, wmlp, bmlp, false)) {
-        row_runs_set_pending(&d->runs, true);
-        return;
-    }
-    if (!row_runs_matmul_swiglu(m->be, &d->runs, d->act, d->h, wgu, bgu)) {
-        row_runs_matmul_group(m->be, &d->runs, 2, gu, d->h, wgu, bgu);
-        op->swiglu(be, d->act, d->gate, d->up, T, c->intermediate, c->intermediate);
-    }
-    mm_residual(m, d, d->act, &L->wd, L->bd);
+    mlp_block p = {d->x, d->h, d->act, d->gate, d->up, L->mlp_norm, (float)c->rms_eps, c->rot_mlp_in ? &d->rot : NULL,
+                   {&L->wg, &L->wu, &L->wd}, {L->bg, L->bu, L->bd}, T, c->hidden, c->intermediate};
+    mlp_block_run(m->be, &d->runs, &p);
 }
 
 /* The head runs EXACT for LOGITS_ALL (reference comparisons) and for any
@@ -369,7 +348,7 @@ static void forward_ops(em_model *m, dense_impl *d, const em_batch *b, int T, fl
     row_runs_set_pending(&d->runs, false); /* nothing waits in h to be added to x */
     for (int l = 0; l < c->n_layers; l++) {
         attention_block(m, d, &d->layers[l], l, b, T);
-        mlp_block(m, d, &d->layers[l], T);
+        mlp_layer(m, d, &d->layers[l], T);
     }
     row_runs_add_pending(be, &d->runs, d->x, d->h, c->hidden);
     head(m, d, b, T, logits);

@@ -45,13 +45,13 @@ em_status dense_tp_ensure_workspace(em_model *m, tp_impl *t, int T) {
         dense_tp_free_workspace(R);
         R->logits = keep_logits;
         float **bufs[] = {&R->x, &R->h, &R->q, &R->k, &R->v, &R->att, &R->gate, &R->up, &R->act,
-                          &R->qg, &R->attn_gate, &R->qkv, &R->z, &R->a, &R->b, &R->g, &R->beta, &R->core};
+                          &R->qg, &R->qkv, &R->z, &R->a, &R->b, &R->g, &R->beta, &R->core};
         size_t qd = (size_t)R->sh.n_q_heads * c->head_dim, kvd = (size_t)R->sh.n_kv_heads * c->head_dim;
         size_t ff = (size_t)R->sh.n_ff, hv = (size_t)R->sh.n_lin_v_heads, vd = hv * (size_t)c->q35.lin_v_dim;
         /* widths of the Qwen3.5 buffers: 0 (none) in the Llama family */
         size_t q = t->q35 ? 1 : 0;
         size_t widths[] = {(size_t)c->hidden, (size_t)c->hidden, qd, kvd, kvd, qd, ff, ff, ff,
-                           q * 2 * qd, q * qd, q * (size_t)t->lin_channels, q * vd, q * hv, q * hv, q * hv, q * hv,
+                           q * 2 * qd, q * (size_t)t->lin_channels, q * vd, q * hv, q * hv, q * hv, q * hv,
                            q * vd};
         for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) {
             size_t bytes;

@@ -47,7 +47,7 @@ typedef struct tp_rank {
     float *x, *h, *q, *k, *v, *att, *gate, *up, *act; /* workspace */
     /* Qwen3.5 workspace: [query | gate] and gate of attention; the Gated
      * DeltaNet's conv channels, z, a, b, decay, strength and core output */
-    float *qg, *attn_gate, *qkv, *z, *a, *b, *g, *beta, *core;
+    float *qg, *qkv, *z, *a, *b, *g, *beta, *core;
     rstate *rs; /* Qwen3.5: the recurrent state of this rank's heads */
     float *logits;                                       /* [rows, vocab_pad] */
     int32_t *amax_ids; /* per logits row: the greedy choice in this rank's columns */

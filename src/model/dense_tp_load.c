@@ -136,7 +136,7 @@ static em_status bind_rank(em_model *m, tp_rank *R) {
 
 void dense_tp_free_workspace(tp_rank *R) {
     float **ws[] = {&R->x, &R->h, &R->q,  &R->k, &R->v, &R->att, &R->gate, &R->up,   &R->act,  &R->logits,
-                    &R->qg, &R->attn_gate, &R->qkv, &R->z, &R->a, &R->b, &R->g, &R->beta, &R->core};
+                    &R->qg, &R->qkv, &R->z, &R->a, &R->b, &R->g, &R->beta, &R->core};
     for (size_t k = 0; k < sizeof ws / sizeof ws[0]; k++) {
         if (*ws[k]) R->be->ops->free(R->be, *ws[k]);
         *ws[k] = NULL;

@@ -54,7 +54,7 @@ q35_gdn_run q35_gdn_run_of(em_model *m, q35_impl *d) {
     const qwen3_5_config *q = &m->cfg.q35;
     return (q35_gdn_run){m->be, &d->runs, d->rs, q->lin_k_heads, q->lin_v_heads, q->lin_k_dim, q->lin_v_dim,
                          q->conv_kernel, d->channels, (float)m->cfg.rms_eps, d->h, d->qkv, d->z, d->a, d->b, d->g,
-                         d->beta, d->core};
+                         d->beta, d->core, {NULL, NULL, 0}};
 }
 
 /* Journal row of one token: [conv input (channels) | g (hv) | beta (hv)];
@@ -87,7 +87,7 @@ void q35_gdn_block(const q35_gdn_run *r, const q35_gdn *g, int slot, const q35_s
     float *outs[4] = {r->qkv, r->z, r->b, r->a};
     const em_weight *ws[4] = {&g->w_qkv, &g->w_z, &g->w_b, &g->w_a};
     const float *none[4] = {NULL, NULL, NULL, NULL};
-    row_runs_matmul_group(be, r->runs, 4, outs, r->h, ws, none);
+    q35_in_products(be, r->runs, &r->res, r->h, r->eps, 4, outs, ws, none);
     op->gdn_gates(be, r->g, r->beta, r->a, r->b, Hv, g->A_log, g->dt_bias, T, Hv);
     int row = 0;
     for (int s = 0; s < n_spans; s++) {
@@ -98,7 +98,7 @@ void q35_gdn_block(const q35_gdn_run *r, const q35_gdn *g, int slot, const q35_s
         row += sp[s].n;
     }
     op->rmsnorm_gated(be, r->core, r->core, r->z, g->norm, T * Hv, r->dv, r->eps);
-    row_runs_matmul(be, r->runs, r->h, r->core, &g->w_out, NULL);
+    q35_out_product(be, r->runs, &r->res, r->h, r->core, &g->w_out, NULL);
 }
 
 void q35_gdn_replay(const q35_gdn_run *r, const q35_gdn *g, int slot, int seq, int n) {

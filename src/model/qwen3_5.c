@@ -16,6 +16,7 @@
 #include "base/alloc.h"
 #include "base/config.h"
 #include "base/hash.h"
+#include "model/mlp_block.h"
 #include "model/rope.h"
 
 #include <math.h>
@@ -93,7 +94,7 @@ static void q35_free(em_model *m) {
     free(d->layers);
     row_runs_free(&d->runs);
     q35_mtp_free(m, d);
-    float *ws[] = {d->final_norm, d->x, d->h, d->hid, d->cat, d->qg, d->q, d->gate, d->k, d->v, d->att,
+    float *ws[] = {d->final_norm, d->x, d->h, d->hid, d->cat, d->qg, d->q, d->k, d->v, d->att,
                    d->mg, d->mu, d->act, d->qkv, d->z, d->a, d->b, d->g, d->beta, d->core, d->logits};
     for (size_t k = 0; k < sizeof ws / sizeof ws[0]; k++)
         if (ws[k]) be->ops->free(be, ws[k]);
@@ -177,7 +178,7 @@ em_status q35_workspace(em_model *m, q35_impl *d, int T) {
     size_t H = (size_t)c->hidden, qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
     size_t F = (size_t)c->intermediate, vd = (size_t)q->lin_v_heads * q->lin_v_dim, Hv = (size_t)q->lin_v_heads;
     struct { float **buf; size_t width; } bufs[] = {
-        {&d->x, H}, {&d->h, H}, {&d->hid, H}, {&d->cat, 2 * H}, {&d->qg, 2 * qd}, {&d->q, qd}, {&d->gate, qd},
+        {&d->x, H}, {&d->h, H}, {&d->hid, H}, {&d->cat, 2 * H}, {&d->qg, 2 * qd}, {&d->q, qd},
         {&d->k, kvd}, {&d->v, kvd}, {&d->att, qd}, {&d->mg, F}, {&d->mu, F}, {&d->act, F},
         {&d->qkv, (size_t)d->channels}, {&d->z, vd}, {&d->a, Hv}, {&d->b, Hv}, {&d->g, Hv}, {&d->beta, Hv},
         {&d->core, vd},
@@ -240,29 +241,44 @@ em_status q35_logits(em_model *m, q35_impl *d, const em_batch *b, float *logits,
     return model_logits_out(m, b, logits_dst(m, d, logits), rows, logits);
 }
 
-/* The attention of the batch's spans (their keys and values written): one
- * call over all of them where the backend takes spans, with the rows'
- * common precision, so FAST prefill rows may run on tensor cores; else
- * (or for more spans than Q35_ATTEND_SPANS) a call a span, EXACT. */
+/* Rotates the queries and keys, writes the keys and values into the cache
+ * and attends over the batch's spans: one call over all of them where the
+ * backend takes spans (with the rows' common precision, so FAST prefill
+ * rows may run on tensor cores), the three fused where it fuses them
+ * (decode steps); else (or for more spans than Q35_ATTEND_SPANS) a call a
+ * span, EXACT. */
 #define Q35_ATTEND_SPANS 64
-static void q35_attend(const q35_attn_run *r, int kv_layer, const q35_span *sp, int n_spans) {
+static void rope_attend(const q35_attn_run *r, int kv_layer, const q35_span *sp, int n_spans, int T) {
     em_backend *be = r->be;
     const em_backend_ops *op = be->ops;
-    int hd = r->head_dim, nq = r->n_heads, nkv = r->n_kv_heads, k = 0;
-    size_t qd = (size_t)nq * hd;
-    float scale = 1.0f / sqrtf((float)hd);
-    if (op->attention_spans && n_spans <= Q35_ATTEND_SPANS) {
+    int hd = r->head_dim, nq = r->n_heads, nkv = r->n_kv_heads, rot = r->rot_dim, k = 0;
+    size_t qd = (size_t)nq * hd, kvd = (size_t)nkv * hd;
+    float scale = 1.0f / sqrtf((float)hd), af = r->attn_factor;
+    if (op->attention_spans && op->kv_write_spans && n_spans <= Q35_ATTEND_SPANS) {
         em_kv_view views[Q35_ATTEND_SPANS];
         int rows[Q35_ATTEND_SPANS];
         for (int s = 0; s < n_spans; s++)
             if (sp[s].n) views[k] = r->view(r->view_arg, sp[s].seq, kv_layer), rows[k++] = sp[s].n;
         em_kv_spans spans = {views, rows, k, row_runs_common_math(r->runs), 0};
-        if (k) op->attention_spans(be, r->att, r->q, &spans, r->pos, nq, nkv, hd, scale, 0);
+        if (!k || (op->rope_attention_spans && op->rope_attention_spans(be, r->att, &spans, r->q, r->k, r->v, r->pos, nq,
+                                                                         nkv, hd, rot, r->inv_freq, af, scale, 0)))
+            return;
+        if (op->rope_kv_write_spans) {
+            op->rope_kv_write_spans(be, &spans, r->q, r->k, r->v, r->pos, nq, nkv, hd, rot, r->inv_freq, af);
+        } else {
+            op->rope(be, r->q, T, nq, hd, rot, r->pos, r->inv_freq, af);
+            op->rope(be, r->k, T, nkv, hd, rot, r->pos, r->inv_freq, af);
+            op->kv_write_spans(be, &spans, r->k, r->v, r->pos, nkv, hd);
+        }
+        op->attention_spans(be, r->att, r->q, &spans, r->pos, nq, nkv, hd, scale, 0);
         return;
     }
+    op->rope(be, r->q, T, nq, hd, rot, r->pos, r->inv_freq, af);
+    op->rope(be, r->k, T, nkv, hd, rot, r->pos, r->inv_freq, af);
     for (int s = 0, row = 0; s < n_spans; row += sp[s].n, s++) {
         if (!sp[s].n) continue;
         em_kv_view kv = r->view(r->view_arg, sp[s].seq, kv_layer);
+        op->kv_write(be, &kv, r->k + (size_t)row * kvd, r->v + (size_t)row * kvd, r->pos + row, sp[s].n, nkv, hd);
         op->attention(be, r->att + (size_t)row * qd, r->q + (size_t)row * qd, &kv, r->pos + row, sp[s].n, nq, nkv, hd,
                       scale, 0);
     }
@@ -273,84 +289,64 @@ void q35_gated_attention(const q35_attn_run *r, const q35_attn *A, int kv_layer,
     em_backend *be = r->be;
     const em_backend_ops *op = be->ops;
     int hd = r->head_dim, nq = r->n_heads, nkv = r->n_kv_heads;
-    size_t qd = (size_t)nq * hd, kvd = (size_t)nkv * hd;
     float *qkv[3] = {r->qg, r->k, r->v};
     const em_weight *wqkv[3] = {&A->wq, &A->wk, &A->wv};
     const float *bqkv[3] = {A->bq, A->bk, A->bv};
-    row_runs_matmul_group(be, r->runs, 3, qkv, r->h, wqkv, bqkv);
-    /* q_proj writes [query (head_dim) | gate (head_dim)] per head: split
-     * them (strided copies in backend memory) */
+    q35_in_products(be, r->runs, &r->res, r->h, r->eps, 3, qkv, wqkv, bqkv);
+    /* q_proj writes [query (head_dim) | gate (head_dim)] per head: the
+     * queries are copied out (a strided copy in backend memory) to be
+     * normed, the gates read in place */
     op->copy_rows(be, r->q, hd, r->qg, 2 * hd, T * nq, hd);
-    op->copy_rows(be, r->gate, hd, r->qg + hd, 2 * hd, T * nq, hd);
     op->rmsnorm(be, r->q, r->q, A->q_norm, T * nq, hd, r->eps, 0.0f);
     op->rmsnorm(be, r->k, r->k, A->k_norm, T * nkv, hd, r->eps, 0.0f);
-    op->rope(be, r->q, T, nq, hd, r->rot_dim, r->pos, r->inv_freq, r->attn_factor);
-    op->rope(be, r->k, T, nkv, hd, r->rot_dim, r->pos, r->inv_freq, r->attn_factor);
-    int row = 0;
-    for (int s = 0; s < n_spans; s++) {
-        if (sp[s].n) {
-            em_kv_view kv = r->view(r->view_arg, sp[s].seq, kv_layer);
-            op->kv_write(be, &kv, r->k + (size_t)row * kvd, r->v + (size_t)row * kvd, r->pos + row, sp[s].n, nkv, hd);
-        }
-        row += sp[s].n;
-    }
-    q35_attend(r, kv_layer, sp, n_spans);
-    op->sigmoid_mul(be, r->att, r->gate, T, (int)qd, (int)qd);
-    row_runs_matmul(be, r->runs, r->h, r->att, &A->wo, A->bo);
+    rope_attend(r, kv_layer, sp, n_spans, T);
+    op->sigmoid_mul(be, r->att, r->qg + hd, T * nq, hd, 2 * hd);
+    q35_out_product(be, r->runs, &r->res, r->h, r->att, &A->wo, A->bo);
 }
 
 static em_kv_view cache_view(const void *kv, int seq, int layer) { return kv_seq_view(kv, seq, layer); }
 
-/* y = rmsnorm(x) * gain, after adding the last block's output (in h) to
- * the residual stream x when `pending`: one fused operation where the
- * backend has it (its bits are those of the add and the norm). */
-void q35_residual_norm(em_model *m, q35_impl *d, float *y, const float *gain, int T, bool pending) {
-    const model_config *c = &m->cfg;
-    em_backend *be = m->be;
-    const em_backend_ops *op = be->ops;
-    if (pending && op->add_rmsnorm) {
-        op->add_rmsnorm(be, d->x, d->h, y, gain, T, c->hidden, (float)c->rms_eps, 0.0f);
-        return;
+void q35_in_products(em_backend *be, row_runs *runs, const q35_resid *res, float *h, float eps, int n,
+                     float *const *outs, const em_weight *const *ws, const float *const *biases) {
+    if (res->x) {
+        if (row_runs_norm_matmul_group(be, runs, n, outs, res->x, h, res->gain, eps, ws, biases)) return;
+        row_runs_norm(be, runs, res->x, h, res->gain, eps, res->width);
     }
-    if (pending) op->add(be, d->x, d->h, (size_t)T * c->hidden);
-    op->rmsnorm(be, y, d->x, gain, T, c->hidden, (float)c->rms_eps, 0.0f);
+    row_runs_matmul_group(be, runs, n, outs, h, ws, biases);
 }
 
-bool q35_mlp(em_model *m, q35_impl *d, q35_layer *L, int T) {
-    const model_config *c = &m->cfg;
-    em_backend *be = m->be;
-    const em_backend_ops *op = be->ops;
-    q35_residual_norm(m, d, d->h, L->mlp_norm, T, true);
-    const em_weight *wmlp[3] = {&L->wg, &L->wu, &L->wd};
-    const float *bmlp[3] = {NULL, NULL, NULL};
-    if (row_runs_matmul_mlp(be, &d->runs, d->x, d->act, d->h, wmlp, bmlp, true)) return false;
-    if (row_runs_matmul_mlp(be, &d->runs, d->h, d->act, d->h, wmlp, bmlp, false)) return true;
-    float *gu[2] = {d->mg, d->mu};
-    const em_weight *wgu[2] = {&L->wg, &L->wu};
-    const float *bgu[2] = {NULL, NULL};
-    if (!row_runs_matmul_swiglu(be, &d->runs, d->act, d->h, wgu, bgu)) {
-        row_runs_matmul_group(be, &d->runs, 2, gu, d->h, wgu, bgu);
-        op->swiglu(be, d->act, d->mg, d->mu, T, c->intermediate, c->intermediate);
-    }
-    if (row_runs_matmul_add(be, &d->runs, d->x, d->act, &L->wd)) return false;
-    row_runs_matmul(be, &d->runs, d->h, d->act, &L->wd, NULL);
-    return true;
+void q35_out_product(em_backend *be, row_runs *runs, const q35_resid *res, float *h, const float *in,
+                     const em_weight *w, const float *bias) {
+    if (res->x) row_runs_matmul_residual(be, runs, res->x, h, in, w, bias);
+    else row_runs_matmul(be, runs, h, in, w, bias);
 }
 
-bool q35_attention_layer(em_model *m, q35_impl *d, q35_layer *L, const q35_span *sp, int n_spans, int T, bool pending) {
+void q35_attention_layer(em_model *m, q35_impl *d, q35_layer *L, const q35_span *sp, int n_spans, int T) {
     const model_config *c = &m->cfg;
     em_backend *be = m->be;
-    q35_residual_norm(m, d, d->h, L->attn_norm, T, pending);
+    q35_resid res = {d->x, L->attn_norm, c->hidden};
     if (L->linear) {
         q35_gdn_run r = q35_gdn_run_of(m, d);
+        r.res = res;
         q35_gdn_block(&r, &L->gdn, L->slot, sp, n_spans, T);
     } else {
         q35_attn_run r = {be, &d->runs, c->n_heads, c->n_kv_heads, c->head_dim, d->rot_dim, (float)c->rms_eps,
-                          d->attn_factor, d->inv_freq, d->pos, d->h, d->qg, d->q, d->gate, d->k, d->v, d->att,
-                          cache_view, m->kv};
+                          d->attn_factor, d->inv_freq, d->pos, d->h, d->qg, d->q, d->k, d->v, d->att,
+                          cache_view, m->kv, res};
         q35_gated_attention(&r, &L->attn, L->slot, sp, n_spans, T);
     }
-    return q35_mlp(m, d, L, T);
+    mlp_block p = {d->x, d->h, d->act, d->mg, d->mu, L->mlp_norm, (float)c->rms_eps, NULL,
+                   {&L->wg, &L->wu, &L->wd}, {NULL, NULL, NULL}, T, c->hidden, c->intermediate};
+    mlp_block_run(be, &d->runs, &p);
+}
+
+/* d->hid = the final norm of every row (the MTP head reads the hidden
+ * state of each token), the last block's pending output added first. */
+static void final_norm(em_model *m, q35_impl *d, int T) {
+    const model_config *c = &m->cfg;
+    em_backend *be = m->be;
+    row_runs_add_pending(be, &d->runs, d->x, d->h, c->hidden);
+    be->ops->rmsnorm(be, d->hid, d->x, d->final_norm, T, c->hidden, (float)c->rms_eps, 0.0f);
 }
 
 em_status q35_prepare_spans(em_model *m, rstate *const *rs, int n_rs, const em_batch *b, q35_span *sp, int32_t *ids,
@@ -413,10 +409,9 @@ static void forward_ops(em_model *m, q35_impl *d, const em_batch *b, const q35_s
     const model_config *c = &m->cfg;
     em_backend *be = m->be;
     be->ops->embed(be, d->x, &d->embed, d->ids, T);
-    bool pending = false; /* a layer's MLP output waits in h to be added to x */
-    for (int l = 0; l < c->n_layers; l++) pending = q35_attention_layer(m, d, &d->layers[l], sp, b->n_spans, T, pending);
-    /* every row normed: the MTP head reads the hidden state of each token */
-    q35_residual_norm(m, d, d->hid, d->final_norm, T, pending);
+    row_runs_set_pending(&d->runs, false); /* nothing waits in h to be added to x */
+    for (int l = 0; l < c->n_layers; l++) q35_attention_layer(m, d, &d->layers[l], sp, b->n_spans, T);
+    final_norm(m, d, T);
     int rows = batch_logit_rows(b);
     if (!rows) return;
     /* a decode step wants every row: the head reads them in place */

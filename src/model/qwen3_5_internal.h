@@ -61,7 +61,7 @@ typedef struct q35_impl {
     rstate *rs;
     /* workspace, grown to the largest batch seen */
     int cap_tokens;
-    float *x, *h, *hid, *cat, *qg, *q, *gate, *k, *v, *att, *mg, *mu, *act;
+    float *x, *h, *hid, *cat, *qg, *q, *k, *v, *att, *mg, *mu, *act;
     float *qkv, *z, *a, *b, *g, *beta, *core;
     int32_t *pos, *ids;
     /* logits in backend memory before their download (device backends) */
@@ -76,32 +76,46 @@ typedef struct q35_span {
     int journal_first; /* >= 0: journal these tokens from this index */
 } q35_span;
 
+/* Where a token mixer meets the residual stream. On one device (x set)
+ * the mixer norms x itself into its input products (the norm inside them
+ * where the backend takes the rows) and adds its output projection into x
+ * (or leaves it in h, its runs pending for the next norm: batch_rows.h).
+ * A tensor-parallel rank (x NULL) finds its normed input in h and leaves
+ * its share of the output there for the all-reduce. */
+typedef struct q35_resid {
+    float *x;
+    const float *gain; /* the layer's input norm */
+    int width;
+} q35_resid;
+
 /* What the gated attention of one layer runs over: the one device's heads
  * (qwen3_5.c) or one tensor-parallel rank's share (qwen3_5_tp.c). The
  * workspace buffers hold T rows of this graph's widths. */
 typedef struct q35_attn_run {
     em_backend *be;
-    const row_runs *runs;
+    row_runs *runs;
     int n_heads, n_kv_heads, head_dim, rot_dim;
     float eps, attn_factor;
     const float *inv_freq;
     const int32_t *pos;
-    float *h, *qg, *q, *gate, *k, *v, *att;
+    float *h, *qg, *q, *k, *v, *att;
     /* sequence seq's KV-cache layer in this graph's storage */
     em_kv_view (*view)(const void *arg, int seq, int layer);
     const void *view_arg;
+    q35_resid res;
 } q35_attn_run;
 
 /* What a Gated DeltaNet block runs over: hk key and hv value heads (all of
  * the model's, or one rank's), their recurrent state and workspace. */
 typedef struct q35_gdn_run {
     em_backend *be;
-    const row_runs *runs;
+    row_runs *runs;
     rstate *rs;
     int hk, hv, dk, dv, kernel;
     int channels; /* 2 * hk * dk + hv * dv */
     float eps;
     float *h, *qkv, *z, *a, *b, *g, *beta, *core;
+    q35_resid res;
 } q35_gdn_run;
 
 em_status q35_workspace(em_model *m, q35_impl *d, int T);
@@ -118,24 +132,25 @@ em_status q35_plan_runs(em_model *m, row_runs *runs, const em_batch *b, const q3
  * through a backend buffer and a download on device backends. */
 em_status q35_logits(em_model *m, q35_impl *d, const em_batch *b, float *logits, const float *h, int rows,
                      const em_weight *head);
-/* One decoder layer: x += attention(rmsnorm(x)), then mlp(rmsnorm(x)),
- * added to x by its product where the backend does that (returns false),
- * else left in d->h for the next q35_residual_norm to add to x (true; the
- * backend fuses that add with the norm after it). `pending`: d->h holds
- * the layer before's output, not yet added. */
-bool q35_attention_layer(em_model *m, q35_impl *d, q35_layer *L, const q35_span *sp, int n_spans, int T, bool pending);
-/* mlp(rmsnorm(x + d->h)): the attention's output is added first; the
- * MLP's is added to x (false) or left in d->h (true). */
-bool q35_mlp(em_model *m, q35_impl *d, q35_layer *L, int T);
-/* y = rmsnorm(x) * gain, after x += d->h when pending. */
-void q35_residual_norm(em_model *m, q35_impl *d, float *y, const float *gain, int T, bool pending);
-/* r->h (normed input) -> r->h (the output projection of attention over KV
- * layer kv_layer), positions in r->pos. */
+/* One decoder layer: x += mixer(rmsnorm(x)), then x += mlp(rmsnorm(x)),
+ * each output added by its product where the backend does that, else left
+ * in d->h with its runs pending (d->runs) for the next norm to add. */
+void q35_attention_layer(em_model *m, q35_impl *d, q35_layer *L, const q35_span *sp, int n_spans, int T);
+/* A mixer's input products: outs[j] = in · ws[j]ᵀ + biases[j], `in` being
+ * rmsnorm(res->x) · res->gain (one device) or h (a rank). */
+void q35_in_products(em_backend *be, row_runs *runs, const q35_resid *res, float *h, float eps, int n,
+                     float *const *outs, const em_weight *const *ws, const float *const *biases);
+/* A mixer's output projection of `in`: added into res->x (or left pending
+ * in h), or into h for a rank. */
+void q35_out_product(em_backend *be, row_runs *runs, const q35_resid *res, float *h, const float *in,
+                     const em_weight *w, const float *bias);
+/* The input (r->res) -> the output projection of attention over KV layer
+ * kv_layer, positions in r->pos. */
 void q35_gated_attention(const q35_attn_run *r, const q35_attn *A, int kv_layer, const q35_span *sp, int n_spans,
                          int T);
 
 /* gdn.c: the token mixer of a linear-attention layer (recurrent-state
- * layer `slot`) over r->h -> r->h. */
+ * layer `slot`), its input and output as r->res says. */
 void q35_gdn_block(const q35_gdn_run *r, const q35_gdn *g, int slot, const q35_span *sp, int n_spans, int T);
 /* Replays n journaled tokens of layer `slot` into seq's restored state. */
 void q35_gdn_replay(const q35_gdn_run *r, const q35_gdn *g, int slot, int seq, int n);

@@ -97,8 +97,9 @@ em_status q35_mtp_forward(em_model *m, int seq, const int32_t *tokens, const flo
     op->matmul(be, d->x, d->cat, n, &t->fc, NULL, n >= 16 ? m->prefill_math : EM_MATH_EXACT);
     q35_span sp = {seq, n, -1};
     EM_TRY(row_runs_plan(&d->runs, &n, NULL, NULL, 1, m->prefill_math)); /* the head's rows, not the last batch's */
-    if (q35_attention_layer(m, d, &t->layers[0], &sp, 1, n, false))
-        op->add(be, d->x, d->h, (size_t)n * H); /* the layer's MLP output, where it was left in h */
+    row_runs_set_pending(&d->runs, false);
+    q35_attention_layer(m, d, &t->layers[0], &sp, 1, n);
+    row_runs_add_pending(be, &d->runs, d->x, d->h, c->hidden); /* the layer's MLP output, where it was left in h */
     float *last = d->h; /* the normed output of the last pair */
     op->rmsnorm(be, last, d->x + (size_t)(n - 1) * H, t->final_norm, 1, c->hidden, eps, 0.0f);
     if (logits) EM_TRY(q35_logits(m, d, NULL, logits, last, 1, t->has_own_head ? &t->own_head : &d->head));

@@ -37,7 +37,7 @@ static q35_gdn_run rank_gdn(const em_model *m, tp_impl *t, tp_rank *R) {
     const qwen3_5_config *q = &m->cfg.q35;
     return (q35_gdn_run){R->be, &t->runs, R->rs, R->sh.n_lin_k_heads, R->sh.n_lin_v_heads, q->lin_k_dim, q->lin_v_dim,
                          q->conv_kernel, t->lin_channels, (float)m->cfg.rms_eps, R->h, R->qkv, R->z, R->a, R->b, R->g,
-                         R->beta, R->core};
+                         R->beta, R->core, {NULL, NULL, 0}}; /* the normed input in h, the output to h */
 }
 
 void qwen3_5_tp_mixer(em_model *m, tp_impl *t, tp_rank *R, int layer, const em_batch *b, int T) {
@@ -52,8 +52,8 @@ void qwen3_5_tp_mixer(em_model *m, tp_impl *t, tp_rank *R, int layer, const em_b
     }
     rank_kv kv = {m, R};
     q35_attn_run r = {be, &t->runs, R->sh.n_q_heads, R->sh.n_kv_heads, c->head_dim, t->rot_dim, (float)c->rms_eps,
-                      t->attn_factor, t->inv_freq, t->pos, R->h, R->qg, R->q, R->attn_gate, R->k, R->v, R->att,
-                      rank_view, &kv};
+                      t->attn_factor, t->inv_freq, t->pos, R->h, R->qg, R->q, R->k, R->v, R->att,
+                      rank_view, &kv, {NULL, NULL, 0}};
     q35_attn A = {L->wq, L->wk, L->wv, L->wo, L->bq, L->bk, L->bv, L->bo, L->q_norm, L->k_norm};
     q35_gated_attention(&r, &A, L->slot, t->q35_spans, b->n_spans, T);
 }
