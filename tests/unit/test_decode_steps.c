@@ -14,15 +14,21 @@
 
 #include <glob.h>
 
-/* The checkpoint at dir in EXACT with room for max_seq sequences, or NULL
- * (a failed check). */
-static em_model *open_exact(const char *dir, int max_seq) {
+/* The checkpoint at dir with room for max_seq sequences, opened with
+ * `cfg` (NULL: the environment's), or NULL (its error printed). */
+static em_model *open_model(const char *dir, em_precision p, int max_seq, const em_config *cfg) {
     em_model *m;
-    em_open_options o = {.n_threads = 2, .precision = EM_PRECISION_EXACT, .max_sequences = max_seq};
+    em_open_options o = {.n_threads = 2, .precision = p, .max_sequences = max_seq, .config = cfg};
     if (em_model_open(dir, &o, &m) == EM_OK) return m;
     fprintf(stderr, "%s\n", em_last_error());
-    CHECK(0);
     return NULL;
+}
+
+/* The same in EXACT, or NULL (a failed check). */
+static em_model *open_exact(const char *dir, int max_seq) {
+    em_model *m = open_model(dir, EM_PRECISION_EXACT, max_seq, NULL);
+    CHECK(m != NULL);
+    return m;
 }
 
 static void check_model(const char *dir) {
@@ -89,12 +95,8 @@ static void check_model(const char *dir) {
 enum { FAST_TAILS = 7 };
 static const int fast_tails[FAST_TAILS][2] = {{0, 7}, {300, 7}, {1200, 7}, {33, 2}, {700, 2}, {90, 15}, {1500, 15}};
 static bool run_fast_tails(const char *dir, const em_config *cfg, float **out, int *vocab) {
-    em_model *m;
-    em_open_options o = {.n_threads = 2, .precision = EM_PRECISION_FAST, .max_sequences = 2, .config = cfg};
-    if (em_model_open(dir, &o, &m) != EM_OK) {
-        fprintf(stderr, "%s\n", em_last_error());
-        return false;
-    }
+    em_model *m = open_model(dir, EM_PRECISION_FAST, 2, cfg);
+    if (!m) return false;
     enum { PRE = 1600 };
     int V = *vocab = m->cfg.vocab;
     int32_t *ids = malloc(sizeof(int32_t) * (PRE + 16));
@@ -117,18 +119,19 @@ static bool run_fast_tails(const char *dir, const em_config *cfg, float **out, i
     return ok;
 }
 
-/* FAST tails recorded once per row count and replayed at other context
- * lengths give the bits of the same tails run eagerly
- * (EMBER_CUDA_GRAPHS=0): a recording never depends on the context. */
-static void check_fast_tails(const char *dir, const em_config *eager) {
+/* The rows run() gives on a model opened with the default configuration
+ * (steps recorded and replayed on a GPU) and with `eager`
+ * (EMBER_CUDA_GRAPHS=0) are the same bits. */
+typedef bool (*rows_run)(const char *dir, const em_config *cfg, float **out, int *vocab);
+static void check_recorded_rows(const char *dir, const em_config *eager, rows_run run, int rows, const char *what) {
     float *a = NULL, *b = NULL;
     int va = 0, vb = 0;
-    bool ok = run_fast_tails(dir, NULL, &a, &va) && run_fast_tails(dir, eager, &b, &vb);
-    CHECKF(ok, "%s: FAST tails did not run", dir);
+    bool ok = run(dir, NULL, &a, &va) && run(dir, eager, &b, &vb);
+    CHECKF(ok, "%s: %s did not run", dir, what);
     if (ok) {
         int differ = 0;
-        for (int c = 0; c < FAST_TAILS; c++) differ += memcmp(a + (size_t)c * va, b + (size_t)c * va, sizeof(float) * va) != 0;
-        CHECKF(differ == 0, "%s: %d FAST tails differ recorded and eager", dir, differ);
+        for (int r = 0; r < rows; r++) differ += memcmp(a + (size_t)r * va, b + (size_t)r * va, sizeof(float) * va) != 0;
+        CHECKF(differ == 0, "%s: %d of the %s differ recorded and eager", dir, differ, what);
     }
     free(a), free(b);
 }
@@ -155,12 +158,8 @@ static em_config *eager_config(void) {
  * (DECODE_ROWS rows). */
 enum { DECODE_STEPS = 12, DECODE_ROWS = 21 };
 static bool run_decode_steps(const char *dir, const em_config *cfg, float **out, int *vocab) {
-    em_model *m;
-    em_open_options o = {.n_threads = 2, .precision = EM_PRECISION_FAST, .max_sequences = 3, .config = cfg};
-    if (em_model_open(dir, &o, &m) != EM_OK) {
-        fprintf(stderr, "%s\n", em_last_error());
-        return false;
-    }
+    em_model *m = open_model(dir, EM_PRECISION_FAST, 3, cfg);
+    if (!m) return false;
     int V = *vocab = m->cfg.vocab, seq[3], pre[3] = {40, 17, 5};
     int32_t ids[64];
     for (int i = 0; i < 64; i++) ids[i] = (int32_t)((i * 6421 + 5) % V);
@@ -190,23 +189,6 @@ static bool run_decode_steps(const char *dir, const em_config *cfg, float **out,
     if (!ok) fprintf(stderr, "%s\n", em_last_error());
     em_model_free(m);
     return ok;
-}
-
-/* Decode steps recorded once per set of sequences and replayed at longer
- * contexts give the bits of the same steps run eagerly
- * (EMBER_CUDA_GRAPHS=0): a recording never depends on the context, and a
- * replay of one set of sequences never touches another's state. */
-static void check_recorded_decode(const char *dir, const em_config *eager) {
-    float *a = NULL, *b = NULL;
-    int va = 0, vb = 0;
-    bool ok = run_decode_steps(dir, NULL, &a, &va) && run_decode_steps(dir, eager, &b, &vb);
-    CHECKF(ok, "%s: decode steps did not run", dir);
-    if (ok) {
-        int differ = 0;
-        for (int r = 0; r < DECODE_ROWS; r++) differ += memcmp(a + (size_t)r * va, b + (size_t)r * va, sizeof(float) * va) != 0;
-        CHECKF(differ == 0, "%s: %d decode rows differ recorded and eager", dir, differ);
-    }
-    free(a), free(b);
 }
 
 /* One EXACT decode step of a sequence gives the same bits alone, among 11
@@ -253,8 +235,13 @@ static void check_batch_invariance(const char *dir) {
 static void check_all(const char *dir, const em_config *eager) {
     check_model(dir);
     check_batch_invariance(dir);
-    check_fast_tails(dir, eager);
-    check_recorded_decode(dir, eager);
+    /* FAST tails recorded once per row count and replayed at other context
+     * lengths: a recording never depends on the context */
+    check_recorded_rows(dir, eager, run_fast_tails, FAST_TAILS, "FAST tails");
+    /* decode steps recorded once per set of sequences and replayed at
+     * longer contexts: nor does a replay of one set of sequences touch
+     * another's state */
+    check_recorded_rows(dir, eager, run_decode_steps, DECODE_ROWS, "decode rows");
 }
 
 int main(int argc, char **argv) {
