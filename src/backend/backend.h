@@ -319,6 +319,17 @@ typedef struct em_backend_ops {
      * tokens. Both compute the same function. */
     void (*gated_delta_rule)(em_backend *be, float *out, const float *qkv, int ld, const float *g, const float *beta,
                              float *state, int n, int Hk, int Hv, int dk, int dv, int chunk);
+    /* Decode rows of `rows` sequences, one token each: row r of qkv (rows
+     * of C) through conv1d_silu with conv_states[r] (in place), then
+     * gated_delta_rule with ssm_states[r] (g, beta rows of Hv) into row r
+     * of core (rows of Hv*dv), in a launch of each for all the rows; the
+     * bits of the per-row calls. The state tables are host arrays (staged
+     * like block tables, so a recorded step serves any sequences). False:
+     * nothing was queued, and the caller makes the per-row calls.
+     * Optional (NULL: the per-row calls). */
+    bool (*gdn_mix_rows)(em_backend *be, float *core, float *qkv, int C, const float *conv_w, int K, const float *g,
+                         const float *beta, float *const *conv_states, float *const *ssm_states, int rows, int Hk,
+                         int Hv, int dk, int dv);
     /* y = x / rms(x) * gain * silu(z) over rows of n (z rows strided like x). */
     void (*rmsnorm_gated)(em_backend *be, float *y, const float *x, const float *z, const float *gain, int rows, int n,
                           float eps);

@@ -79,6 +79,22 @@ static void mix_rows(const q35_gdn_run *r, const q35_gdn *g, int slot, int seq, 
                               chunk);
 }
 
+/* Decode rows of two or more sequences (every span one token or none):
+ * the convolutions and the recurrences of all of them in a launch each,
+ * where the backend takes them. False: nothing done. */
+#define Q35_MIX_ROWS_MAX 64
+static bool mix_decode_rows(const q35_gdn_run *r, const q35_gdn *g, int slot, const q35_span *sp, int n_spans, int T) {
+    const em_backend_ops *op = r->be->ops;
+    if (!op->gdn_mix_rows || T < 2 || T > Q35_MIX_ROWS_MAX) return false;
+    float *conv[Q35_MIX_ROWS_MAX], *ssm[Q35_MIX_ROWS_MAX];
+    for (int s = 0, row = 0; s < n_spans; s++) {
+        if (sp[s].n > 1) return false;
+        if (sp[s].n) conv[row] = rstate_conv(r->rs, sp[s].seq, slot), ssm[row++] = rstate_ssm(r->rs, sp[s].seq, slot);
+    }
+    return op->gdn_mix_rows(r->be, r->core, r->qkv, r->channels, g->conv_w, r->kernel, r->g, r->beta, conv, ssm, T,
+                            r->hk, r->hv, r->dk, r->dv);
+}
+
 void q35_gdn_block(const q35_gdn_run *r, const q35_gdn *g, int slot, const q35_span *sp, int n_spans, int T) {
     em_backend *be = r->be;
     const em_backend_ops *op = be->ops;
@@ -89,13 +105,15 @@ void q35_gdn_block(const q35_gdn_run *r, const q35_gdn *g, int slot, const q35_s
     const float *none[4] = {NULL, NULL, NULL, NULL};
     q35_in_products(be, r->runs, &r->res, r->h, r->eps, 4, outs, ws, none);
     op->gdn_gates(be, r->g, r->beta, r->a, r->b, Hv, g->A_log, g->dt_bias, T, Hv);
-    int row = 0;
-    for (int s = 0; s < n_spans; s++) {
+    /* the journal takes the convolution's inputs, before it runs in place */
+    for (int s = 0, row = 0; s < n_spans; row += sp[s].n, s++)
         if (sp[s].journal_first >= 0) journal_write(r, slot, sp[s].seq, sp[s].journal_first, row, sp[s].n);
-        /* journaled spans use the recurrence, which the replay repeats exactly */
-        int chunk = sp[s].n > Q35_RECURRENT_MAX && sp[s].journal_first < 0 ? Q35_CHUNK : 0;
-        if (sp[s].n) mix_rows(r, g, slot, sp[s].seq, row, sp[s].n, chunk);
-        row += sp[s].n;
+    if (!mix_decode_rows(r, g, slot, sp, n_spans, T)) {
+        for (int s = 0, row = 0; s < n_spans; row += sp[s].n, s++) {
+            /* journaled spans use the recurrence, which the replay repeats exactly */
+            int chunk = sp[s].n > Q35_RECURRENT_MAX && sp[s].journal_first < 0 ? Q35_CHUNK : 0;
+            if (sp[s].n) mix_rows(r, g, slot, sp[s].seq, row, sp[s].n, chunk);
+        }
     }
     op->rmsnorm_gated(be, r->core, r->core, r->z, g->norm, T * Hv, r->dv, r->eps);
     q35_out_product(be, r->runs, &r->res, r->h, r->core, &g->w_out, NULL);

@@ -423,14 +423,17 @@ static void forward_ops(em_model *m, q35_impl *d, const em_batch *b, const q35_s
 /* A decode step the backend may record: one token and its logits per
  * sequence, at most 64 of them, none journaled (speculation's verify
  * spans, whose journal rows move step to step, run eagerly). The key
- * names the sequences, whose recurrent states the recording addresses,
- * and the rows' arithmetic; 0: not recorded. */
+ * holds the rows' arithmetic and, for one sequence, which: its recurrent
+ * state is addressed directly (several sequences' states go through
+ * staged tables, gdn_mix_rows, so one recording serves any of them, as
+ * attention's block tables do). 0: not recorded. */
 static uint64_t step_key(const em_model *m, const q35_impl *d, const em_batch *b, const q35_span *sp, int T) {
     if (!d->graphs || !m->be->ops->graph_begin || T > 64) return 0;
+    bool tables = T > 1 && m->be->ops->gdn_mix_rows;
     uint64_t h = em_hash_u64(0x71776e3335ull, (uint64_t)T);
     for (int s = 0; s < b->n_spans; s++) {
         if (b->spans[s].n != 1 || b->spans[s].logits != LOGITS_LAST || sp[s].journal_first >= 0) return 0;
-        h = em_hash_u64(h, (uint64_t)sp[s].seq);
+        if (!tables) h = em_hash_u64(h, (uint64_t)sp[s].seq);
     }
     h = em_hash_finish(em_hash_u64(h, (uint64_t)row_runs_common_math(&d->runs)));
     return h ? h : 1;

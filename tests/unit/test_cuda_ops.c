@@ -751,6 +751,52 @@ static void test_delta_rule(void) {
     test_delta_case(2, 4, 64, 128, 300, 100, 0);  /* calls of 100 tokens, tiles of 32 */
 }
 
+/* gdn_mix_rows over `rows` decode rows, each its own sequence's states
+ * (scattered in one allocation, in another order than the rows), gives
+ * the bits of conv1d_silu and gated_delta_rule called row by row. */
+static void test_mix_rows_case(int rows, int Hk, int Hv, int dk, int dv, int K) {
+    int C = 2 * Hk * dk + Hv * dv;
+    size_t cn = (size_t)(K - 1) * C, sn = (size_t)Hv * dk * dv, xn = (size_t)rows * C, on = (size_t)rows * Hv * dv;
+    float *qkv = rand_f32(xn, 1.0f), *w = rand_f32((size_t)C * K, 0.7f), *cs = rand_f32(cn * rows, 1.0f);
+    float *ss = rand_f32(sn * rows, 0.3f), *g = malloc((size_t)rows * Hv * 4), *beta = malloc((size_t)rows * Hv * 4);
+    for (int i = 0; i < rows * Hv; i++) g[i] = -1.0f - frand(), beta[i] = 0.5f + 0.5f * frand();
+    float *wd = up(w, (size_t)C * K * 4), *gd = up(g, (size_t)rows * Hv * 4), *bd = up(beta, (size_t)rows * Hv * 4);
+    float *x1 = up(qkv, xn * 4), *x2 = up(qkv, xn * 4), *c1 = up(cs, cn * rows * 4), *c2 = up(cs, cn * rows * 4);
+    float *s1 = up(ss, sn * rows * 4), *s2 = up(ss, sn * rows * 4);
+    float *o1 = gpu->ops->alloc(gpu, on * 4), *o2 = gpu->ops->alloc(gpu, on * 4);
+    float *ct[64], *st[64];
+    for (int r = 0; r < rows; r++) {
+        int q = rows - 1 - r; /* row r's sequence keeps its states at slot q */
+        ct[r] = c1 + (size_t)q * cn, st[r] = s1 + (size_t)q * sn;
+    }
+    bool took = gpu->ops->gdn_mix_rows(gpu, o1, x1, C, wd, K, gd, bd, ct, st, rows, Hk, Hv, dk, dv);
+    CHECKF(took, "gdn_mix_rows declined %d rows (Hk=%d Hv=%d dk=%d dv=%d K=%d)", rows, Hk, Hv, dk, dv, K);
+    for (int r = 0; r < rows; r++) {
+        int q = rows - 1 - r;
+        float *xr = x2 + (size_t)r * C;
+        gpu->ops->conv1d_silu(gpu, xr, xr, 1, C, C, wd, K, c2 + (size_t)q * cn);
+        gpu->ops->gated_delta_rule(gpu, o2 + (size_t)r * Hv * dv, xr, C, gd + (size_t)r * Hv, bd + (size_t)r * Hv,
+                                   s2 + (size_t)q * sn, 1, Hk, Hv, dk, dv, 0);
+    }
+    float *a[4] = {down(o1, on), down(x1, xn), down(c1, cn * rows), down(s1, sn * rows)};
+    float *b[4] = {down(o2, on), down(x2, xn), down(c2, cn * rows), down(s2, sn * rows)};
+    size_t n[4] = {on, xn, cn * rows, sn * rows};
+    int differ = 0;
+    for (int k = 0; k < 4; k++) differ += memcmp(a[k], b[k], n[k] * 4) != 0, free(a[k]), free(b[k]);
+    CHECKF(took && differ == 0, "gdn_mix_rows %d rows (Hk=%d Hv=%d dk=%d dv=%d K=%d): %d of out, conv, conv state, "
+           "delta state differ from the per-row calls", rows, Hk, Hv, dk, dv, K, differ);
+    float *bufs[] = {wd, gd, bd, x1, x2, c1, c2, s1, s2, o1, o2};
+    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) gpu->ops->free(gpu, bufs[k]);
+    free(qkv), free(w), free(cs), free(ss), free(g), free(beta);
+}
+
+static void test_mix_rows(void) {
+    test_mix_rows_case(2, 2, 4, 128, 128, 4);  /* Qwen3.5 head sizes, two sequences */
+    test_mix_rows_case(7, 1, 3, 37, 33, 3);    /* odd widths */
+    test_mix_rows_case(64, 2, 2, 64, 64, 4);   /* the most rows a step records */
+    test_mix_rows_case(3, 1, 2, 300, 40, 4);   /* dk past 256: the state stays in memory */
+}
+
 static void test_rmsnorm_gated(void) {
     int cases[][2] = {{1, 128}, {7, 37}, {64, 128}, {3, 1}, {2, 1000}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -1163,6 +1209,7 @@ int main(void) {
     RUN(test_gdn_gates);
     RUN(test_delta_rule);
     RUN(test_delta_steps);
+    RUN(test_mix_rows);
     RUN(test_rmsnorm_gated);
     RUN(test_copy_rows);
     RUN(test_copy_many);

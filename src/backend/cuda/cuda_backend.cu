@@ -405,6 +405,7 @@ static em_backend_ops make_ops(void) {
     o.conv1d_silu = cuda_conv1d_silu;
     o.gdn_gates = cuda_gdn_gates;
     o.gated_delta_rule = cuda_gated_delta_rule;
+    o.gdn_mix_rows = cuda_gdn_mix_rows;
     o.rmsnorm_gated = cuda_rmsnorm_gated;
     return o;
 }

@@ -70,10 +70,16 @@ void cuda_sigmoid_mul(em_backend *be, float *y, const float *gate, int rows, int
  * thread writes only the rows of its own segment and channel. The last
  * segment's thread leaves its window, the last K-1 inputs, as the state.
  * Every output is the same sum over the same window, however the tokens
- * are split. */
+ * are split. With `states` (decode rows: n is 1), blockIdx.y is a row of
+ * x and y, each of its own sequence, states[row] that sequence's state. */
 template <int KMAX>
-__global__ void conv_kernel(float *y, const float *x, int n, int C, int ld, const float *w, int K, float *state) {
+__global__ void conv_kernel(float *y, const float *x, int n, int C, int ld, const float *w, int K, float *state,
+                            float *const *states) {
     cuda_pdl_enter();
+    if (states) {
+        size_t row = blockIdx.y;
+        state = states[row], x += row * ld, y += row * ld;
+    }
     int c = blockIdx.x * 32 + threadIdx.x % 32, segs = blockDim.x / 32, seg = threadIdx.x / 32;
     int len = (n + segs - 1) / segs, t_begin = seg * len, t_end = t_begin + len < n ? t_begin + len : n;
     bool on = c < C;
@@ -122,6 +128,14 @@ __global__ void conv_kernel(float *y, const float *x, int n, int C, int ld, cons
         if (r < K - 1) state[(size_t)r * C + c] = win[r];
 }
 
+static void conv_launch(cuda_backend *cb, dim3 grid, dim3 block, float *y, const float *x, int n, int C, int ld,
+                        const float *w, int K, float *state, float *const *states) {
+    if (K <= 4) cuda_launch(conv_kernel<4>, grid, block, 0, cb->stream, y, x, n, C, ld, w, K, state, states);
+    else if (K <= 8) cuda_launch(conv_kernel<8>, grid, block, 0, cb->stream, y, x, n, C, ld, w, K, state, states);
+    else cuda_launch(conv_kernel<CONV_MAX_KERNEL>, grid, block, 0, cb->stream, y, x, n, C, ld, w, K, state, states);
+    CUDA_LAUNCHED(cb, "conv1d_silu");
+}
+
 void cuda_conv1d_silu(em_backend *be, float *y, const float *x, int n, int C, int ld, const float *w, int K,
                       float *state) {
     cuda_backend *cb = cuda_enter(be);
@@ -135,10 +149,7 @@ void cuda_conv1d_silu(em_backend *be, float *y, const float *x, int n, int C, in
     int segs = n / CONV_SEG_MIN < 1 ? 1 : n / CONV_SEG_MIN > CONV_SEGS ? CONV_SEGS : n / CONV_SEG_MIN;
     dim3 grid(cuda_blocks((size_t)C, 32)), block(32 * segs);
     if (cuda_graph_skip(cb, y, x, n, C, ld, w, K, state)) return;
-    if (K <= 4) cuda_launch(conv_kernel<4>, grid, block, 0, cb->stream, y, x, n, C, ld, w, K, state);
-    else if (K <= 8) cuda_launch(conv_kernel<8>, grid, block, 0, cb->stream, y, x, n, C, ld, w, K, state);
-    else cuda_launch(conv_kernel<CONV_MAX_KERNEL>, grid, block, 0, cb->stream, y, x, n, C, ld, w, K, state);
-    CUDA_LAUNCHED(cb, "conv1d_silu");
+    conv_launch(cb, grid, block, y, x, n, C, ld, w, K, state, NULL);
 }
 
 /* ---- gdn_gates ---- */
@@ -229,6 +240,14 @@ __device__ __forceinline__ float dr_token(float (&s)[NJ], const float *kt, const
     return parts_sum(o);
 }
 
+/* Decode rows: the block's row of out, qkv, g and beta, and the state of
+ * its sequence. */
+__device__ __forceinline__ void dr_row(float *&out, const float *&qkv, const float *&g, const float *&beta,
+                                       float *&state, float *const *states, int ld, int Hv, int dv) {
+    size_t row = blockIdx.z;
+    out += row * Hv * dv, qkv += row * ld, g += row * Hv, beta += row * Hv, state = states[row];
+}
+
 /* The block's columns of the state into registers (load) or back (store). */
 template <int NJ, bool STORE>
 __device__ __forceinline__ void dr_state(float (&s)[NJ], float *S, int part, int c, bool col, int dk, int dv) {
@@ -249,12 +268,15 @@ __device__ __forceinline__ void dr_state(float (&s)[NJ], float *S, int part, int
  * warps never wait on each other; the lanes then read the k and q entries
  * of their rows from L1 and scale them as the CPU's l2norm does. Decode
  * steps and short spans: each token's loads and norms lie on the path
- * from one token to the next, which delta_rule_tiled_kernel avoids. */
+ * from one token to the next, which delta_rule_tiled_kernel avoids.
+ * With `states` (decode rows: n is 1), blockIdx.z is a row, each of its
+ * own sequence (dr_row). */
 template <int NJ>
 __global__ void __launch_bounds__(DR_THREADS) delta_rule_kernel(float *out, const float *qkv, int ld, const float *g,
                                                                 const float *beta, float *state, int n, int Hk, int Hv,
-                                                                int dk, int dv) {
+                                                                int dk, int dv, float *const *states) {
     cuda_pdl_enter();
+    if (states) dr_row(out, qkv, g, beta, state, states, ld, Hv, dv);
     int h = blockIdx.x, kh = h / (Hv / Hk), lane = threadIdx.x % 32;
     int part = threadIdx.x % DR_PARTS, c = blockIdx.y * DR_COLS + threadIdx.x / DR_PARTS;
     bool col = c < dv;
@@ -374,8 +396,10 @@ __global__ void __launch_bounds__(DR_THREADS)
  * mapping and arithmetic of delta_rule_kernel). */
 __global__ void __launch_bounds__(DR_THREADS) delta_rule_wide_kernel(float *out, const float *qkv, int ld,
                                                                      const float *g, const float *beta, float *state,
-                                                                     int n, int Hk, int Hv, int dk, int dv) {
+                                                                     int n, int Hk, int Hv, int dk, int dv,
+                                                                     float *const *states) {
     cuda_pdl_enter();
+    if (states) dr_row(out, qkv, g, beta, state, states, ld, Hv, dv);
     int h = blockIdx.x, kh = h / (Hv / Hk), lane = threadIdx.x % 32;
     int part = threadIdx.x % DR_PARTS, c = blockIdx.y * DR_COLS + threadIdx.x / DR_PARTS;
     bool col = c < dv;
@@ -419,10 +443,10 @@ static size_t dr_tiled_smem(int tt, int dk) {
  * token by token below. */
 template <int NJ>
 static void dr_launch(cuda_backend *cb, dim3 grid, float *out, const float *qkv, int ld, const float *g,
-                      const float *beta, float *state, int n, int Hk, int Hv, int dk, int dv) {
-    if (n < DR_TILED_MIN) {
+                      const float *beta, float *state, int n, int Hk, int Hv, int dk, int dv, float *const *states) {
+    if (n < DR_TILED_MIN || states) {
         cuda_launch(delta_rule_kernel<NJ>, grid, DR_THREADS, 0, cb->stream, out, qkv, ld, g, beta, state, n, Hk, Hv, dk,
-                    dv);
+                    dv, states);
         return;
     }
     int tt = DR_TILE_MAX;
@@ -431,25 +455,57 @@ static void dr_launch(cuda_backend *cb, dim3 grid, float *out, const float *qkv,
                 state, n, Hk, Hv, dk, dv, tt);
 }
 
+/* The delta rule's launch: the kernel for dk's rows a lane, over grid
+ * (Hv, column blocks, rows: 1, or the decode rows of `states`). */
+static void dr_dispatch(cuda_backend *cb, unsigned rows, float *out, const float *qkv, int ld, const float *g,
+                        const float *beta, float *state, int n, int Hk, int Hv, int dk, int dv, float *const *states) {
+    dim3 grid((unsigned)Hv, (unsigned)((dv + DR_COLS - 1) / DR_COLS), rows);
+    int nj = (dk + DR_PARTS - 1) / DR_PARTS;
+    if (dk > DR_MAX_DK)
+        cuda_launch(delta_rule_wide_kernel, grid, DR_THREADS, 0, cb->stream, out, qkv, ld, g, beta, state, n, Hk, Hv, dk,
+                    dv, states);
+    else if (nj <= 4) dr_launch<4>(cb, grid, out, qkv, ld, g, beta, state, n, Hk, Hv, dk, dv, states);
+    else if (nj <= 8) dr_launch<8>(cb, grid, out, qkv, ld, g, beta, state, n, Hk, Hv, dk, dv, states);
+    else if (nj <= 16) dr_launch<16>(cb, grid, out, qkv, ld, g, beta, state, n, Hk, Hv, dk, dv, states);
+    else dr_launch<32>(cb, grid, out, qkv, ld, g, beta, state, n, Hk, Hv, dk, dv, states);
+    CUDA_LAUNCHED(cb, "gated_delta_rule");
+}
+
+static bool dr_heads_ok(cuda_backend *cb, int Hk, int Hv) {
+    if (Hk > 0 && Hv % Hk == 0) return true;
+    cuda_note(cb, cudaErrorInvalidValue, "gated_delta_rule (value heads not a multiple of key heads)");
+    return false;
+}
+
 void cuda_gated_delta_rule(em_backend *be, float *out, const float *qkv, int ld, const float *g, const float *beta,
                            float *state, int n, int Hk, int Hv, int dk, int dv, int chunk) {
     (void)chunk; /* both forms compute the same function; the GPU runs the recurrence */
     cuda_backend *cb = cuda_enter(be);
-    if (n <= 0 || Hv <= 0 || dv <= 0 || dk <= 0) return;
-    if (Hk <= 0 || Hv % Hk != 0) {
-        cuda_note(cb, cudaErrorInvalidValue, "gated_delta_rule (value heads not a multiple of key heads)");
-        return;
-    }
-    dim3 grid((unsigned)Hv, (unsigned)((dv + DR_COLS - 1) / DR_COLS));
+    if (n <= 0 || Hv <= 0 || dv <= 0 || dk <= 0 || !dr_heads_ok(cb, Hk, Hv)) return;
     if (cuda_graph_skip(cb, out, qkv, ld, g, beta, state, n, Hk, Hv, dk, dv)) return;
-    int nj = (dk + DR_PARTS - 1) / DR_PARTS;
-    if (dk > DR_MAX_DK)
-        cuda_launch(delta_rule_wide_kernel, grid, DR_THREADS, 0, cb->stream, out, qkv, ld, g, beta, state, n, Hk, Hv, dk, dv);
-    else if (nj <= 4) dr_launch<4>(cb, grid, out, qkv, ld, g, beta, state, n, Hk, Hv, dk, dv);
-    else if (nj <= 8) dr_launch<8>(cb, grid, out, qkv, ld, g, beta, state, n, Hk, Hv, dk, dv);
-    else if (nj <= 16) dr_launch<16>(cb, grid, out, qkv, ld, g, beta, state, n, Hk, Hv, dk, dv);
-    else dr_launch<32>(cb, grid, out, qkv, ld, g, beta, state, n, Hk, Hv, dk, dv);
-    CUDA_LAUNCHED(cb, "gated_delta_rule");
+    dr_dispatch(cb, 1, out, qkv, ld, g, beta, state, n, Hk, Hv, dk, dv, NULL);
+}
+
+/* ---- decode rows of several sequences ---- */
+
+bool cuda_gdn_mix_rows(em_backend *be, float *core, float *qkv, int C, const float *conv_w, int K, const float *g,
+                       const float *beta, float *const *conv_states, float *const *ssm_states, int rows, int Hk, int Hv,
+                       int dk, int dv) {
+    cuda_backend *cb = cuda_enter(be);
+    if (rows <= 0 || rows > 65535 || C <= 0 || K <= 0 || K > CONV_MAX_KERNEL || Hv <= 0 || dv <= 0 || dk <= 0 ||
+        Hk <= 0 || Hv % Hk)
+        return false;
+    size_t tb = (size_t)rows * sizeof(float *);
+    cuda_stage_begin(cb, 2 * tb, 2);
+    float *const *cs = (float *const *)cuda_stage_put(cb, conv_states, tb);
+    float *const *ss = (float *const *)cuda_stage_put(cb, ssm_states, tb);
+    if (!cs || !ss) return true; /* noted (or the recording broken) */
+    cuda_stage_flush(cb);
+    if (cuda_graph_skip(cb, core, qkv, C, conv_w, K, g, beta, rows, Hk, Hv, dk, dv)) return true;
+    /* one token a row: a warp of 32 channels a block, a block a row */
+    conv_launch(cb, dim3(cuda_blocks((size_t)C, 32), (unsigned)rows), dim3(32), qkv, qkv, 1, C, C, conv_w, K, NULL, cs);
+    dr_dispatch(cb, (unsigned)rows, core, qkv, C, g, beta, NULL, 1, Hk, Hv, dk, dv, ss);
+    return true;
 }
 
 /* ---- rmsnorm_gated ---- */

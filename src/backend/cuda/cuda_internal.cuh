@@ -518,6 +518,9 @@ void cuda_gdn_gates(em_backend *be, float *g, float *beta, const float *a, const
                     const float *A_log, const float *dt_bias, int n, int Hv);
 void cuda_gated_delta_rule(em_backend *be, float *out, const float *qkv, int ld, const float *g, const float *beta,
                            float *state, int n, int Hk, int Hv, int dk, int dv, int chunk);
+bool cuda_gdn_mix_rows(em_backend *be, float *core, float *qkv, int C, const float *conv_w, int K, const float *g,
+                       const float *beta, float *const *conv_states, float *const *ssm_states, int rows, int Hk, int Hv,
+                       int dk, int dv);
 void cuda_rmsnorm_gated(em_backend *be, float *y, const float *x, const float *z, const float *gain, int rows, int n,
                         float eps);
 void cuda_kv_write(em_backend *be, const em_kv_view *kv, const float *k, const float *v, const int32_t *pos, int n,
