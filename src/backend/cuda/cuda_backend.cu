@@ -340,6 +340,7 @@ static void cuda_destroy(em_backend *be) {
         stage_free(&cb->stage);
         if (cb->xconv) cudaFree(cb->xconv);
         if (cb->wide) cudaFree(cb->wide);
+        if (cb->q8x) cudaFree(cb->q8x);
         if (cb->att_part) cudaFree(cb->att_part);
         if (cb->att_count) cudaFree(cb->att_count);
         if (cb->grid_bar) cudaFree(cb->grid_bar);

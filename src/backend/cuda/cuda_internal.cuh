@@ -98,6 +98,10 @@ typedef struct cuda_backend {
     uint64_t twin_seq, op_seq;
     float *wide;
     size_t wide_bytes;
+    /* activations rounded to int8 once for a few-row product's blocks
+     * (cuda_qgemv_i8.cu, three rows or more) */
+    void *q8x;
+    size_t q8x_bytes;
     float *att_part; /* attention splits' partial results */
     size_t att_part_bytes;
     int *att_count; /* per (row, kv head): splits done (CUDA_ATT_COUNT_CAP, zero between launches) */
