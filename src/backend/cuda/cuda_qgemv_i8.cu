@@ -27,8 +27,6 @@
 #define Q8_MAX_M 8
 #define Q8_STREAM_SMEM_MAX ((size_t)48 << 10) /* without opting in to more */
 
-/* Registers capped so that 3 blocks (2 for 8-bit codes and 4+ rows) share
- * a multiprocessor: a block's life is mostly waiting on its loads. */
 /* Rounded activations for the whole grid: row m's codes at q.x + m * K
  * (each chunk of Q8_KC laid out as q8_stage lays it out), its per-32
  * scales and sums at q.d and q.s + m * K / 32. */
@@ -65,6 +63,8 @@ __device__ __forceinline__ void q8_copy_rounded(int8_t *xq, float *xd, float *xs
     }
 }
 
+/* Registers capped so that 3 blocks (2 for 8-bit codes and 4+ rows) share
+ * a multiprocessor: a block's life is mostly waiting on its loads. */
 template <int BITS, int ROWS>
 __global__ void __launch_bounds__(Q8_WARPS * 32, BITS == 8 && ROWS >= 4 ? 2 : 3)
     qgemv_i8_kernel(float *y, const float *x, const uint32_t *w, const void *scales, const void *biases, int sdt,
