@@ -25,6 +25,8 @@ typedef struct mlp_block {
     int rows, width, inter;
 } mlp_block;
 
+/* x += the MLP of p's rows (or its output left pending in h), run by run
+ * over `runs`; p's buffers stay the caller's. */
 void mlp_block_run(em_backend *be, row_runs *runs, const mlp_block *p);
 
 #endif
