@@ -205,33 +205,45 @@ __device__ __forceinline__ void qp_rows(const qp_args &a, int it0, int rows, int
     float acc[ROWS], gate[ROWS];
 #pragma unroll
     for (int m = 0; m < ROWS; m++) acc[m] = gate[m] = 0.0f;
+    /* Line jj of the stage at (codes, scl), line j of the row, into acc. */
+    auto line = [&](unsigned codes, unsigned scl, int jj, int j) {
+        uint32_t w[BITS];
+        uint4 v = qp_ld16(codes + jj * LB);
+        w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+        if (BITS == 8) {
+            uint4 u = qp_ld16(codes + jj * LB + 16);
+            w[4 % BITS] = u.x, w[5 % BITS] = u.y, w[6 % BITS] = u.z, w[7 % BITS] = u.w;
+        }
+        float sc = qp_scalar<SDT>(scl + jj * a.scb), bi = qp_scalar<SDT>(scl + (SL + jj) * a.scb);
+        float b = BITS == 8 ? fmaf(128.0f, sc, bi) : bi;
+#pragma unroll
+        for (int m = 0; m < ROWS; m++) { /* ROWS is the launch's M (qp_set) */
+            float2 ds = qp_ld8(dl + j * 256 + m * a.nseg * 8);
+            unsigned xm = xl + j * 512 + m * a.K;
+            uint4 x0 = qp_ld16(xm), x1 = qp_ld16(xm + a.K / 2);
+            int d = q8_dot_x<BITS>(w, x0, x1);
+            acc[m] = fmaf(sc * ds.x, (float)d, fmaf(b, ds.y, acc[m]));
+        }
+    };
+    /* Whether a row's lines are whole (K a multiple of 1,024): a stage of
+     * SL of them then runs its lines without a branch between, so the
+     * compiler can interleave their loads and dot products. */
+    const bool whole = a.nseg % 32 == 0;
     for (; rows > 0; rows--) {
         for (int j0 = 0; j0 < a.lpr; j0 += SL, k++) {
             const int s = k & (NS - 1);
             const unsigned codes = ring + s * (SL * LB) + lane * SEGB, scl = sring + s * ssb + sl;
             qp_bar_wait(bars + s * 8, (unsigned)(k / NS) & 1u);
+            if (whole && j0 + SL <= a.lpr) {
 #pragma unroll
-            for (int jj = 0; jj < SL; jj++) {
-                const int j = j0 + jj;
-                if (SL > 1 && j >= a.lpr) break;
-                if (j * 32 + lane >= a.nseg) continue; /* past a row's partial last line */
-                uint32_t w[BITS];
-                uint4 v = qp_ld16(codes + jj * LB);
-                w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
-                if (BITS == 8) {
-                    uint4 u = qp_ld16(codes + jj * LB + 16);
-                    w[4 % BITS] = u.x, w[5 % BITS] = u.y, w[6 % BITS] = u.z, w[7 % BITS] = u.w;
-                }
-                float sc = qp_scalar<SDT>(scl + jj * a.scb), bi = qp_scalar<SDT>(scl + (SL + jj) * a.scb);
-                float b = BITS == 8 ? fmaf(128.0f, sc, bi) : bi;
+                for (int jj = 0; jj < SL; jj++) line(codes, scl, jj, j0 + jj);
+            } else {
 #pragma unroll
-                for (int m = 0; m < ROWS; m++) {
-                    if (m >= a.M) break;
-                    float2 ds = qp_ld8(dl + j * 256 + m * a.nseg * 8);
-                    unsigned xm = xl + j * 512 + m * a.K;
-                    uint4 x0 = qp_ld16(xm), x1 = qp_ld16(xm + a.K / 2);
-                    int d = q8_dot_x<BITS>(w, x0, x1);
-                    acc[m] = fmaf(sc * ds.x, (float)d, fmaf(b, ds.y, acc[m]));
+                for (int jj = 0; jj < SL; jj++) {
+                    const int j = j0 + jj;
+                    if (SL > 1 && j >= a.lpr) break;
+                    if (j * 32 + lane >= a.nseg) continue; /* past a row's partial last line */
+                    line(codes, scl, jj, j);
                 }
             }
             __syncwarp(); /* every lane is done with the slot before it is refilled */
@@ -247,7 +259,7 @@ __device__ __forceinline__ void qp_rows(const qp_args &a, int it0, int rows, int
             const float *bg = a.set.bias[0], *bu = a.set.bias[1];
 #pragma unroll
             for (int m = 0; m < ROWS; m++)
-                if (lane == m && m < a.M) {
+                if (lane == m) {
                     float gv = gate[m] * inv[m] + (bg ? bg[cr.item] : 0.0f);
                     float up = acc[m] * inv[m] + (bu ? bu[cr.item] : 0.0f);
                     a.set.y[0][(size_t)m * a.items + cr.item] = gv / (1.0f + expf(-gv)) * up;
@@ -257,7 +269,7 @@ __device__ __forceinline__ void qp_rows(const qp_args &a, int it0, int rows, int
             int n = cr.item - a.set.start[cr.g], Ng = a.set.start[cr.g + 1] - a.set.start[cr.g];
 #pragma unroll
             for (int m = 0; m < ROWS; m++)
-                if (lane == m && m < a.M)
+                if (lane == m)
                     gemv_store(a.set.y[cr.g] + (size_t)m * Ng + n, acc[m] * inv[m] + (bias ? bias[n] : 0.0f),
                                a.set.add);
         }
