@@ -217,7 +217,7 @@ __device__ __forceinline__ void qp_rows(const qp_args &a, int it0, int rows, int
         float sc = qp_scalar<SDT>(scl + jj * a.scb), bi = qp_scalar<SDT>(scl + (SL + jj) * a.scb);
         float b = BITS == 8 ? fmaf(128.0f, sc, bi) : bi;
 #pragma unroll
-        for (int m = 0; m < ROWS; m++) { /* ROWS is the launch's M (qp_set) */
+        for (int m = 0; m < ROWS; m++) { /* ROWS is the launch's M (qp_set, qp_mlp: 1 or 2) */
             float2 ds = qp_ld8(dl + j * 256 + m * a.nseg * 8);
             unsigned xm = xl + j * 512 + m * a.K;
             uint4 x0 = qp_ld16(xm), x1 = qp_ld16(xm + a.K / 2);
