@@ -80,37 +80,27 @@ static em_status iterate(jctx *c, const jv *v, jv *out) { return jx_iter(c, v, o
 
 /* ---- text filters ---- */
 
+/* upper, lower and capitalize: no arguments; the value as a string with
+ * jx_str_case's mode applied. */
+static em_status case_filter(jctx *c, const char *name, char mode, const jv *v, jcallargs *a, jv *out) {
+    static const char *const P[] = {NULL};
+    const jv *s[1];
+    EM_TRY(jx_bind(c, name, a, P, s));
+    jv t;
+    EM_TRY(soft_str(c, v, &t));
+    *out = jx_str_case(&t, mode);
+    jv_release(t);
+    return done(c, out);
+}
+
 static em_status f_upper(jctx *c, const jv *v, jcallargs *a, jv *out) {
-    static const char *const P[] = {NULL};
-    const jv *s[1];
-    EM_TRY(jx_bind(c, "upper", a, P, s));
-    jv t;
-    EM_TRY(soft_str(c, v, &t));
-    *out = jx_str_case(&t, 'u');
-    jv_release(t);
-    return done(c, out);
+    return case_filter(c, "upper", 'u', v, a, out);
 }
-
 static em_status f_lower(jctx *c, const jv *v, jcallargs *a, jv *out) {
-    static const char *const P[] = {NULL};
-    const jv *s[1];
-    EM_TRY(jx_bind(c, "lower", a, P, s));
-    jv t;
-    EM_TRY(soft_str(c, v, &t));
-    *out = jx_str_case(&t, 'l');
-    jv_release(t);
-    return done(c, out);
+    return case_filter(c, "lower", 'l', v, a, out);
 }
-
 static em_status f_capitalize(jctx *c, const jv *v, jcallargs *a, jv *out) {
-    static const char *const P[] = {NULL};
-    const jv *s[1];
-    EM_TRY(jx_bind(c, "capitalize", a, P, s));
-    jv t;
-    EM_TRY(soft_str(c, v, &t));
-    *out = jx_str_case(&t, 'c');
-    jv_release(t);
-    return done(c, out);
+    return case_filter(c, "capitalize", 'c', v, a, out);
 }
 
 static em_status f_title(jctx *c, const jv *v, jcallargs *a, jv *out) {
