@@ -12,6 +12,7 @@
 #include "base/alloc.h"
 #include "base/config.h"
 #include "model/batch_rows.h"
+#include "model/workspace.h"
 #include "model/mlp_block.h"
 #include "model/rope.h"
 
@@ -167,23 +168,15 @@ static em_status ensure_workspace(em_model *m, dense_impl *d, int T) {
     em_backend *be = m->be;
     /* recordings name the old buffers */
     if (be->ops->graph_reset) be->ops->graph_reset(be);
-    float **bufs[] = {&d->x, &d->h, &d->q, &d->k, &d->v, &d->att, &d->gate, &d->up, &d->act};
+    size_t H = (size_t)c->hidden, F = (size_t)c->intermediate;
     size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
-    size_t widths[] = {(size_t)c->hidden, (size_t)c->hidden, qd, kvd, kvd, qd, (size_t)c->intermediate,
-                       (size_t)c->intermediate, (size_t)c->intermediate};
-    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) {
-        if (*bufs[k]) be->ops->free(be, *bufs[k]);
-        size_t w = widths[k] > (size_t)c->hidden ? widths[k] : (size_t)c->hidden, bytes;
-        if (!em_mul(w * sizeof(float), (size_t)T, &bytes) || !(*bufs[k] = be->ops->alloc(be, bytes))) {
-            d->cap_tokens = 0;
-            return em_fail(EM_ERR_NOMEM, "out of memory for a batch of %d tokens", T);
-        }
-    }
-    free(d->pos);
-    free(d->ids);
-    d->pos = em_mallocn((size_t)T, sizeof *d->pos);
-    d->ids = em_mallocn((size_t)T, sizeof *d->ids);
-    if (!d->pos || !d->ids) return em_fail(EM_ERR_NOMEM, "out of memory");
+    /* no buffer narrower than a hidden row */
+    qd = qd > H ? qd : H, kvd = kvd > H ? kvd : H, F = F > H ? F : H;
+    const ws_buf bufs[] = {{&d->x, H},    {&d->h, H},    {&d->q, qd},  {&d->k, kvd}, {&d->v, kvd},
+                           {&d->att, qd}, {&d->gate, F}, {&d->up, F}, {&d->act, F}};
+    d->cap_tokens = 0;
+    EM_TRY(ws_bufs_alloc(be, bufs, sizeof bufs / sizeof bufs[0], T));
+    EM_TRY(ws_tokens_alloc(&d->pos, &d->ids, T));
     d->cap_tokens = T;
     return EM_OK;
 }

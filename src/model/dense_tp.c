@@ -24,6 +24,7 @@
 
 #include "base/alloc.h"
 #include "model/tp_step.h"
+#include "model/workspace.h"
 #include "tensor/argmax.h"
 
 #include <math.h>
@@ -40,31 +41,19 @@ em_status dense_tp_ensure_workspace(em_model *m, tp_impl *t, int T) {
         em_backend *be = R->be;
         /* recordings name the old buffers */
         if (be->ops->graph_reset) be->ops->graph_reset(be);
-        float *keep_logits = R->logits;
-        R->logits = NULL;
-        dense_tp_free_workspace(R);
-        R->logits = keep_logits;
-        float **bufs[] = {&R->x, &R->h, &R->q, &R->k, &R->v, &R->att, &R->gate, &R->up, &R->act,
-                          &R->qg, &R->qkv, &R->z, &R->a, &R->b, &R->g, &R->beta, &R->core};
         size_t qd = (size_t)R->sh.n_q_heads * c->head_dim, kvd = (size_t)R->sh.n_kv_heads * c->head_dim;
         size_t ff = (size_t)R->sh.n_ff, hv = (size_t)R->sh.n_lin_v_heads, vd = hv * (size_t)c->q35.lin_v_dim;
-        /* widths of the Qwen3.5 buffers: 0 (none) in the Llama family */
-        size_t q = t->q35 ? 1 : 0;
-        size_t widths[] = {(size_t)c->hidden, (size_t)c->hidden, qd, kvd, kvd, qd, ff, ff, ff,
-                           q * 2 * qd, q * (size_t)t->lin_channels, q * vd, q * hv, q * hv, q * hv, q * hv,
-                           q * vd};
-        for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) {
-            size_t bytes;
-            if (!widths[k]) continue;
-            if (!em_mul(widths[k] * sizeof(float), (size_t)T, &bytes) || !(*bufs[k] = be->ops->alloc(be, bytes)))
-                return em_fail(EM_ERR_NOMEM, "out of %s memory for a batch of %d tokens", be->desc, T);
-        }
+        /* the Qwen3.5 buffers' widths: 0 (none) in the Llama family */
+        size_t q = t->q35 ? 1 : 0, H = (size_t)c->hidden;
+        const ws_buf bufs[] = {
+            {&R->x, H}, {&R->h, H}, {&R->q, qd}, {&R->k, kvd}, {&R->v, kvd}, {&R->att, qd}, {&R->gate, ff},
+            {&R->up, ff}, {&R->act, ff}, {&R->qg, q * 2 * qd}, {&R->qkv, q * (size_t)t->lin_channels},
+            {&R->z, q * vd}, {&R->a, q * hv}, {&R->b, q * hv}, {&R->g, q * hv}, {&R->beta, q * hv},
+            {&R->core, q * vd},
+        };
+        EM_TRY(ws_bufs_alloc(be, bufs, sizeof bufs / sizeof bufs[0], T));
     }
-    free(t->pos);
-    free(t->ids);
-    t->pos = em_mallocn((size_t)T, sizeof *t->pos);
-    t->ids = em_mallocn((size_t)T, sizeof *t->ids);
-    if (!t->pos || !t->ids) return em_fail(EM_ERR_NOMEM, "out of memory");
+    EM_TRY(ws_tokens_alloc(&t->pos, &t->ids, T));
     t->cap_tokens = T;
     return EM_OK;
 }

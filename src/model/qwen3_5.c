@@ -18,6 +18,7 @@
 #include "base/hash.h"
 #include "model/mlp_block.h"
 #include "model/rope.h"
+#include "model/workspace.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -177,28 +178,15 @@ em_status q35_workspace(em_model *m, q35_impl *d, int T) {
     em_backend *be = m->be;
     size_t H = (size_t)c->hidden, qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
     size_t F = (size_t)c->intermediate, vd = (size_t)q->lin_v_heads * q->lin_v_dim, Hv = (size_t)q->lin_v_heads;
-    struct { float **buf; size_t width; } bufs[] = {
+    const ws_buf bufs[] = {
         {&d->x, H}, {&d->h, H}, {&d->hid, H}, {&d->cat, 2 * H}, {&d->qg, 2 * qd}, {&d->q, qd},
         {&d->k, kvd}, {&d->v, kvd}, {&d->att, qd}, {&d->mg, F}, {&d->mu, F}, {&d->act, F},
         {&d->qkv, (size_t)d->channels}, {&d->z, vd}, {&d->a, Hv}, {&d->b, Hv}, {&d->g, Hv}, {&d->beta, Hv},
         {&d->core, vd},
     };
-    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) {
-        if (*bufs[k].buf) be->ops->free(be, *bufs[k].buf);
-        size_t w = bufs[k].width ? bufs[k].width : 1, bytes;
-        if (!em_mul(w * sizeof(float), (size_t)T, &bytes) || !(*bufs[k].buf = be->ops->alloc(be, bytes))) {
-            d->cap_tokens = 0;
-            return em_fail(EM_ERR_NOMEM, "out of memory for a batch of %d tokens", T);
-        }
-    }
-    free(d->pos);
-    free(d->ids);
-    d->pos = em_mallocn((size_t)T, sizeof *d->pos);
-    d->ids = em_mallocn((size_t)T, sizeof *d->ids);
-    if (!d->pos || !d->ids) {
-        d->cap_tokens = 0;
-        return em_fail(EM_ERR_NOMEM, "out of memory");
-    }
+    d->cap_tokens = 0;
+    EM_TRY(ws_bufs_alloc(be, bufs, sizeof bufs / sizeof bufs[0], T));
+    EM_TRY(ws_tokens_alloc(&d->pos, &d->ids, T));
     d->cap_tokens = T;
     return EM_OK;
 }
