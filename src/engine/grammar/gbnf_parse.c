@@ -167,19 +167,7 @@ static em_status parse_class(gp *p, gx **out) {
 
 static em_status parse_alts(gp *p, gx **out);
 
-static bool read_int(gp *p, int *v) {
-    size_t k = p->i;
-    long x = 0;
-    while (k < p->n && p->s[k] >= '0' && p->s[k] <= '9') {
-        x = x * 10 + (p->s[k] - '0');
-        if (x > GR_MAX_REPEAT) return false;
-        k++;
-    }
-    if (k == p->i) return false;
-    p->i = k;
-    *v = (int)x;
-    return true;
-}
+static bool read_int(gp *p, int *v) { return gr_read_count(p->s, p->n, &p->i, v); }
 
 static em_status parse_braces(gp *p, int *min, int *max) {
     p->i++; /* { */

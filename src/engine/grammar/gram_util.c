@@ -211,3 +211,17 @@ void gb_free(gbuf *b) {
     free(b->s);
     memset(b, 0, sizeof *b);
 }
+
+bool gr_read_count(const char *s, size_t n, size_t *i, int *v) {
+    size_t k = *i;
+    long x = 0;
+    while (k < n && s[k] >= '0' && s[k] <= '9') {
+        x = x * 10 + (s[k] - '0');
+        if (x > GR_MAX_REPEAT) return false;
+        k++;
+    }
+    if (k == *i) return false;
+    *i = k;
+    *v = (int)x;
+    return true;
+}

@@ -50,6 +50,11 @@ typedef struct gx_rules {
 int gx_rule_id(gx_rules *r, const char *name, size_t len);
 void gx_rules_free(gx_rules *r);
 
+/* A repetition count (decimal, 0..GR_MAX_REPEAT) at s[*i] of n bytes:
+ * true with *v set and *i past it; false, *i unmoved, where there is no
+ * digit or the count is too large. */
+bool gr_read_count(const char *s, size_t n, size_t *i, int *v);
+
 /* Parses GBNF text into rules. */
 em_status gbnf_parse(const char *text, size_t len, gx_rules *out);
 

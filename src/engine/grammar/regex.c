@@ -268,19 +268,7 @@ static em_status rx_atom(rx *r) {
     return emit_char(r, cp);
 }
 
-static bool rx_int(rx *r, long *v) {
-    size_t k = r->i;
-    long x = 0;
-    while (k < r->n && r->s[k] >= '0' && r->s[k] <= '9') {
-        x = x * 10 + (r->s[k] - '0');
-        if (x > GR_MAX_REPEAT) return false;
-        k++;
-    }
-    if (k == r->i) return false;
-    r->i = k;
-    *v = x;
-    return true;
-}
+static bool rx_int(rx *r, int *v) { return gr_read_count(r->s, r->n, &r->i, v); }
 
 /* A quantifier at r->i, copied into GBNF; *had false when none. */
 static em_status rx_quant(rx *r, bool *had) {
@@ -292,7 +280,7 @@ static em_status rx_quant(rx *r, bool *had) {
         gb_put(r->out, &c, 1);
     } else if (c == '{') {
         size_t save = r->i;
-        long m, n = -1;
+        int m, n = -1;
         r->i++;
         if (!rx_int(r, &m)) {
             r->i = save;
@@ -306,8 +294,8 @@ static em_status rx_quant(rx *r, bool *had) {
         if (r->i >= r->n || r->s[r->i] != '}') return rx_fail(r, EM_ERR_FORMAT, "unterminated repetition");
         r->i++;
         if (n >= 0 && n < m) return rx_fail(r, EM_ERR_FORMAT, "repetition {m,n} with n < m");
-        if (n < 0) gb_printf(r->out, "{%ld,}", m);
-        else gb_printf(r->out, "{%ld,%ld}", m, n);
+        if (n < 0) gb_printf(r->out, "{%d,}", m);
+        else gb_printf(r->out, "{%d,%d}", m, n);
     } else return EM_OK;
     *had = true;
     if (r->i < r->n && r->s[r->i] == '?') r->i++; /* lazy: same language */
