@@ -12,9 +12,9 @@
 #include "base/alloc.h"
 #include "base/config.h"
 #include "model/batch_rows.h"
-#include "model/workspace.h"
 #include "model/mlp_block.h"
 #include "model/rope.h"
+#include "model/workspace.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -166,8 +166,6 @@ static em_status ensure_workspace(em_model *m, dense_impl *d, int T) {
     if (T <= d->cap_tokens) return EM_OK;
     const model_config *c = &m->cfg;
     em_backend *be = m->be;
-    /* recordings name the old buffers */
-    if (be->ops->graph_reset) be->ops->graph_reset(be);
     size_t H = (size_t)c->hidden, F = (size_t)c->intermediate;
     size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
     /* no buffer narrower than a hidden row */

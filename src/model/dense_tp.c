@@ -39,8 +39,6 @@ em_status dense_tp_ensure_workspace(em_model *m, tp_impl *t, int T) {
     for (int r = 0; r < t->n; r++) {
         tp_rank *R = &t->r[r];
         em_backend *be = R->be;
-        /* recordings name the old buffers */
-        if (be->ops->graph_reset) be->ops->graph_reset(be);
         size_t qd = (size_t)R->sh.n_q_heads * c->head_dim, kvd = (size_t)R->sh.n_kv_heads * c->head_dim;
         size_t ff = (size_t)R->sh.n_ff, hv = (size_t)R->sh.n_lin_v_heads, vd = hv * (size_t)c->q35.lin_v_dim;
         /* the Qwen3.5 buffers' widths: 0 (none) in the Llama family */

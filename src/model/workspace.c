@@ -6,6 +6,8 @@
 #include <stdlib.h>
 
 em_status ws_bufs_alloc(em_backend *be, const ws_buf *bufs, size_t n, int T) {
+    /* recordings name the old buffers */
+    if (be->ops->graph_reset) be->ops->graph_reset(be);
     for (size_t k = 0; k < n; k++) {
         if (*bufs[k].buf) be->ops->free(be, *bufs[k].buf);
         *bufs[k].buf = NULL;

@@ -3,8 +3,8 @@
  * A family's forward keeps its activations in backend buffers of a width a
  * token, sized for the largest batch seen so far, and host arrays of the
  * batch's positions and token ids. Growing them is the same everywhere:
- * every buffer freed and made anew (recordings must then be dropped, since
- * they name the old buffers), sizes checked for overflow. */
+ * every buffer freed and made anew, the backend's recordings dropped (they
+ * name the old buffers), sizes checked for overflow. */
 #ifndef EMBER_MODEL_WORKSPACE_H
 #define EMBER_MODEL_WORKSPACE_H
 
@@ -17,8 +17,9 @@ typedef struct ws_buf {
     size_t width;
 } ws_buf;
 
-/* Frees each of the n buffers and allocates it anew for T tokens on be.
- * On failure the error names be's memory; buffers not yet made are NULL. */
+/* Drops be's recorded steps, then frees each of the n buffers and
+ * allocates it anew for T tokens on be. On failure the error names be's
+ * memory; buffers not yet made are NULL. */
 em_status ws_bufs_alloc(em_backend *be, const ws_buf *bufs, size_t n, int T);
 
 /* Frees *pos and *ids and allocates T of each on the host. */
