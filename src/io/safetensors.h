@@ -25,7 +25,7 @@ typedef struct st_tensor {
     uint64_t n_elements;
     const void *data; /* into the mapping (or the caller's buffer) */
     size_t nbytes;
-    uint64_t offset;  /* absolute byte offset in the file */
+    uint64_t offset;  /* byte offset in the file's data area (after the header) */
     int file_index;   /* which shard */
 } st_tensor;
 
