@@ -82,6 +82,7 @@ static em_status load_template(json_t *j, const char *path, const tokenizer *t, 
 static em_status load_bert(json_t *j, const char *path, const tokenizer *t, tok_post *p) {
     p->items = em_calloc(3, sizeof *p->items);
     if (!p->items) return em_fail(EM_ERR_NOMEM, "%s: out of memory", path);
+    p->n_items = 3; /* counted now, so that tok_post_free frees the cls's ids if the sep fails */
     const char *keys[2] = {"cls", "sep"};
     for (int k = 0; k < 2; k++) {
         json_t *pair = json_object_get(j, keys[k]);
@@ -95,7 +96,6 @@ static em_status load_bert(json_t *j, const char *path, const tokenizer *t, tok_
         it->n = 1;
     }
     p->items[1].is_seq = true;
-    p->n_items = 3;
     return EM_OK;
 }
 

@@ -258,6 +258,12 @@ static void test_malformed(void) {
              "model.unk_token");
     bad_case("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]},\"decoder\":{\"type\":\"Strip\","
              "\"content\":\" \",\"start\":-1,\"stop\":0}}", EM_ERR_FORMAT, "decoder.start");
+    /* a Bert post-processor whose cls loads and whose sep does not: what
+     * the cls took is freed (the sanitizer run finds a leak otherwise) */
+    bad_case("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]},\"post_processor\":{\"type\":"
+             "\"BertProcessing\",\"cls\":[\"a\",0],\"sep\":[\"b\",7]}}", EM_ERR_FORMAT, "token id 7");
+    bad_case("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]},\"post_processor\":{\"type\":"
+             "\"RobertaProcessing\",\"cls\":[\"a\",0],\"sep\":\"b\"}}", EM_ERR_FORMAT, "post_processor.sep");
 }
 
 /* An added token may reuse the id of a different vocabulary entry: the
