@@ -84,7 +84,7 @@ for s in $shapes; do
     for i in "${!names[@]}"; do
         [[ -x ${dirs[$i]}/ember-gemv-bench ]] || continue
         line=$(run_as "$i" ember-gemv-bench --device cuda --shape "$(gemv_shape "$s")" --bits "$bits" --seconds 0.3 \
-            2>&1 | tail -6 | awk '{printf "%s=%s ", $1, $(NF-2)}')
+            2>&1 | tail -6 | awk '{printf "%s=%s ", $1, $(NF-2)}') || line="(failed)"
         echo "$s ${names[$i]}: $line"
     done
 done
@@ -94,7 +94,7 @@ for r in $(seq "$rounds"); do
     for s in $shapes; do
         for i in "${!names[@]}"; do
             line=$(run_as "$i" ember bench "$work/$s-q$bits" --device cuda --prompt-tokens 128 --gen-tokens 256 \
-                --repeat 2 2>&1 | grep -E '^decode' | head -1)
+                --repeat 2 2>&1 | grep -E '^decode' | head -1) || line="(failed)"
             echo "round $r $s ${names[$i]}: $line"
         done
     done

@@ -17,7 +17,7 @@ static void check_tensor(const st_tensor *t, const uint8_t *data, size_t size, u
         if (t->shape[d] < 0) abort();
         n *= (uint64_t)t->shape[d]; /* no overflow: the bytes fit the image */
     }
-    if (n != t->n_elements) abort();
+    if (n != t->n_elements || t->nbytes != n * dtype_size(t->dtype)) abort();
     volatile uint8_t sink = 0;
     if (t->nbytes) sink ^= p[0] ^ p[t->nbytes - 1]; /* ASan checks the claimed range's ends */
     (void)sink;
