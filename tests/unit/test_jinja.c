@@ -61,6 +61,30 @@ static void test_hostile(void) {
     expect_error(deep, EM_ERR_FORMAT, "nested too deeply");
 }
 
+/* Integers past 64 bits do not convert (jinja2's Python integers would):
+ * `int` gives its default, from a string of digits, a float's text or a
+ * float value alike, with no overflow on the way (the sanitizer run
+ * checks the conversions). */
+static void test_int_out_of_range(void) {
+    static const char *const cases[][2] = {
+        {"{{ '6.66666e63' | int }}", "0"},
+        {"{{ '99999999999999999999' | int }}", "0"},
+        {"{{ '-99999999999999999999' | int(7) }}", "7"},
+        {"{{ 'ffffffffffffffffffff' | int(0, 16) }}", "0"},
+        {"{{ 1e300 | int }}", "0"},
+        {"{{ '9223372036854775807' | int }}", "9223372036854775807"},
+        {"{{ '1e3' | int }}", "1000"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *out = NULL;
+        jinja_limits lim = jinja_default_limits();
+        em_status st = render(cases[i][0], &lim, &out);
+        CHECKF(st == EM_OK && out && !strcmp(out, cases[i][1]), "%s: %s '%s', want '%s'", cases[i][0],
+               em_status_name(st), out ? out : "", cases[i][1]);
+        free(out);
+    }
+}
+
 static void test_time_limit(void) {
     jinja_limits lim = jinja_default_limits();
     lim.max_seconds = 0.2;
@@ -147,6 +171,7 @@ static void test_loading(void) {
 
 int main(void) {
     test_hostile();
+    test_int_out_of_range();
     test_time_limit();
     test_positions();
     test_loading();

@@ -6,6 +6,7 @@
 #include "base/alloc.h"
 #include "base/utf8.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -375,12 +376,16 @@ static em_status f_int(jctx *c, const jv *v, jcallargs *a, jv *out) {
             for (size_t i = 0; i < t.u.s->len && k + 1 < sizeof clean; i++)
                 if (d[i] != '_') clean[k++] = d[i];
             clean[k] = 0;
+            /* Beyond 64 bits (which jinja2's Python integers are not) the
+             * value does not convert, and the filter gives its default, as
+             * for a float value out of that range. */
+            errno = 0;
             r = strtoll(clean, &end, (int)base);
-            ok = end && *end == 0 && end != clean;
+            ok = end && *end == 0 && end != clean && errno != ERANGE;
             if (!ok) {
                 double f = strtod(clean, &end);
                 ok = end && *end == 0 && end != clean && isfinite(f) && fabs(f) < 9.2e18 && base == 10;
-                r = (long long)f;
+                r = ok ? (long long)f : 0;
             }
         }
         jv_release(t);
