@@ -376,9 +376,9 @@ static em_status f_int(jctx *c, const jv *v, jcallargs *a, jv *out) {
             for (size_t i = 0; i < t.u.s->len && k + 1 < sizeof clean; i++)
                 if (d[i] != '_') clean[k++] = d[i];
             clean[k] = 0;
-            /* Beyond 64 bits (which jinja2's Python integers are not) the
-             * value does not convert, and the filter gives its default, as
-             * for a float value out of that range. */
+            /* Past 64 bits (where jinja2's Python integers go on) the value
+             * does not convert, and the filter gives its default, as for a
+             * float value out of that range. */
             errno = 0;
             r = strtoll(clean, &end, (int)base);
             ok = end && *end == 0 && end != clean && errno != ERANGE;
