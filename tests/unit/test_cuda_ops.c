@@ -392,6 +392,71 @@ static void test_qmatmul_int8_case(int M, int N, int K, int bits, int group, em_
     free(x), free(bias), free(yc), free(yg), free(xr);
 }
 
+/* A recorded step whose later products grow a scratch buffer that its
+ * earlier ones used (the first decode step of a batch whose head is its
+ * largest product: the dequantizing GEMM's bf16 slices, the int8 rounding
+ * of wider rows) must not keep kernels that name the freed buffer: the
+ * recording is dropped, the step runs without a graph, the next one records
+ * with the grown buffer, and every step gives the eager results, bit for
+ * bit. On a backend of its own, so the buffers start small. */
+static void test_graph_scratch_growth(void) {
+    em_backend *shared = gpu;
+    REQUIRE(gpu->ops->graph_begin && cuda_backend_create(0, &gpu) == EM_OK);
+    enum { P = 4 };
+    const int Ms[P] = {80, 80, 16, 16}, Ns[P] = {64, 2048, 48, 40}, Ks[P] = {256, 2048, 256, 8192};
+    qw q[P];
+    em_weight wc[P], wg[P], ws[P];
+    float *x[P], *y[P], *ref[P];
+    for (int i = 0; i < P; i++) {
+        q[i] = qw_make(Ns[i], Ks[i], 4, 64, EM_BF16, 0);
+        qw_weights(&q[i], Ns[i], Ks[i], 4, 64, EM_BF16, 0, &wc[i], &wg[i]);
+        float *xh = rand_f32((size_t)Ms[i] * Ks[i], 1.0f);
+        x[i] = up(xh, (size_t)Ms[i] * Ks[i] * 4), free(xh);
+        y[i] = gpu->ops->alloc(gpu, (size_t)Ms[i] * Ns[i] * 4);
+    }
+    int ran_steps = 0;
+    for (int step = 0; step < 3; step++) {
+        em_graph_mode mode = gpu->ops->graph_begin(gpu, 0x5c7a7c4);
+        for (int i = 0; mode != EM_GRAPH_NONE && i < P; i++)
+            gpu->ops->matmul(gpu, y[i], x[i], Ms[i], &wg[i], NULL, EM_MATH_FAST);
+        bool ran = false;
+        REQUIRE(gpu->ops->graph_end(gpu, &ran) == EM_OK);
+        ran_steps += ran;
+        for (int i = 0; !ran && i < P; i++) gpu->ops->matmul(gpu, y[i], x[i], Ms[i], &wg[i], NULL, EM_MATH_FAST);
+        for (int i = 0; i < P; i++) {
+            float *got = down(y[i], (size_t)Ms[i] * Ns[i]);
+            if (step == 0) ref[i] = got;
+            else {
+                CHECKF(!memcmp(got, ref[i], (size_t)Ms[i] * Ns[i] * 4), "recorded step %d: product %d differs", step, i);
+                free(got);
+            }
+        }
+    }
+    CHECKF(ran_steps >= 1, "no step ran from a recording (%d)", ran_steps);
+    /* the eager results of the shared backend: the same kernels */
+    em_backend *own = gpu;
+    gpu = shared;
+    for (int i = 0; i < P; i++) {
+        qw_weights(&q[i], Ns[i], Ks[i], 4, 64, EM_BF16, 0, &wc[i], &ws[i]);
+        float *xs = gpu->ops->alloc(gpu, (size_t)Ms[i] * Ks[i] * 4), *ys = gpu->ops->alloc(gpu, (size_t)Ms[i] * Ns[i] * 4);
+        float *xh = malloc((size_t)Ms[i] * Ks[i] * 4);
+        REQUIRE(own->ops->download(own, xh, x[i], (size_t)Ms[i] * Ks[i] * 4) == EM_OK);
+        REQUIRE(gpu->ops->upload(gpu, xs, xh, (size_t)Ms[i] * Ks[i] * 4) == EM_OK);
+        gpu->ops->matmul(gpu, ys, xs, Ms[i], &ws[i], NULL, EM_MATH_FAST);
+        float *e = down(ys, (size_t)Ms[i] * Ns[i]);
+        CHECKF(!memcmp(e, ref[i], (size_t)Ms[i] * Ns[i] * 4), "product %d: a step's result differs from the eager one", i);
+        qw_weight_free(&ws[i], 0);
+        gpu->ops->free(gpu, xs), gpu->ops->free(gpu, ys), free(xh), free(e), free(ref[i]);
+    }
+    gpu = own;
+    for (int i = 0; i < P; i++) {
+        qw_weight_free(&wg[i], 0), qw_free(&q[i]);
+        gpu->ops->free(gpu, x[i]), gpu->ops->free(gpu, y[i]);
+    }
+    em_backend_free(gpu);
+    gpu = shared;
+}
+
 static void test_qmatmul_int8(void) {
     int Ms[] = {1, 2, 3, 5, 8, 11, 15}, bits[] = {4, 8}, groups[] = {32, 64, 128};
     em_dtype sdts[] = {EM_BF16, EM_F16, EM_F32};
@@ -1195,6 +1260,7 @@ int main(void) {
     REQUIRE(cpu_backend_create(2, &cpu) == EM_OK);
     REQUIRE(cuda_backend_create(0, &gpu) == EM_OK);
     fprintf(stderr, "comparing %s against %s\n", gpu->desc, cpu->desc);
+    RUN(test_graph_scratch_growth);
     RUN(test_matmul);
     RUN(test_matmul_batch_invariance);
     RUN(test_matmul_skinny);

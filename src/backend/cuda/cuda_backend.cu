@@ -29,12 +29,17 @@ static bool scratch_grow(cuda_backend *cb, void **buf, size_t *cap, size_t bytes
     if (bytes <= *cap) return true;
     /* Recorded steps name the old buffer, and a replay's argument check
      * cannot see it (the scratch is not an argument): forget them all. A
-     * step being recorded right now captures the new one. */
+     * step being recorded right now may have captured kernels that use the
+     * old buffer before this operation, the first decode step of a batch
+     * whose head is its largest product: that recording is dropped too (the
+     * step then runs without a graph, and the next one records with the
+     * buffer at its new size). */
     if (recorded && cb->graphs.n) {
         EM_LOGD("cuda:%d: a scratch buffer grows to %zu bytes: %d recorded steps forgotten", cb->device, bytes,
                 cb->graphs.n);
         cuda_graphs_free(cb);
     }
+    if (recorded && cb->graphs.mode == EM_GRAPH_RECORD) cb->graphs.broken = true;
     if (*buf) cudaFree(*buf);
     *buf = NULL;
     *cap = 0;
