@@ -490,7 +490,9 @@ static void test_matmul_add_case(int bits, int M, int N, int K) {
         CHECKF(e < 1e-5, "matmul_add bits=%d M=%d N=%d K=%d: %.3g from matmul and add", bits, M, N, K, e);
         free(y), free(s);
     }
-    CHECK(!gpu->ops->matmul_add(gpu, rd, xd, 32, &w, EM_MATH_FAST));
+    /* 32 rows: bf16 weights leave it to the skinny kernel's product and an
+     * add; 4-/8-bit ones take the int8 tensor-core kernel, which adds */
+    CHECK(gpu->ops->matmul_add(gpu, rd, xd, 32, &w, EM_MATH_FAST) == (bits != 0));
     /* EXACT rows: the GEMV's (unquantized weights, up to 64 rows), none past it */
     CHECK(gpu->ops->matmul_add(gpu, rd, xd, M, &w, EM_MATH_EXACT) == (bits == 0 && M <= 64));
     if (N == K) CHECK(!gpu->ops->matmul_add(gpu, xd, xd, M, &w, EM_MATH_FAST));
@@ -502,11 +504,13 @@ static void test_matmul_add_case(int bits, int M, int N, int K) {
 static void test_matmul_mlp_rows(void) {
     test_mlp_rows_case(0, 33, 1024, 512, false);
     test_mlp_rows_case(0, 200, 8192, 2048, true); /* the 1B shape */
-    test_mlp_rows_case(4, 64, 2560, 1024, false);
+    test_mlp_rows_case(4, 65, 2560, 1024, false); /* past the int8 tensor-core kernel's rows */
     test_mlp_rows_case(8, 129, 1024, 512, true);
     test_matmul_add_case(0, 33, 512, 512);
     test_matmul_add_case(0, 300, 2048, 8192); /* the 1B down projection */
+    test_matmul_add_case(4, 24, 1024, 2048); /* the int8 tensor-core kernel */
     test_matmul_add_case(4, 64, 1024, 2048);
+    test_matmul_add_case(8, 80, 1024, 2048);
 }
 
 /* Decode rows of the GEMV: matmul_add adds the bits of matmul's product

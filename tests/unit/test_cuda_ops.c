@@ -376,8 +376,11 @@ static void test_qmatmul_int8_case(int M, int N, int K, int bits, int group, em_
            "product than int8 rounding reaches", bits, group, M, N, K, excess / mag);
     /* one or two rows (the streaming kernels) give the bits their rows get
      * in a larger batch (the chunked kernel): a lane's segments and the
-     * butterfly are the same in both */
-    for (int r = 1; r <= 2 && r < M; r++) {
+     * butterfly are the same in both; from CUDA_QMMA_MIN_M rows (the int8
+     * tensor-core kernel, its own order of sums) a row gets the same bits in
+     * any batch that kernel takes */
+    int alone = M >= CUDA_QMMA_MIN_M ? CUDA_QMMA_MIN_M : 1, last = M >= CUDA_QMMA_MIN_M ? CUDA_QMMA_MIN_M : 2;
+    for (int r = alone; r <= last && r < M; r++) {
         float *yr = gpu->ops->alloc(gpu, (size_t)r * N * 4);
         gpu->ops->matmul(gpu, yr, xd, r, &wg, bd, EM_MATH_FAST);
         float *yh = down(yr, (size_t)r * N);
@@ -467,6 +470,18 @@ static void test_qmatmul_int8(void) {
                 int K = m % 3 == 2 ? 4096 + 1152 : 384; /* 5248: two chunks of 2048 and a partial third */
                 test_qmatmul_int8_case(Ms[m], m % 2 ? 37 : 130, K, bits[b], groups[g], sdts[v % 3], m % 3 == 1);
             }
+    /* the int8 tensor-core kernel: column tiles partly past M, weight rows
+     * past a block's 16, stretches of K from 8 down to 1 a block (K = 384:
+     * 12 segments, 4 stretches; 5,248: 164, 4; 14,336: 448, 8; 32: 1) */
+    int Mq[] = {16, 17, 24, 31, CUDA_QMMA_MAX_M};
+    for (int b = 0; b < 2; b++)
+        for (int g = 0; g < 3; g++)
+            for (int m = 0; m < 5; m++, v++) {
+                int K = m == 2 ? 5248 : m == 4 && g < 2 ? 14336 : 384;
+                test_qmatmul_int8_case(Mq[m], m % 2 ? 37 : 130, K, bits[b], groups[g], sdts[v % 3], m % 3 == 1);
+            }
+    test_qmatmul_int8_case(20, 19, 32, 4, 32, EM_BF16, true);
+    test_qmatmul_int8_case(16, 16, 256, 8, 128, EM_F32, false);
     /* one or two rows too wide to stage whole: the chunked kernel */
     test_qmatmul_int8_case(1, 37, 24576, 4, 64, EM_BF16, true);
     test_qmatmul_int8_case(2, 130, 24576, 8, 128, EM_F16, false);

@@ -116,6 +116,7 @@ typedef struct cuda_backend {
     void *wconv;
     size_t wconv_bytes;
     bool skinny_on; /* EMBER_CUDA_SKINNY: the skinny GEMM (cuda_skinny.cu) */
+    bool qmma_on;   /* EMBER_CUDA_QMMA: the int8 tensor-core kernel (cuda_qmma.cu) */
     bool qpipe_on;  /* EMBER_CUDA_QPIPE: the pipelined int8 GEMV (cuda_qgemv_pipe.cu) */
     int qmlp;       /* EMBER_CUDA_QMLP: a quantized MLP in one pipelined launch (cuda_qgemv_pipe.cu): 0 never, 1 where it applies, 2 auto */
     bool fused_att; /* EMBER_CUDA_FUSED_ATTENTION: rope_attention_spans fuses */
@@ -323,6 +324,33 @@ __device__ __forceinline__ void tc_mma(float *d, const uint32_t *a, uint32_t b0,
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* Adds a block's warps' mma accumulators (NT tiles of 4 a lane) into warp
+ * 0's, as a fixed tree (warp w + h into warp w, h = kw/2 .. 1, kw at most
+ * CUDA_SKINNY_KSPLIT), through shared memory: the same order every run. */
+template <int NT>
+__device__ __forceinline__ void tc_reduce_warps(float (*acc)[4], int warp, int lane, int kw) {
+    constexpr int F = NT * 4;
+    __shared__ float red[(CUDA_SKINNY_KSPLIT / 2) * F * 32];
+    for (int h = kw / 2; h >= 1; h /= 2) {
+        if (warp >= h && warp < 2 * h) {
+            float *dst = red + (size_t)(warp - h) * F * 32 + lane;
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) dst[(nt * 4 + c) * 32] = acc[nt][c];
+        }
+        __syncthreads();
+        if (warp < h) {
+            const float *src = red + (size_t)warp * F * 32 + lane;
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) acc[nt][c] += src[(nt * 4 + c) * 32];
+        }
+        __syncthreads();
+    }
+}
+
 /* Sum over the block in double; every thread gets the result. red holds
  * 32 values; the reduction order is fixed (deterministic). */
 static __device__ __forceinline__ double cuda_block_sum_d(double v, double *red) {
@@ -423,6 +451,13 @@ typedef struct gemv_norm {
 
 /* A set of the n weights (and their outputs), rows in order. */
 gemv_set gemv_set_make(int n, float *const *ys, const em_weight *const *ws, const float *const *biases);
+/* cuda_qmma.cu: FAST products of CUDA_QMMA_MIN_M .. CUDA_QMMA_MAX_M rows
+ * over 4- and 8-bit weights on int8 tensor cores, y = x · Wᵀ (+ bias), or
+ * added into y. takes: whether it applies; cuda_qmma queues it (false:
+ * nothing queued, the rounding scratch could not be had). */
+bool cuda_qmma_takes(const cuda_backend *cb, const em_weight *w, int M, em_math math);
+bool cuda_qmma(cuda_backend *cb, float *y, const float *x, int M, const em_weight *w, const float *bias, bool add);
+
 /* cuda_skinny.cu: FAST products of CUDA_FAST_MIN_M .. CUDA_SKINNY_MAX_M rows
  * on tensor cores. fits: whether w can take part at M rows. cuda_skinny
  * queues ys[i] = xb · ws[i]ᵀ (+ biases[i]) for n such weights with equal
@@ -479,7 +514,7 @@ void cuda_qmatmul(cuda_backend *cb, float *y, const float *x, int M, const em_we
                   em_math math);
 /* Whether a FAST product of M rows with quantized w takes the dequantizing
  * tensor-core path (cuda_qgemm_rounded). */
-bool cuda_qgemm_fast_ok(const em_weight *w, int M, em_math math);
+bool cuda_qgemm_fast_ok(const cuda_backend *cb, const em_weight *w, int M, em_math math);
 /* y = (the activations rounded in cb->xconv) · Wᵀ (+ bias) for quantized W:
  * slices of W dequantized to bf16, then the bf16 GEMM. */
 void cuda_qgemm_rounded(cuda_backend *cb, float *y, int M, const em_weight *w, const float *bias);

@@ -663,6 +663,13 @@ bool cuda_norm_matmul_group(em_backend *be, int n, float *const *ys, const float
 /* matmul_add over 4- and 8-bit weights: the int8 GEMV's rows (FAST, one
  * or two), each result added as it is stored. */
 static bool qgemv_add(em_backend *be, float *y, const float *x, int M, const em_weight *w, em_math math) {
+    if (cuda_qmma_takes((const cuda_backend *)be->impl, w, M, math)) {
+        cuda_backend *cb = cuda_enter(be);
+        if (cuda_graph_skip(cb, y, x, M, w->data, w->scales, w->biases, w->bits, w->group_size, w->scale_dtype,
+                            w->rows, w->cols, 2))
+            return true;
+        return cuda_qmma(cb, y, x, M, w, NULL, true);
+    }
     float *ys[1] = {y};
     gemv_set set = gemv_set_make(1, ys, &w, NULL);
     set.add = 1;
@@ -712,7 +719,7 @@ static bool gemm_fast_group(cuda_backend *cb, int n, float *const *ys, const flo
                             const em_weight *const *ws, const float *const *biases, em_math math) {
     if (math != EM_MATH_FAST || M < FAST_MIN_M) return false;
     for (int i = 0; i < n; i++) {
-        bool tc = ws[i]->bits ? cuda_qgemm_fast_ok(ws[i], M, math) : ws[i]->dtype == EM_BF16;
+        bool tc = ws[i]->bits ? cuda_qgemm_fast_ok(cb, ws[i], M, math) : ws[i]->dtype == EM_BF16;
         if (!tc || ws[i]->cols != ws[0]->cols || ws[i]->rows <= 0 || ws[i]->cols <= 0) return false;
     }
     bool replay = false;

@@ -42,20 +42,22 @@ __global__ void swiglu_bf16_kernel(__nv_bfloat16 *g, const __nv_bfloat16 *u, int
 
 /* Whether w takes a FAST tensor-core product of M rows here: bf16, or
  * quantized where the dequantizing GEMM takes it. */
-static bool mlp_weight_ok(const em_weight *w, int M) {
+static bool mlp_weight_ok(const cuda_backend *cb, const em_weight *w, int M) {
     if (w->rows <= 0 || w->cols <= 0) return false;
-    return w->bits ? cuda_qgemm_fast_ok(w, M, EM_MATH_FAST) : w->dtype == EM_BF16;
+    return w->bits ? cuda_qgemm_fast_ok(cb, w, M, EM_MATH_FAST) : w->dtype == EM_BF16;
 }
 
 /* Whether a FAST product of M rows takes the tensor-core GEMM that can
  * round its output or add into it: more rows than the skinny kernel takes. */
-static bool gemm_rows_fit(int M, const em_weight *w, em_math math) {
-    return math == EM_MATH_FAST && M > CUDA_SKINNY_MAX_M && mlp_weight_ok(w, M);
+static bool gemm_rows_fit(const cuda_backend *cb, int M, const em_weight *w, em_math math) {
+    return math == EM_MATH_FAST && M > CUDA_SKINNY_MAX_M && mlp_weight_ok(cb, w, M);
 }
 
-static bool mlp_rows_fit(int M, const em_weight *wg, const em_weight *wu, const em_weight *wd, const float *act,
-                         const float *bg, const float *bu, const float *bd, em_math math) {
-    if (bg || bu || bd || !gemm_rows_fit(M, wg, math) || !gemm_rows_fit(M, wu, math) || !gemm_rows_fit(M, wd, math))
+static bool mlp_rows_fit(const cuda_backend *cb, int M, const em_weight *wg, const em_weight *wu,
+                         const em_weight *wd, const float *act, const float *bg, const float *bu, const float *bd,
+                         em_math math) {
+    if (bg || bu || bd || !gemm_rows_fit(cb, M, wg, math) || !gemm_rows_fit(cb, M, wu, math) ||
+        !gemm_rows_fit(cb, M, wd, math))
         return false;
     if (wu->rows != wg->rows || wu->cols != wg->cols || wd->cols != wg->rows || wd->rows != wg->cols) return false;
     return wg->rows % 8 == 0 && ((uintptr_t)act & 15) == 0;
@@ -77,7 +79,7 @@ static void mlp_rows(cuda_backend *cb, float *y, float *act, const float *x, int
 bool cuda_matmul_mlp(em_backend *be, float *y, float *act, const float *x, int M, const em_weight *wg,
                      const em_weight *wu, const em_weight *wd, const float *bg, const float *bu, const float *bd,
                      em_math math, bool add) {
-    if (!mlp_rows_fit(M, wg, wu, wd, act, bg, bu, bd, math) || (add && y == x))
+    if (!mlp_rows_fit((const cuda_backend *)be->impl, M, wg, wu, wd, act, bg, bu, bd, math) || (add && y == x))
         return cuda_qmatmul_mlp(be, y, act, x, M, wg, wu, wd, bg, bu, bd, math, add);
     cuda_backend *cb = cuda_enter(be);
     bool replay = cuda_graph_skip(cb, y, act, x, M, add);
@@ -91,7 +93,7 @@ bool cuda_matmul_mlp(em_backend *be, float *y, float *act, const float *x, int M
 
 bool cuda_matmul_add(em_backend *be, float *y, const float *x, int M, const em_weight *w, em_math math) {
     if (y == x) return false;
-    if (!gemm_rows_fit(M, w, math)) return cuda_gemv_add(be, y, x, M, w, math);
+    if (!gemm_rows_fit((const cuda_backend *)be->impl, M, w, math)) return cuda_gemv_add(be, y, x, M, w, math);
     cuda_backend *cb = cuda_enter(be);
     if (cuda_graph_skip(cb, y, x, M, w->data, w->scales, w->biases, w->dtype, w->bits, w->group_size, w->scale_dtype,
                         w->rows, w->cols))

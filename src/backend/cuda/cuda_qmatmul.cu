@@ -304,8 +304,9 @@ static void qbias(cuda_backend *cb, float *y, const float *bias, int M, int N) {
     CUDA_LAUNCHED(cb, "quantized matmul (bias)");
 }
 
-bool cuda_qgemm_fast_ok(const em_weight *w, int M, em_math math) {
-    return w->bits && math == EM_MATH_FAST && M >= QFAST_MIN_M && qweight_ok(w) && w->rows > 0 && w->cols > 0;
+bool cuda_qgemm_fast_ok(const cuda_backend *cb, const em_weight *w, int M, em_math math) {
+    return w->bits && math == EM_MATH_FAST && M >= QFAST_MIN_M && qweight_ok(w) && w->rows > 0 && w->cols > 0 &&
+           !cuda_qmma_takes(cb, w, M, math);
 }
 
 void cuda_qgemm_bf16(cuda_backend *cb, void *y, cudaDataType_t ytype, const void *xb, int M, const em_weight *w,
@@ -337,7 +338,8 @@ void cuda_qmatmul(cuda_backend *cb, float *y, const float *x, int M, const em_we
         cuda_note(cb, cudaErrorNotSupported, "quantized matmul (bits, group size or scale dtype out of range)");
         return;
     }
-    if (cuda_qgemm_fast_ok(w, M, math)) {
+    if (cuda_qmma_takes(cb, w, M, math) && cuda_qmma(cb, y, x, M, w, bias, false)) return;
+    if (cuda_qgemm_fast_ok(cb, w, M, math)) {
         if (cuda_round_activations(cb, x, M, (int)w->cols)) cuda_qgemm_rounded(cb, y, M, w, bias);
         return;
     }

@@ -83,32 +83,6 @@ __device__ __forceinline__ void skinny_warp(float (*acc)[4], const uint16_t *wlo
         skinny_step<NT>(acc, __ldcs((const uint4 *)(wlo + k)), __ldcs((const uint4 *)(whi + k)), xr, k);
 }
 
-/* Adds the block's warps' accumulators into warp 0's, as a fixed tree
- * (warp w + h into warp w, h = KW/2 .. 1), through shared memory. */
-template <int NT>
-__device__ __forceinline__ void skinny_reduce(float (*acc)[4], int warp, int lane, int kw) {
-    constexpr int F = NT * 4;
-    __shared__ float red[(CUDA_SKINNY_KSPLIT / 2) * F * 32];
-    for (int h = kw / 2; h >= 1; h /= 2) {
-        if (warp >= h && warp < 2 * h) {
-            float *dst = red + (size_t)(warp - h) * F * 32 + lane;
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-                for (int c = 0; c < 4; c++) dst[(nt * 4 + c) * 32] = acc[nt][c];
-        }
-        __syncthreads();
-        if (warp < h) {
-            const float *src = red + (size_t)warp * F * 32 + lane;
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-                for (int c = 0; c < 4; c++) acc[nt][c] += src[(nt * 4 + c) * 32];
-        }
-        __syncthreads();
-    }
-}
-
 /* Warp 0's sums of rows r0 .. r0+15: element (row g (+8), column 2t (+1))
  * of each column tile, into y[m, n] (ld N). */
 template <int NT>
@@ -143,7 +117,7 @@ __global__ void __launch_bounds__(CUDA_SKINNY_KSPLIT * 32) skinny_kernel(skinny_
     for (int nt = 0; nt < NT; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
     size_t k0 = (size_t)warp * kc + 8 * t;
     skinny_warp<NT>(acc, p.w[mi] + (size_t)(r0 + g) * K + k0, (size_t)K, x + k0, M, kc, g);
-    skinny_reduce<NT>(acc, warp, lane, kw);
+    tc_reduce_warps<NT>(acc, warp, lane, kw);
     if (warp == 0) skinny_store<NT>(acc, p.y[mi], p.bias[mi], N, M, r0, g, t);
 }
 
