@@ -454,7 +454,7 @@ gemv_set gemv_set_make(int n, float *const *ys, const em_weight *const *ws, cons
 /* cuda_qmma.cu: FAST products of CUDA_QMMA_MIN_M .. CUDA_QMMA_MAX_M rows
  * over 4- and 8-bit weights on int8 tensor cores, y = x · Wᵀ (+ bias), or
  * added into y. takes: whether it applies; cuda_qmma queues it (false:
- * nothing queued, the rounding scratch could not be had). */
+ * nothing queued, x not 16-byte aligned). */
 bool cuda_qmma_takes(const cuda_backend *cb, const em_weight *w, int M, em_math math);
 bool cuda_qmma(cuda_backend *cb, float *y, const float *x, int M, const em_weight *w, const float *bias, bool add);
 
@@ -513,7 +513,8 @@ void cuda_sample_rows(em_backend *be, int32_t *ids, float *x, int rows, int n, i
 void cuda_qmatmul(cuda_backend *cb, float *y, const float *x, int M, const em_weight *w, const float *bias,
                   em_math math);
 /* Whether a FAST product of M rows with quantized w takes the dequantizing
- * tensor-core path (cuda_qgemm_rounded). */
+ * tensor-core path (cuda_qgemm_rounded): 16 rows or more, where the int8
+ * tensor-core kernel does not (cuda_qmma_takes). */
 bool cuda_qgemm_fast_ok(const cuda_backend *cb, const em_weight *w, int M, em_math math);
 /* y = (the activations rounded in cb->xconv) · Wᵀ (+ bias) for quantized W:
  * slices of W dequantized to bf16, then the bf16 GEMM. */

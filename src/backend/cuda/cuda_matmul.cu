@@ -661,7 +661,8 @@ bool cuda_norm_matmul_group(em_backend *be, int n, float *const *ys, const float
 }
 
 /* matmul_add over 4- and 8-bit weights: the int8 GEMV's rows (FAST, one
- * or two), each result added as it is stored. */
+ * or two) and the int8 tensor-core kernel's (16 to 32), each result added
+ * as it is stored. */
 static bool qgemv_add(em_backend *be, float *y, const float *x, int M, const em_weight *w, em_math math) {
     if (cuda_qmma_takes((const cuda_backend *)be->impl, w, M, math)) {
         cuda_backend *cb = cuda_enter(be);
