@@ -460,6 +460,40 @@ static void test_graph_scratch_growth(void) {
     gpu = shared;
 }
 
+/* matmul_group of quantized products in the int8 tensor-core kernel's rows
+ * (q, k, v; gate and up): one launch over x rounded once gives each product
+ * the bits matmul gives it alone, matrices of rows that end a block part
+ * way (48, 20, 130) included. */
+static void test_qmma_group(int bits, int M, int K, em_dtype sdt) {
+    enum { G = 3 };
+    const int Ns[G] = {48, 20, 130};
+    qw q[G];
+    em_weight wc[G], wg[G];
+    const em_weight *ws[G];
+    float *ys[G], *yone[G], *bd[G];
+    float *x = rand_f32((size_t)M * K, 1.0f), *xd = up(x, (size_t)M * K * 4);
+    for (int i = 0; i < G; i++) {
+        q[i] = qw_make(Ns[i], K, bits, 64, sdt, 0);
+        qw_weights(&q[i], Ns[i], K, bits, 64, sdt, 0, &wc[i], &wg[i]);
+        ws[i] = &wg[i];
+        float *b = rand_f32((size_t)Ns[i], 1.0f);
+        bd[i] = i == 1 ? NULL : up(b, (size_t)Ns[i] * 4), free(b);
+        ys[i] = gpu->ops->alloc(gpu, (size_t)M * Ns[i] * 4), yone[i] = gpu->ops->alloc(gpu, (size_t)M * Ns[i] * 4);
+        gpu->ops->matmul(gpu, yone[i], xd, M, &wg[i], bd[i], EM_MATH_FAST);
+    }
+    gpu->ops->matmul_group(gpu, G, ys, xd, M, ws, (const float *const *)bd, EM_MATH_FAST);
+    for (int i = 0; i < G; i++) {
+        float *a = down(ys[i], (size_t)M * Ns[i]), *b = down(yone[i], (size_t)M * Ns[i]);
+        CHECKF(!memcmp(a, b, (size_t)M * Ns[i] * 4), "qmma group bits=%d M=%d K=%d: product %d differs from matmul",
+               bits, M, K, i);
+        free(a), free(b);
+        qw_weight_free(&wg[i], 0), qw_free(&q[i]);
+        gpu->ops->free(gpu, ys[i]), gpu->ops->free(gpu, yone[i]);
+        if (bd[i]) gpu->ops->free(gpu, bd[i]);
+    }
+    gpu->ops->free(gpu, xd), free(x);
+}
+
 static void test_qmatmul_int8(void) {
     int Ms[] = {1, 2, 3, 5, 8, 11, 15}, bits[] = {4, 8}, groups[] = {32, 64, 128};
     em_dtype sdts[] = {EM_BF16, EM_F16, EM_F32};
@@ -482,6 +516,8 @@ static void test_qmatmul_int8(void) {
             }
     test_qmatmul_int8_case(20, 19, 32, 4, 32, EM_BF16, true);
     test_qmatmul_int8_case(16, 16, 256, 8, 128, EM_F32, false);
+    test_qmma_group(4, 16, 1024, EM_BF16);
+    test_qmma_group(8, 29, 2048, EM_F16);
     /* one or two rows too wide to stage whole: the chunked kernel */
     test_qmatmul_int8_case(1, 37, 24576, 4, 64, EM_BF16, true);
     test_qmatmul_int8_case(2, 130, 24576, 8, 128, EM_F16, false);

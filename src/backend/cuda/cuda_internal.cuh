@@ -454,9 +454,14 @@ gemv_set gemv_set_make(int n, float *const *ys, const em_weight *const *ws, cons
 /* cuda_qmma.cu: FAST products of CUDA_QMMA_MIN_M .. CUDA_QMMA_MAX_M rows
  * over 4- and 8-bit weights on int8 tensor cores, y = x · Wᵀ (+ bias), or
  * added into y. takes: whether it applies; cuda_qmma queues it (false:
- * nothing queued, x not 16-byte aligned). */
+ * nothing queued, x not 16-byte aligned). cuda_qmma_group: matmul_group's
+ * products of one x in one launch, x rounded once, where each applies and
+ * they are alike but for their rows (recorded-step arguments mixed in as
+ * cuda_matmul mixes them); false: nothing queued. */
 bool cuda_qmma_takes(const cuda_backend *cb, const em_weight *w, int M, em_math math);
 bool cuda_qmma(cuda_backend *cb, float *y, const float *x, int M, const em_weight *w, const float *bias, bool add);
+bool cuda_qmma_group(cuda_backend *cb, int n, float *const *ys, const float *x, int M, const em_weight *const *ws,
+                     const float *const *biases, em_math math);
 
 /* cuda_skinny.cu: FAST products of CUDA_FAST_MIN_M .. CUDA_SKINNY_MAX_M rows
  * on tensor cores. fits: whether w can take part at M rows. cuda_skinny

@@ -738,6 +738,7 @@ void cuda_matmul_group(em_backend *be, int n, float *const *ys, const float *x, 
     cuda_backend *cb = cuda_enter(be);
     if (M <= 0) return;
     if (gemm_fast_group(cb, n, ys, x, M, ws, biases, math)) return;
+    if (cuda_qmma_group(cb, n, ys, x, M, ws, biases, math)) return;
     gemv_set set;
     bool fits = group_fits(n, x, M, ws, math);
     if (fits) {

@@ -49,6 +49,7 @@ struct qmma_rounded {
     int mp;
 };
 
+/* One matrix's product, as a block sees it. */
 struct qmma_args {
     const uint32_t *w;
     const void *scales, *biases;
@@ -57,6 +58,17 @@ struct qmma_args {
     qmma_rounded q;
     int M, N, K, lg, sdt; /* lg: log2 of the group size */
     bool add;
+};
+
+/* A launch: matrix i (of count, alike but for their rows) takes blocks
+ * block[i] .. block[i + 1] - 1; a holds what they share. */
+struct qmma_plan {
+    qmma_args a;
+    const uint32_t *w[EM_MATMUL_GROUP_MAX];
+    const void *scales[EM_MATMUL_GROUP_MAX], *biases[EM_MATMUL_GROUP_MAX];
+    const float *bias[EM_MATMUL_GROUP_MAX];
+    float *y[EM_MATMUL_GROUP_MAX];
+    int rows[EM_MATMUL_GROUP_MAX], block[EM_MATMUL_GROUP_MAX + 1], count;
 };
 
 /* Block (chunk, row m) rounds one chunk of row m as the int8 GEMV does;
@@ -275,13 +287,18 @@ __device__ __forceinline__ void qmma_store(float (*acc)[4], const qmma_args &a, 
         }
 }
 
-/* Block b: weight rows 8 NB b .. 8 NB (b + 1) - 1; its warps one stretch of
- * K each. */
+/* Block b: 8 NB weight rows of one of the plan's matrices; its warps one
+ * stretch of K each. */
 template <int BITS, int SDT, int MA>
-__global__ void __launch_bounds__(CUDA_SKINNY_KSPLIT * 32, 2) qmma_kernel(qmma_args a) {
+__global__ void __launch_bounds__(CUDA_SKINNY_KSPLIT * 32, 2) qmma_kernel(qmma_plan p) {
     constexpr int NB = QM_NB;
+    int b = blockIdx.x, mi = 0;
+    while (mi + 1 < p.count && b >= p.block[mi + 1]) mi++;
+    qmma_args a = p.a;
+    a.w = p.w[mi], a.scales = p.scales[mi], a.biases = p.biases[mi], a.bias = p.bias[mi], a.y = p.y[mi];
+    a.N = p.rows[mi];
     int kw = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    int r0 = blockIdx.x * 8 * NB, ns = a.K / QG_SEG / kw;
+    int r0 = (b - p.block[mi]) * 8 * NB, ns = a.K / QG_SEG / kw;
     float acc[MA * NB][4];
 #pragma unroll
     for (int i = 0; i < MA * NB; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
@@ -297,42 +314,75 @@ bool cuda_qmma_takes(const cuda_backend *cb, const em_weight *w, int M, em_math 
            ((uintptr_t)w->data & 7) == 0;
 }
 
-template <int BITS, int SDT, int MA> static void qmma_launch(cuda_backend *cb, const qmma_args &a) {
-    int rows = 8 * QM_NB;
-    cuda_launch(qmma_kernel<BITS, SDT, MA>, (unsigned)((a.N + rows - 1) / rows), cuda_skinny_split(a.K) * 32, 0,
-                cb->stream, a);
+template <int BITS, int SDT, int MA> static void qmma_launch(cuda_backend *cb, const qmma_plan &p) {
+    cuda_launch(qmma_kernel<BITS, SDT, MA>, (unsigned)p.block[p.count], cuda_skinny_split(p.a.K) * 32, 0, cb->stream,
+                p);
 }
 
-template <int BITS, int SDT> static void qmma_launch_rows(cuda_backend *cb, const qmma_args &a) {
+template <int BITS, int SDT> static void qmma_launch_rows(cuda_backend *cb, const qmma_plan &p) {
     static_assert(CUDA_QMMA_MAX_M <= 32, "one or two activation tiles of 16 rows");
-    if (a.M <= 16) qmma_launch<BITS, SDT, 1>(cb, a);
-    else qmma_launch<BITS, SDT, 2>(cb, a);
+    if (p.a.M <= 16) qmma_launch<BITS, SDT, 1>(cb, p);
+    else qmma_launch<BITS, SDT, 2>(cb, p);
 }
 
-template <int BITS> static void qmma_queue(cuda_backend *cb, const qmma_args &a, const float *x) {
+template <int BITS> static void qmma_queue(cuda_backend *cb, const qmma_plan &p, const float *x) {
+    const qmma_args &a = p.a;
     dim3 grid((unsigned)((a.K + QM_ROUND_KC - 1) / QM_ROUND_KC), (unsigned)a.q.mp);
     cuda_launch(qmma_round_kernel<BITS>, grid, QM_ROUND_THREADS, 0, cb->stream, a.q, x, a.M, a.K);
     CUDA_LAUNCHED(cb, "quantized matmul (int8 tensor cores): rounding the activations");
-    if (a.sdt == EM_BF16) qmma_launch_rows<BITS, EM_BF16>(cb, a);
-    else if (a.sdt == EM_F16) qmma_launch_rows<BITS, EM_F16>(cb, a);
-    else qmma_launch_rows<BITS, EM_F32>(cb, a);
+    if (a.sdt == EM_BF16) qmma_launch_rows<BITS, EM_BF16>(cb, p);
+    else if (a.sdt == EM_F16) qmma_launch_rows<BITS, EM_F16>(cb, p);
+    else qmma_launch_rows<BITS, EM_F32>(cb, p);
     CUDA_LAUNCHED(cb, "quantized matmul (int8 tensor cores)");
 }
 
-/* False (nothing queued) where x is not 16-byte aligned (the rounding's
- * float4 reads). The rounding scratch is cb->q8x, which the int8 GEMV's
- * rows share: stream order keeps them apart. */
-bool cuda_qmma(cuda_backend *cb, float *y, const float *x, int M, const em_weight *w, const float *bias, bool add) {
+/* ys[i] = x · ws[i]ᵀ (+ biases[i]), or added into ys[i], for n weights
+ * alike but for their rows, x rounded once for all of them. False (nothing
+ * queued) where x is not 16-byte aligned (the rounding's float4 reads).
+ * The rounding scratch is cb->q8x, which the int8 GEMV's rows share:
+ * stream order keeps them apart. */
+static bool qmma_set(cuda_backend *cb, int n, float *const *ys, const float *x, int M, const em_weight *const *ws,
+                     const float *const *biases, bool add) {
     if ((uintptr_t)x & 15) return false;
-    int K = (int)w->cols, mp = (M + 7) & ~7;
+    const em_weight *w0 = ws[0];
+    int K = (int)w0->cols, mp = (M + 7) & ~7;
     size_t codes = ((size_t)M * K + 15) & ~(size_t)15, pairs = (size_t)K / QG_SEG * mp * sizeof(float2);
     if (!cuda_scratch(cb, &cb->q8x, &cb->q8x_bytes, codes + pairs)) return true; /* noted */
-    qmma_args a;
-    a.w = (const uint32_t *)w->data, a.scales = w->scales, a.biases = w->biases, a.bias = bias, a.y = y;
+    qmma_plan p;
+    memset(&p, 0, sizeof p);
+    qmma_args &a = p.a;
     a.q.x = (int8_t *)cb->q8x, a.q.ds = (float2 *)((uint8_t *)cb->q8x + codes), a.q.mp = mp;
-    a.M = M, a.N = (int)w->rows, a.K = K, a.sdt = (int)w->scale_dtype, a.add = add;
-    a.lg = w->group_size == 32 ? 5 : w->group_size == 64 ? 6 : 7;
-    if (w->bits == 4) qmma_queue<4>(cb, a, x);
-    else qmma_queue<8>(cb, a, x);
+    a.M = M, a.K = K, a.sdt = (int)w0->scale_dtype, a.add = add;
+    a.lg = w0->group_size == 32 ? 5 : w0->group_size == 64 ? 6 : 7;
+    p.count = n;
+    for (int i = 0; i < n; i++) {
+        p.w[i] = (const uint32_t *)ws[i]->data, p.scales[i] = ws[i]->scales, p.biases[i] = ws[i]->biases;
+        p.bias[i] = biases ? biases[i] : NULL, p.y[i] = ys[i], p.rows[i] = (int)ws[i]->rows;
+        p.block[i + 1] = p.block[i] + (p.rows[i] + 8 * QM_NB - 1) / (8 * QM_NB);
+    }
+    if (w0->bits == 4) qmma_queue<4>(cb, p, x);
+    else qmma_queue<8>(cb, p, x);
     return true;
+}
+
+bool cuda_qmma(cuda_backend *cb, float *y, const float *x, int M, const em_weight *w, const float *bias, bool add) {
+    return qmma_set(cb, 1, &y, x, M, &w, &bias, add);
+}
+
+bool cuda_qmma_group(cuda_backend *cb, int n, float *const *ys, const float *x, int M, const em_weight *const *ws,
+                     const float *const *biases, em_math math) {
+    const em_weight *a = ws[0];
+    if (n < 1 || n > EM_MATMUL_GROUP_MAX || ((uintptr_t)x & 15)) return false;
+    for (int i = 0; i < n; i++) {
+        const em_weight *b = ws[i];
+        if (!cuda_qmma_takes(cb, b, M, math) || b->cols != a->cols || b->bits != a->bits ||
+            b->group_size != a->group_size || b->scale_dtype != a->scale_dtype)
+            return false;
+    }
+    bool replay = false;
+    for (int i = 0; i < n; i++) /* what cuda_matmul mixes into a recorded step's key, product by product */
+        replay = cuda_graph_skip(cb, ys[i], x, M, ws[i]->data, ws[i]->dtype, ws[i]->rows, ws[i]->cols,
+                                 biases ? biases[i] : NULL, (int)math, ws[i]->bits, ws[i]->group_size, ws[i]->scales,
+                                 ws[i]->biases);
+    return replay || qmma_set(cb, n, ys, x, M, ws, biases, false);
 }
