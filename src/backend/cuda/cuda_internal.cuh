@@ -246,6 +246,15 @@ template <typename... A> static inline bool cuda_graph_skip(cuda_backend *cb, A.
     return cb->graphs.mode == 2 /* EM_GRAPH_REPLAY */;
 }
 
+/* What cuda_matmul mixes into a recorded step's key for one product; an
+ * operation that queues several products in one launch mixes each in turn,
+ * so a step records the same key whichever way its products were queued. */
+static inline bool cuda_graph_skip_matmul(cuda_backend *cb, float *y, const float *x, int M, const em_weight *w,
+                                          const float *bias, em_math math) {
+    return cuda_graph_skip(cb, y, x, M, w->data, w->dtype, w->rows, w->cols, bias, (int)math, w->bits,
+                           w->group_size, w->scales, w->biases);
+}
+
 /* Sets the backend's GPU as the calling thread's current device (a model
  * may be driven from several threads over its life) and returns the state. */
 cuda_backend *cuda_enter(em_backend *be);

@@ -522,9 +522,7 @@ static void gemm_fast_set(cuda_backend *cb, int n, float *const *ys, int M, cons
 void cuda_matmul(em_backend *be, float *y, const float *x, int M, const em_weight *w, const float *bias, em_math math) {
     cuda_backend *cb = cuda_enter(be);
     if (M <= 0 || w->rows <= 0 || w->cols <= 0) return;
-    if (cuda_graph_skip(cb, y, x, M, w->data, w->dtype, w->rows, w->cols, bias, (int)math, w->bits, w->group_size,
-                        w->scales, w->biases))
-        return;
+    if (cuda_graph_skip_matmul(cb, y, x, M, w, bias, math)) return;
     if (w->bits) {
         cuda_qmatmul(cb, y, x, M, w, bias, math);
         return;
@@ -724,10 +722,8 @@ static bool gemm_fast_group(cuda_backend *cb, int n, float *const *ys, const flo
         if (!tc || ws[i]->cols != ws[0]->cols || ws[i]->rows <= 0 || ws[i]->cols <= 0) return false;
     }
     bool replay = false;
-    for (int i = 0; i < n; i++) /* what cuda_matmul mixes into a recorded step's key, product by product */
-        replay = cuda_graph_skip(cb, ys[i], x, M, ws[i]->data, ws[i]->dtype, ws[i]->rows, ws[i]->cols,
-                                 biases ? biases[i] : NULL, (int)math, ws[i]->bits, ws[i]->group_size, ws[i]->scales,
-                                 ws[i]->biases);
+    for (int i = 0; i < n; i++)
+        replay = cuda_graph_skip_matmul(cb, ys[i], x, M, ws[i], biases ? biases[i] : NULL, math);
     if (replay || !cuda_round_activations(cb, x, M, (int)ws[0]->cols)) return true;
     gemm_fast_set(cb, n, ys, M, ws, biases);
     return true;

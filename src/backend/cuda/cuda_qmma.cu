@@ -73,8 +73,8 @@ struct qmma_plan {
 
 /* Block (chunk, row m) rounds one chunk of row m as the int8 GEMV does;
  * rows from M to mp only zero their pairs. */
-template <int BITS> __global__ void __launch_bounds__(QM_ROUND_THREADS) qmma_round_kernel(qmma_rounded q, const float *x,
-                                                                                        int M, int K) {
+template <int BITS>
+__global__ void __launch_bounds__(QM_ROUND_THREADS) qmma_round_kernel(qmma_rounded q, const float *x, int M, int K) {
     cuda_pdl_enter();
     __shared__ float d[QM_ROUND_KC / QG_SEG], s[QM_ROUND_KC / QG_SEG];
     int m = blockIdx.y, k0 = blockIdx.x * QM_ROUND_KC, kc = K - k0 < QM_ROUND_KC ? K - k0 : QM_ROUND_KC;
@@ -178,7 +178,8 @@ __device__ __forceinline__ void qmma_warp(float (*acc)[4], const qmma_args &a, i
         for (int nb = 0; nb < NB; nb++)
 #pragma unroll
             for (int c = 0; c < 2; c++) {
-                float sc = q_scalar(a.scales, SDT, gr[2 * nb + c] + gi), bi = q_scalar(a.biases, SDT, gr[2 * nb + c] + gi);
+                float sc = q_scalar(a.scales, SDT, gr[2 * nb + c] + gi);
+                float bi = q_scalar(a.biases, SDT, gr[2 * nb + c] + gi);
                 if (BITS == 8) bi = fmaf(128.0f, sc, bi);
 #pragma unroll
                 for (int ma = 0; ma < MA; ma++)
@@ -380,9 +381,7 @@ bool cuda_qmma_group(cuda_backend *cb, int n, float *const *ys, const float *x, 
             return false;
     }
     bool replay = false;
-    for (int i = 0; i < n; i++) /* what cuda_matmul mixes into a recorded step's key, product by product */
-        replay = cuda_graph_skip(cb, ys[i], x, M, ws[i]->data, ws[i]->dtype, ws[i]->rows, ws[i]->cols,
-                                 biases ? biases[i] : NULL, (int)math, ws[i]->bits, ws[i]->group_size, ws[i]->scales,
-                                 ws[i]->biases);
+    for (int i = 0; i < n; i++)
+        replay = cuda_graph_skip_matmul(cb, ys[i], x, M, ws[i], biases ? biases[i] : NULL, math);
     return replay || qmma_set(cb, n, ys, x, M, ws, biases, false);
 }
