@@ -13,16 +13,18 @@
 #   - whether every build's greedy ids (64 tokens) equal the first build's,
 #   - ember-gemv-bench's products of one layer (µs a call) for each build that has it,
 #   - ember bench's decode tok/s (--prompt-tokens 128 --gen-tokens 256), AB_ROUNDS rounds (2).
-# AB_SHAPES picks the models ("8b 1b qwen"). Exit status 1 when ids differ.
+# AB_SHAPES picks the models ("8b 1b qwen"); AB_BATCH the decode batches ("1"): for
+# B > 1 the products take B rows and the decode runs B sequences (--batch B,
+# --prompt-tokens 64 --gen-tokens 64). Exit status 1 when ids differ.
 set -euo pipefail
 
-usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; }
 if [[ $# -ge 1 && ($1 == -h || $1 == --help) ]]; then usage; exit 0; fi
 if [[ $# -lt 2 ]]; then usage >&2; exit 2; fi
 work=$1
 shift
 here=$(cd "$(dirname "$0")" && pwd)
-rounds=${AB_ROUNDS:-2} bits=${AB_BITS:-4} shapes=${AB_SHAPES:-8b 1b qwen}
+rounds=${AB_ROUNDS:-2} bits=${AB_BITS:-4} shapes=${AB_SHAPES:-8b 1b qwen} batches=${AB_BATCH:-1}
 names=() dirs=() envs=()
 for spec in "$@"; do
     name=${spec%%=*} rest=${spec#*=}
@@ -80,22 +82,32 @@ for s in $shapes; do
 done
 
 echo "## ember-gemv-bench, µs a call (one layer's products and the head, $bits bits)"
-for s in $shapes; do
-    for i in "${!names[@]}"; do
-        [[ -x ${dirs[$i]}/ember-gemv-bench ]] || continue
-        line=$(run_as "$i" ember-gemv-bench --device cuda --shape "$(gemv_shape "$s")" --bits "$bits" --seconds 0.3 \
-            2>&1 | tail -6 | awk '{printf "%s=%s ", $1, $(NF-2)}') || line="(failed)"
-        echo "$s ${names[$i]}: $line"
+for b in $batches; do
+    for s in $shapes; do
+        for i in "${!names[@]}"; do
+            [[ -x ${dirs[$i]}/ember-gemv-bench ]] || continue
+            line=$(run_as "$i" ember-gemv-bench --device cuda --shape "$(gemv_shape "$s")" --bits "$bits" --rows "$b" \
+                --seconds 0.3 2>&1 | tail -6 | awk '{printf "%s=%s ", $1, $(NF-2)}') || line="(failed)"
+            echo "$s rows $b ${names[$i]}: $line"
+        done
     done
 done
 
-echo "## ember bench decode tok/s (--prompt-tokens 128 --gen-tokens 256), $rounds rounds alternated"
+# decode_args B: ember bench's arguments for a decode of B sequences
+decode_args() {
+    if [[ $1 == 1 ]]; then echo "--prompt-tokens 128 --gen-tokens 256 --repeat 2"
+    else echo "--prompt-tokens 64 --gen-tokens 64 --batch $1"; fi
+}
+echo "## ember bench decode tok/s (one sequence: --prompt-tokens 128 --gen-tokens 256), $rounds rounds alternated"
 for r in $(seq "$rounds"); do
-    for s in $shapes; do
-        for i in "${!names[@]}"; do
-            line=$(run_as "$i" ember bench "$work/$s-q$bits" --device cuda --prompt-tokens 128 --gen-tokens 256 \
-                --repeat 2 2>&1 | grep -E '^decode' | head -1) || line="(failed)"
-            echo "round $r $s ${names[$i]}: $line"
+    for b in $batches; do
+        for s in $shapes; do
+            for i in "${!names[@]}"; do
+                # shellcheck disable=SC2046
+                line=$(run_as "$i" ember bench "$work/$s-q$bits" --device cuda $(decode_args "$b") 2>&1 |
+                    grep -E '^decode' | head -1) || line="(failed)"
+                echo "round $r $s batch $b ${names[$i]}: $line"
+            done
         done
     done
 done
