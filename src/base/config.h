@@ -48,6 +48,7 @@
     X(CUDA_PDL, "EMBER_CUDA_PDL", FLAG, "1", 0, 0, NULL, NULL, "in recorded decode steps, let each CUDA kernel be scheduled while the one before it finishes (sm_90+)") \
     X(CUDA_SKINNY, "EMBER_CUDA_SKINNY", FLAG, "1", 0, 0, NULL, NULL, "FAST products of 3-32 rows over small bf16 matrices on the skinny tensor-core kernel instead of cuBLAS") \
     X(CUDA_QMMA, "EMBER_CUDA_QMMA", FLAG, "1", 0, 0, NULL, NULL, "FAST products of 16-32 rows over 4-/8-bit weights on the int8 tensor-core kernel instead of dequantizing the weights for the bf16 GEMM") \
+    X(CUDA_QTC, "EMBER_CUDA_QTC", FLAG, "1", 0, 0, NULL, NULL, "of those, the products over 4-bit weights on bf16 tensor cores (codes turned into bf16 in registers, activations rounded to bf16) instead of int8 ones") \
     X(CUDA_FUSED_ATTENTION, "EMBER_CUDA_FUSED_ATTENTION", FLAG, "1", 0, 0, NULL, NULL, "decode steps rotate queries and keys, write the cache and attend in one kernel instead of two") \
     X(CUDA_QPIPE, "EMBER_CUDA_QPIPE", FLAG, "1", 0, 0, NULL, NULL, "FAST 4-/8-bit decode products of one or two rows on the pipelined kernel (weights through shared memory) instead of the register-resident one") \
     X(CUDA_QMLP, "EMBER_CUDA_QMLP", VALUE, "auto", 0, 0, "auto|1|0", NULL, "a 4-/8-bit MLP of one or two decode rows (gate, up, SwiGLU, down) in one pipelined launch instead of two (sm_90+, with EMBER_CUDA_QPIPE): 1 wherever it applies, auto where the gate and up alone would not balance on the pipelined kernel") \

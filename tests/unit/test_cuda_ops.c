@@ -15,6 +15,7 @@ int main(void) {
 }
 #else
 #include "backend/cuda/cuda_backend.h"
+#include "base/config.h"
 #include "engine/sampler.h"
 #include "tensor/affine.h"
 
@@ -330,7 +331,15 @@ static void test_qmatmul(void) {
  * int8 per 32 values: the result must be that arithmetic (x rounded as the
  * kernel rounds it; 8-bit codes centred on 128, the constant part over the
  * unrounded sum, as on the CPU) to f32 level, and no further from the
- * exact product than the rounding can move it: sum |xr - x| * |s (q - c)|. */
+ * exact product than the rounding can move it: sum |xr - x| * |s (q - c)|.
+ * Products of CUDA_QMMA_MIN_M .. CUDA_QMMA_MAX_M rows over 4-bit weights
+ * (cuda_qtc.cu, EMBER_CUDA_QTC) round them to bf16 instead, the constant
+ * part over the rounded sum: the affine product of the rounded x, so the
+ * reach is sum |xr - x| * |s q + b|. */
+static bool qtc_regime(int M, int bits) {
+    return bits == 4 && M >= CUDA_QMMA_MIN_M && M <= CUDA_QMMA_MAX_M && em_config_flag(em_config_global(), EMC_CUDA_QTC);
+}
+
 static void test_qmatmul_int8_case(int M, int N, int K, int bits, int group, em_dtype sdt, bool with_bias) {
     qw q = qw_make(N, K, bits, group, sdt, 0);
     em_weight wc, wg;
@@ -343,7 +352,10 @@ static void test_qmatmul_int8_case(int M, int N, int K, int bits, int group, em_
     gpu->ops->matmul(gpu, yd, xd, M, &wg, bd, EM_MATH_FAST);
     float *yg = down(yd, (size_t)M * N);
     float *xr = malloc((size_t)M * K * sizeof *xr);
-    for (int b = 0; b < M * K / 32; b++) {
+    bool tc = qtc_regime(M, bits);
+    for (int b = 0; b < M * K / 32 && tc; b++)
+        for (int i = 0; i < 32; i++) xr[b * 32 + i] = bf16_to_f32(f32_to_bf16(x[b * 32 + i]));
+    for (int b = 0; b < M * K / 32 && !tc; b++) {
         float amax = 0;
         for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[b * 32 + i]));
         float inv = amax > 0 ? 127.0f / amax : 0.0f;
@@ -361,8 +373,9 @@ static void test_qmatmul_int8_case(int M, int N, int K, int bits, int group, em_
                 for (int k = g * group; k < (g + 1) * group; k++) {
                     double qc = affine_get(wb + (size_t)n * K * bits / 8, k, bits) - c;
                     dot += (double)xr[(size_t)m * K + k] * qc;
-                    sx += x[(size_t)m * K + k];
-                    reach += fabs((double)xr[(size_t)m * K + k] - x[(size_t)m * K + k]) * fabs(sc * qc);
+                    sx += tc ? xr[(size_t)m * K + k] : x[(size_t)m * K + k];
+                    double wv = tc ? sc * (qc + c) + bi : sc * qc; /* what a rounding of x_k is multiplied by */
+                    reach += fabs((double)xr[(size_t)m * K + k] - x[(size_t)m * K + k]) * fabs(wv);
                 }
                 ref += sc * dot + (bi + c * sc) * sx;
             }
@@ -370,15 +383,15 @@ static void test_qmatmul_int8_case(int M, int N, int K, int bits, int group, em_
             mag = fmax(mag, fabs(ref));
             excess = fmax(excess, fabs((double)yg[(size_t)m * N + n] - yc[(size_t)m * N + n]) - reach);
         }
-    CHECKF(worst / mag <= 2e-5, "qmatmul int8 bits=%d group=%d M=%d N=%d K=%d: rel err %.3g from its own arithmetic",
-           bits, group, M, N, K, worst / mag);
-    CHECKF(excess / mag <= 2e-5, "qmatmul int8 bits=%d group=%d M=%d N=%d K=%d: %.3g (relative) further from the exact "
-           "product than int8 rounding reaches", bits, group, M, N, K, excess / mag);
+    CHECKF(worst / mag <= 2e-5, "qmatmul %s bits=%d group=%d M=%d N=%d K=%d: rel err %.3g from its own arithmetic",
+           tc ? "bf16" : "int8", bits, group, M, N, K, worst / mag);
+    CHECKF(excess / mag <= 2e-5, "qmatmul %s bits=%d group=%d M=%d N=%d K=%d: %.3g (relative) further from the exact "
+           "product than the rounding reaches", tc ? "bf16" : "int8", bits, group, M, N, K, excess / mag);
     /* one or two rows (the streaming kernels) give the bits their rows get
      * in a larger batch (the chunked kernel): a lane's segments and the
-     * butterfly are the same in both; from CUDA_QMMA_MIN_M rows (the int8
-     * tensor-core kernel, its own order of sums) a row gets the same bits in
-     * any batch that kernel takes */
+     * butterfly are the same in both; from CUDA_QMMA_MIN_M rows (the
+     * tensor-core kernels, their own order of sums) a row gets the same bits
+     * in any batch that kernel takes */
     int alone = M >= CUDA_QMMA_MIN_M ? CUDA_QMMA_MIN_M : 1, last = M >= CUDA_QMMA_MIN_M ? CUDA_QMMA_MIN_M : 2;
     for (int r = alone; r <= last && r < M; r++) {
         float *yr = gpu->ops->alloc(gpu, (size_t)r * N * 4);

@@ -55,9 +55,10 @@ extern "C" {
 #define CUDA_SKINNY_KSPLIT 8
 /* FAST products of CUDA_QMMA_MIN_M .. CUDA_QMMA_MAX_M rows over 4- and
  * 8-bit weights (a decode step of that many sequences, a short prefill) run
- * on the int8 tensor-core kernel (cuda_qmma.cu), which reads the codes once
- * for all the rows; fewer rows keep the int8 GEMV (whose rows give the bits
- * of single rows: verify spans), more go to the dequantizing bf16 GEMM. */
+ * on tensor cores reading the codes once for all the rows: 4-bit on bf16
+ * ones (cuda_qtc.cu), 8-bit on int8 ones (cuda_qmma.cu); fewer rows keep the
+ * int8 GEMV (whose rows give the bits of single rows: verify spans), more go
+ * to the dequantizing bf16 GEMM. */
 #define CUDA_QMMA_MIN_M 16
 #define CUDA_QMMA_MAX_M 32
 /* The stretches (warps per block) for K: the most, up to

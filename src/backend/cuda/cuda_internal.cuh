@@ -117,6 +117,7 @@ typedef struct cuda_backend {
     size_t wconv_bytes;
     bool skinny_on; /* EMBER_CUDA_SKINNY: the skinny GEMM (cuda_skinny.cu) */
     bool qmma_on;   /* EMBER_CUDA_QMMA: the int8 tensor-core kernel (cuda_qmma.cu) */
+    bool qtc_on;    /* EMBER_CUDA_QTC: its 4-bit products on bf16 tensor cores (cuda_qtc.cu) */
     bool qpipe_on;  /* EMBER_CUDA_QPIPE: the pipelined int8 GEMV (cuda_qgemv_pipe.cu) */
     int qmlp;       /* EMBER_CUDA_QMLP: a quantized MLP in one pipelined launch (cuda_qgemv_pipe.cu): 0 never, 1 where it applies, 2 auto */
     bool fused_att; /* EMBER_CUDA_FUSED_ATTENTION: rope_attention_spans fuses */
@@ -468,6 +469,13 @@ gemv_set gemv_set_make(int n, float *const *ys, const em_weight *const *ws, cons
  * they are alike but for their rows (recorded-step arguments mixed in as
  * cuda_matmul mixes them); false: nothing queued. */
 bool cuda_qmma_takes(const cuda_backend *cb, const em_weight *w, int M, em_math math);
+/* cuda_qtc.cu: those products over 4-bit weights on bf16 tensor cores, the
+ * codes turned into bf16 in registers (takes: whether it applies to w;
+ * set: as cuda_qmma for n weights alike but for their rows; false: nothing
+ * queued). */
+bool cuda_qtc_takes(const cuda_backend *cb, const em_weight *w);
+bool cuda_qtc_set(cuda_backend *cb, int n, float *const *ys, const float *x, int M, const em_weight *const *ws,
+                  const float *const *biases, bool add);
 bool cuda_qmma(cuda_backend *cb, float *y, const float *x, int M, const em_weight *w, const float *bias, bool add);
 bool cuda_qmma_group(cuda_backend *cb, int n, float *const *ys, const float *x, int M, const em_weight *const *ws,
                      const float *const *biases, em_math math);

@@ -1,6 +1,8 @@
 /* cuda_qmma.cu — FAST products of CUDA_QMMA_MIN_M .. CUDA_QMMA_MAX_M
  * activation rows (a decode step of that many sequences, a short prefill)
- * over 4- and 8-bit MLX affine weights, on int8 tensor cores.
+ * over 4- and 8-bit MLX affine weights, on int8 tensor cores. Where it
+ * applies, 4-bit weights go to the bf16 tensor-core kernel (cuda_qtc.cu)
+ * instead, which was faster there; 8-bit ones stay here.
  *
  * Without it such a product dequantized every matrix to bf16 for cuBLAS:
  * the codes read once, their bf16 copy written and read back, eight times
@@ -346,6 +348,9 @@ static bool qmma_set(cuda_backend *cb, int n, float *const *ys, const float *x, 
                      const float *const *biases, bool add) {
     if ((uintptr_t)x & 15) return false;
     const em_weight *w0 = ws[0];
+    bool tc = true;
+    for (int i = 0; i < n; i++) tc = tc && cuda_qtc_takes(cb, ws[i]);
+    if (tc && cuda_qtc_set(cb, n, ys, x, M, ws, biases, add)) return true;
     int K = (int)w0->cols, mp = (M + 7) & ~7;
     size_t codes = ((size_t)M * K + 15) & ~(size_t)15, pairs = (size_t)K / QG_SEG * mp * sizeof(float2);
     if (!cuda_scratch(cb, &cb->q8x, &cb->q8x_bytes, codes + pairs)) return true; /* noted */

@@ -1,0 +1,331 @@
+/* cuda_qtc.cu — FAST products of CUDA_QMMA_MIN_M .. CUDA_QMMA_MAX_M
+ * activation rows (a decode step of that many sequences, a short prefill)
+ * over 4-bit MLX affine weights, on bf16 tensor cores with the codes turned
+ * into bf16 in registers.
+ *
+ * The int8 tensor-core kernel (cuda_qmma.cu) spends most of its issue
+ * slots on each 32-value segment's activation scale: every mma's four
+ * integer sums are converted and scaled before the next segment. Here the
+ * activations are bf16 (rounded once for the grid, as for cuBLAS), so a
+ * group's sums need scaling once, and a code becomes a bf16 operand in one
+ * logic instruction: (q | 0x4300) is the bf16 number 128 + q. For a weight
+ * row's group g of scale s and bias b,
+ *   y += s * sum_k x_k (128 + q_k) + (b - 128 s) * sum_k x_k,
+ * the first sum from the mma (bf16 products, f32 sums), the second from the
+ * rounding kernel (the same bf16 x, summed in f32): the affine product of
+ * the bf16-rounded activations, exact but for f32 roundings.
+ *
+ * The weight rows are the mma's A operand (16 a warp), the activation rows
+ * the B operand (8 a tile). A dot product does not care in which order its
+ * k run as long as both operands agree: lane (g, t) takes G/32 code words of
+ * each of its rows g and g+8 per group (G the group size), and each word's
+ * nibbles n0..n7 feed two mma steps as the fragment pairs (n0, n4), (n1,
+ * n5) and then (n2, n6), (n3, n7) — each pair one mask of the shifted word.
+ * The rounding kernel stores every 8 activations in that order (x0, x4, x1,
+ * x5, x2, x6, x3, x7), so a lane's B fragments for both steps are one
+ * 16-byte load. Every step's 16 k lie in one group, so the group's sums are
+ * whole before they are scaled.
+ *
+ * A block's 8 warps own 16 R consecutive weight rows, R warps a stretch of
+ * K (KS = 8 / R stretches): the R warps of a stretch read the same
+ * activations at about the same time, so they come from L2 once for all of
+ * them (a block of 16 rows read them once for every 16 rows: at 32
+ * activation rows four times the codes' bytes). A matrix with few rows gets
+ * more stretches a block (qtc_stretches, from its shape and the device
+ * alone), so that it still has enough warps streaming it; the stretches'
+ * sums are added in stretch order. Every output is one lane's chain over its
+ * stretch's groups in order, then the stretches in order, whatever M: a
+ * row's result is the same bits in any batch this kernel takes, alone or in
+ * a matmul_group, run after run. */
+#include "backend/cuda/cuda_quant.cuh"
+
+#define QTC_WARPS 8
+#define QTC_MIN_GROUPS 4 /* the fewest groups a stretch of K takes */
+#define QTC_ROUND_THREADS 256
+
+/* What every block of a launch shares. xb: the activations as bf16, row m
+ * at m * K, each 8 values permuted (x0, x4, x1, x5, x2, x6, x3, x7); sx:
+ * group gi's sum of row m's bf16 values at gi * mp + m (mp: M rounded up to
+ * the launch's column tiles, the padding rows zero). */
+struct qtc_args {
+    const __nv_bfloat16 *xb;
+    const float *sx;
+    int M, mp, K, ng, sdt;
+    bool add;
+};
+
+/* One matrix: N rows, KS stretches of K a block, blocks from `block`. */
+struct qtc_mat {
+    const uint32_t *w;
+    const void *scales, *biases;
+    const float *bias;
+    float *y;
+    int N, KS, block;
+};
+
+struct qtc_plan {
+    qtc_args a;
+    qtc_mat m[EM_MATMUL_GROUP_MAX];
+    int count, blocks;
+};
+
+/* Block (chunk, row m): each thread rounds 8 activations of row m to bf16,
+ * stores them in the order the codes' fragments take them (qtc_warp), and
+ * the G / 8 threads of a group add their sums by a butterfly (the same bits
+ * in every lane). Rows from M to mp store zeros. */
+template <int G>
+__global__ void __launch_bounds__(QTC_ROUND_THREADS) qtc_round_kernel(__nv_bfloat16 *xb, float *sx, const float *x, int M,
+                                                                      int mp, int K) {
+    cuda_pdl_enter();
+    int m = blockIdx.y, k = (blockIdx.x * QTC_ROUND_THREADS + threadIdx.x) * 8;
+    bool in = k < K;
+    float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (in && m < M) {
+        float4 lo = *(const float4 *)(x + (size_t)m * K + k), hi = *(const float4 *)(x + (size_t)m * K + k + 4);
+        v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
+    }
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        v[i] = __bfloat162float(__float2bfloat16_rn(v[i]));
+        s += v[i];
+    }
+#pragma unroll
+    for (int o = 1; o < G / 8; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (!in) return;
+    *(uint4 *)(xb + (size_t)m * K + k) =
+        make_uint4(tc_pack(v[0], v[4]), tc_pack(v[1], v[5]), tc_pack(v[2], v[6]), tc_pack(v[3], v[7]));
+    if (threadIdx.x % (G / 8) == 0) sx[(size_t)(k / G) * mp + m] = s;
+}
+
+/* Two codes (bits 0-3 and 16-19 of w) as the bf16 pair 128 + q. */
+__device__ __forceinline__ uint32_t qtc_pair(uint32_t w) { return (w & 0x000F000Fu) | 0x43004300u; }
+
+/* The A fragment of step h (0, 1) of code words ca (row g) and cb (row
+ * g + 8): the nibble pairs (n0, n4), (n1, n5), then (n2, n6), (n3, n7). */
+__device__ __forceinline__ void qtc_afrag(uint32_t *af, uint32_t ca, uint32_t cb, int h) {
+    const int sh = 8 * h;
+    af[0] = qtc_pair(ca >> sh), af[1] = qtc_pair(cb >> sh);
+    af[2] = qtc_pair(ca >> (sh + 4)), af[3] = qtc_pair(cb >> (sh + 4));
+}
+
+/* d = a b for one m16n8k16 tile, the sums started at zero. */
+__device__ __forceinline__ void qtc_mma0(float *d, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%10,%10,%10,%10};\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.0f));
+}
+__device__ __forceinline__ void qtc_mma(float *d, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* A lane's code words of each of its rows per group (W), and the groups a
+ * warp has requested ahead (D): 8 words of each row (2 KB a warp in
+ * flight), at most 6 groups, each of which brings its scales and biases. */
+template <int G> struct qtc_shape {
+    static constexpr int W = G / 32, D = 8 / W < 6 ? 8 / W : 6;
+};
+
+/* One group of a lane's two rows: its W code words each, their scales and
+ * biases. */
+template <int W> struct qtc_group {
+    uint32_t ca[W], cb[W];
+    float s[2], b[2];
+};
+
+/* W code words from p (a streaming load: the codes are read once). */
+template <int W> __device__ __forceinline__ void qtc_words(uint32_t *o, const uint32_t *p) {
+    if (W == 4) {
+        uint4 v = __ldcs((const uint4 *)p);
+        o[0] = v.x, o[1] = v.y, o[2] = v.z, o[3] = v.w;
+    } else if (W == 2) {
+        uint2 v = __ldcs((const uint2 *)p);
+        o[0] = v.x, o[1] = v.y;
+    } else {
+        o[0] = __ldcs(p);
+    }
+}
+
+/* A warp's 16 rows from r0 over groups [g0, g1): acc[nt][c] is weight row
+ * r0 + g + 8 (c >> 1) against activation row 8 nt + 2t + (c & 1). The
+ * codes of qtc_depth groups are requested ahead (the first ones before
+ * waiting for the kernel before: weights never depend on it). */
+template <int G, int NT>
+__device__ __forceinline__ void qtc_warp(float (*acc)[4], const qtc_args &a, const qtc_mat &mt, int r0, int g0, int g1,
+                                         int g, int t) {
+    constexpr int W = qtc_shape<G>::W, D = qtc_shape<G>::D, GW = G / 8; /* GW: a row's words a group */
+    const int ra = min(r0 + g, mt.N - 1), rb = min(r0 + g + 8, mt.N - 1); /* rows past N repeat the last: unstored */
+    const size_t rw = (size_t)a.K / 8; /* a row's words */
+    const uint32_t *wa = mt.w + (size_t)ra * rw + t * W, *wb = mt.w + (size_t)rb * rw + t * W;
+    const size_t sa = (size_t)ra * a.ng, sb = (size_t)rb * a.ng;
+    auto fetch = [&](qtc_group<W> &r, int gi) {
+        qtc_words<W>(r.ca, wa + (size_t)gi * GW);
+        qtc_words<W>(r.cb, wb + (size_t)gi * GW);
+        r.s[0] = q_scalar(mt.scales, a.sdt, sa + gi), r.b[0] = q_scalar(mt.biases, a.sdt, sa + gi);
+        r.s[1] = q_scalar(mt.scales, a.sdt, sb + gi), r.b[1] = q_scalar(mt.biases, a.sdt, sb + gi);
+    };
+    qtc_group<W> ring[D];
+#pragma unroll
+    for (int u = 0; u < D; u++)
+        if (g0 + u < g1) fetch(ring[u], g0 + u);
+    cuda_pdl_enter();
+    const __nv_bfloat16 *xr = a.xb + (size_t)g * a.K + t * (G / 4); /* tile nt's column g at + 8 nt K */
+    const size_t xt = (size_t)8 * a.K;
+    auto group = [&](const qtc_group<W> &c, int gi) {
+        float d[NT][4];
+#pragma unroll
+        for (int j = 0; j < W; j++) { /* word j of each row: steps 2j (its x, y) and 2j + 1 (z, w) */
+            uint4 xv[NT];
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) xv[nt] = __ldg((const uint4 *)(xr + nt * xt + (size_t)gi * G) + j);
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                uint32_t af[4];
+                qtc_afrag(af, c.ca[j], c.cb[j], h);
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) {
+                    uint32_t b0 = h ? xv[nt].z : xv[nt].x, b1 = h ? xv[nt].w : xv[nt].y;
+                    if (j == 0 && h == 0) qtc_mma0(d[nt], af, b0, b1);
+                    else qtc_mma(d[nt], af, b0, b1);
+                }
+            }
+        }
+        const float ba = fmaf(-128.0f, c.s[0], c.b[0]), bb = fmaf(-128.0f, c.s[1], c.b[1]);
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            float2 sx = __ldg((const float2 *)(a.sx + (size_t)gi * a.mp + 8 * nt + 2 * t));
+            acc[nt][0] = fmaf(c.s[0], d[nt][0], fmaf(ba, sx.x, acc[nt][0]));
+            acc[nt][1] = fmaf(c.s[0], d[nt][1], fmaf(ba, sx.y, acc[nt][1]));
+            acc[nt][2] = fmaf(c.s[1], d[nt][2], fmaf(bb, sx.x, acc[nt][2]));
+            acc[nt][3] = fmaf(c.s[1], d[nt][3], fmaf(bb, sx.y, acc[nt][3]));
+        }
+    };
+    for (int gi = g0; gi < g1; gi += D) {
+#pragma unroll
+        for (int u = 0; u < D; u++) {
+            if (gi + u >= g1) break;
+            const qtc_group<W> c = ring[u];
+            if (gi + u + D < g1) fetch(ring[u], gi + u + D);
+            group(c, gi + u);
+        }
+    }
+}
+
+/* y[m][n] = v + bias (or added into y), the order of a single product's
+ * store and of the add kernel. */
+__device__ __forceinline__ void qtc_put(const qtc_args &a, const qtc_mat &mt, int m, int n, float v) {
+    if (mt.bias) v += mt.bias[n];
+    float *yp = mt.y + (size_t)m * mt.N + n;
+    *yp = a.add ? *yp + v : v;
+}
+
+/* Block b of a matrix: rows 16 R b .. 16 R (b + 1) - 1 (R = 8 / KS); warp
+ * w the 16 rows 16 (w % R) on of them over stretch w / R of K. The
+ * stretches' sums meet in shared memory and the first stretch's warp adds
+ * them in stretch order and stores. */
+template <int G, int NT>
+__global__ void __launch_bounds__(QTC_WARPS * 32, 2) qtc_kernel(qtc_plan p) {
+    int b = blockIdx.x, mi = 0;
+    while (mi + 1 < p.count && b >= p.m[mi + 1].block) mi++;
+    const qtc_args &a = p.a;
+    const qtc_mat &mt = p.m[mi];
+    const int KS = mt.KS, R = QTC_WARPS / KS, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4,
+              t = lane % 4, ks = warp / R;
+    const int r0 = (b - mt.block) * 16 * R + 16 * (warp % R);
+    const int g0 = (int)((long long)ks * a.ng / KS), g1 = (int)((long long)(ks + 1) * a.ng / KS);
+    float acc[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+    if (r0 < mt.N) qtc_warp<G, NT>(acc, a, mt, r0, g0, g1, g, t); /* waits for the kernel before */
+    else cuda_pdl_enter();
+    if (KS > 1) {
+        __shared__ float red[QTC_WARPS][NT * 4][32];
+        if (ks > 0)
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) red[warp][nt * 4 + c][lane] = acc[nt][c];
+        __syncthreads();
+        if (ks > 0) return;
+        for (int s = 1; s < KS; s++)
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) acc[nt][c] += red[warp + s * R][nt * 4 + c][lane];
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            int n = r0 + g + 8 * (c >> 1), m = 8 * nt + 2 * t + (c & 1);
+            if (n >= mt.N || m >= a.M) continue;
+            float v = acc[nt][c] + (mt.bias ? mt.bias[n] : 0.0f), *yp = mt.y + (size_t)m * mt.N + n;
+            *yp = a.add ? *yp + v : v;
+        }
+}
+
+/* The stretches of K a block of a matrix of N rows and ng groups takes:
+ * doubled while the matrix has fewer blocks than the device has
+ * multiprocessors and a stretch keeps at least QTC_MIN_GROUPS groups. From
+ * the shape and the device alone, so a product's sums do not depend on its
+ * batch or what shares its launch. (Measured on an H100, 8B shape, 16 rows:
+ * doubling on up to two or four blocks a multiprocessor made the gate and up
+ * slower, 67.6 against 71.4 and 75.9 us, and nothing faster.) */
+static int qtc_stretches(const cuda_backend *cb, int N, int ng) {
+    int ks = 1;
+    while (ks < QTC_WARPS && (N + 16 * (QTC_WARPS / ks) - 1) / (16 * (QTC_WARPS / ks)) < cb->n_sm &&
+           ng / (2 * ks) >= QTC_MIN_GROUPS)
+        ks *= 2;
+    return ks;
+}
+
+bool cuda_qtc_takes(const cuda_backend *cb, const em_weight *w) {
+    return cb->qtc_on && w->bits == 4 && (w->group_size == 32 || w->group_size == 64 || w->group_size == 128) &&
+           w->cols % w->group_size == 0 && ((uintptr_t)w->data & 15) == 0;
+}
+
+template <int G, int NT> static void qtc_launch(cuda_backend *cb, const qtc_plan &p) {
+    cuda_launch(qtc_kernel<G, NT>, (unsigned)p.blocks, QTC_WARPS * 32, 0, cb->stream, p);
+}
+
+template <int G> static void qtc_queue(cuda_backend *cb, const qtc_plan &p, const float *x) {
+    const qtc_args &a = p.a;
+    dim3 grid((unsigned)((a.K / 8 + QTC_ROUND_THREADS - 1) / QTC_ROUND_THREADS), (unsigned)a.mp);
+    cuda_launch(qtc_round_kernel<G>, grid, QTC_ROUND_THREADS, 0, cb->stream, (__nv_bfloat16 *)a.xb, (float *)a.sx, x,
+                a.M, a.mp, a.K);
+    CUDA_LAUNCHED(cb, "quantized matmul (bf16 tensor cores): rounding the activations");
+    static_assert(CUDA_QMMA_MAX_M <= 32, "at most four activation tiles of 8 rows");
+    if (a.mp <= 16) qtc_launch<G, 2>(cb, p);
+    else if (a.mp <= 24) qtc_launch<G, 3>(cb, p);
+    else qtc_launch<G, 4>(cb, p);
+    CUDA_LAUNCHED(cb, "quantized matmul (bf16 tensor cores)");
+}
+
+bool cuda_qtc_set(cuda_backend *cb, int n, float *const *ys, const float *x, int M, const em_weight *const *ws,
+                  const float *const *biases, bool add) {
+    const em_weight *w0 = ws[0];
+    int K = (int)w0->cols, G = w0->group_size, ng = K / G, mp = M <= 16 ? 16 : (M + 7) & ~7;
+    qtc_plan p;
+    memset(&p, 0, sizeof p);
+    for (int i = 0; i < n; i++) {
+        qtc_mat &m = p.m[i];
+        m.w = (const uint32_t *)ws[i]->data, m.scales = ws[i]->scales, m.biases = ws[i]->biases;
+        m.bias = biases ? biases[i] : NULL, m.y = ys[i], m.N = (int)ws[i]->rows;
+        m.KS = qtc_stretches(cb, m.N, ng), m.block = p.blocks;
+        p.blocks += (m.N + 16 * (QTC_WARPS / m.KS) - 1) / (16 * (QTC_WARPS / m.KS));
+    }
+    p.count = n;
+    size_t xbytes = ((size_t)mp * K * sizeof(__nv_bfloat16) + 15) & ~(size_t)15;
+    if (!cuda_scratch(cb, &cb->q8x, &cb->q8x_bytes, xbytes + (size_t)ng * mp * sizeof(float))) return true; /* noted */
+    qtc_args &a = p.a;
+    a.xb = (const __nv_bfloat16 *)cb->q8x, a.sx = (const float *)((uint8_t *)cb->q8x + xbytes);
+    a.M = M, a.mp = mp, a.K = K, a.ng = ng, a.sdt = (int)w0->scale_dtype, a.add = add;
+    if (G == 32) qtc_queue<32>(cb, p, x);
+    else if (G == 64) qtc_queue<64>(cb, p, x);
+    else qtc_queue<128>(cb, p, x);
+    return true;
+}
