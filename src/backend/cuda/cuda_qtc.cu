@@ -152,7 +152,7 @@ template <int W> __device__ __forceinline__ void qtc_words(uint32_t *o, const ui
 
 /* A warp's 16 rows from r0 over groups [g0, g1): acc[nt][c] is weight row
  * r0 + g + 8 (c >> 1) against activation row 8 nt + 2t + (c & 1). The
- * codes of qtc_depth groups are requested ahead (the first ones before
+ * codes of D groups (qtc_shape) are requested ahead (the first ones before
  * waiting for the kernel before: weights never depend on it). */
 template <int G, int NT>
 __device__ __forceinline__ void qtc_warp(float (*acc)[4], const qtc_args &a, const qtc_mat &mt, int r0, int g0, int g1,
