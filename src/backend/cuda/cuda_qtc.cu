@@ -215,18 +215,11 @@ __device__ __forceinline__ void qtc_warp(float (*acc)[4], const qtc_args &a, con
     }
 }
 
-/* y[m][n] = v + bias (or added into y), the order of a single product's
- * store and of the add kernel. */
-__device__ __forceinline__ void qtc_put(const qtc_args &a, const qtc_mat &mt, int m, int n, float v) {
-    if (mt.bias) v += mt.bias[n];
-    float *yp = mt.y + (size_t)m * mt.N + n;
-    *yp = a.add ? *yp + v : v;
-}
-
 /* Block b of a matrix: rows 16 R b .. 16 R (b + 1) - 1 (R = 8 / KS); warp
  * w the 16 rows 16 (w % R) on of them over stretch w / R of K. The
  * stretches' sums meet in shared memory and the first stretch's warp adds
- * them in stretch order and stores. */
+ * them in stretch order and stores y = sums + bias, or adds that into y (the
+ * order of a single product's store and of the add kernel). */
 template <int G, int NT>
 __global__ void __launch_bounds__(QTC_WARPS * 32, 2) qtc_kernel(qtc_plan p) {
     int b = blockIdx.x, mi = 0;
