@@ -477,9 +477,9 @@ static void test_matmul_add_case(int bits, int M, int N, int K) {
     REQUIRE(gpu->ops->matmul_add);
     void *wh[3];
     em_weight w = mlp_weight_up(N, K, bits, wh);
-    size_t mk = (size_t)M * K, mn = (size_t)M * N;
-    float *x = rand_f32(mk, 1.0f), *r = rand_f32(mn, 4.0f);
-    float *xd = up(x, mk * 4), *rd = up(r, mn * 4), *yd = gpu->ops->alloc(gpu, mn * 4);
+    size_t mn = (size_t)M * N, rows = M > 32 ? (size_t)M : 32; /* the 32-row checks below read and add 32 */
+    float *x = rand_f32(rows * K, 1.0f), *r = rand_f32(rows * N, 4.0f);
+    float *xd = up(x, rows * K * 4), *rd = up(r, rows * N * 4), *yd = gpu->ops->alloc(gpu, mn * 4);
     gpu->ops->matmul(gpu, yd, xd, M, &w, NULL, EM_MATH_FAST);
     bool fused = gpu->ops->matmul_add(gpu, rd, xd, M, &w, EM_MATH_FAST);
     CHECKF(fused, "matmul_add bits=%d M=%d: declined a FAST prefill batch", bits, M);
@@ -491,7 +491,7 @@ static void test_matmul_add_case(int bits, int M, int N, int K) {
         free(y), free(s);
     }
     /* 32 rows: bf16 weights leave it to the skinny kernel's product and an
-     * add; 4-/8-bit ones take the int8 tensor-core kernel, which adds */
+     * add; 4-/8-bit ones take the tensor-core kernels, which add */
     CHECK(gpu->ops->matmul_add(gpu, rd, xd, 32, &w, EM_MATH_FAST) == (bits != 0));
     /* EXACT rows: the GEMV's (unquantized weights, up to 64 rows), none past it */
     CHECK(gpu->ops->matmul_add(gpu, rd, xd, M, &w, EM_MATH_EXACT) == (bits == 0 && M <= 64));
@@ -508,7 +508,8 @@ static void test_matmul_mlp_rows(void) {
     test_mlp_rows_case(8, 129, 1024, 512, true);
     test_matmul_add_case(0, 33, 512, 512);
     test_matmul_add_case(0, 300, 2048, 8192); /* the 1B down projection */
-    test_matmul_add_case(4, 24, 1024, 2048); /* the int8 tensor-core kernel */
+    test_matmul_add_case(4, 24, 1024, 2048); /* the bf16 tensor-core kernel */
+    test_matmul_add_case(4, 5, 1024, 2048);  /* its one tile of 8 activation rows */
     test_matmul_add_case(4, 64, 1024, 2048);
     test_matmul_add_case(8, 80, 1024, 2048);
 }
@@ -611,14 +612,16 @@ static void test_gemv_norm(void) {
     test_gemv_norm_case(EM_F32, 40, EM_MATH_EXACT);
     test_gemv_norm_case(EM_F16, 64, EM_MATH_FAST);
     /* FAST bf16 rows on tensor cores, and quantized weights past the int8
-     * GEMV's two FAST rows, are left to the separate operations */
+     * GEMV's two FAST rows, are left to the separate operations; matmul_add
+     * of 4-bit weights takes them on the bf16 tensor-core kernel, which
+     * adds (EMBER_CUDA_QTC) */
     void *qh[3];
     em_weight q = qweight_up(256, 512, 4, qh);
     float *x = gpu->ops->alloc(gpu, 65 * 512 * 4), *g = gpu->ops->alloc(gpu, 512 * 4), *y = gpu->ops->alloc(gpu, 65 * 256 * 4);
     const em_weight *qp = &q;
     CHECK(!gpu->ops->norm_matmul_group(gpu, 1, &y, x, g, 1e-5f, 0.0f, 3, &qp, NULL, EM_MATH_FAST));
     CHECK(!gpu->ops->norm_matmul_group(gpu, 1, &y, x, g, 1e-5f, 0.0f, 1, &qp, NULL, EM_MATH_EXACT));
-    CHECK(!gpu->ops->matmul_add(gpu, y, x, 3, &q, EM_MATH_FAST));
+    CHECK(gpu->ops->matmul_add(gpu, y, x, 3, &q, EM_MATH_FAST) == em_config_flag(em_config_global(), EMC_CUDA_QTC));
     CHECK(!gpu->ops->matmul_add(gpu, y, x, 1, &q, EM_MATH_EXACT));
     void *bh = weight_data(EM_BF16, 256 * 512);
     em_weight b = {.dtype = EM_BF16, .rows = 256, .cols = 512, .data = up(bh, 256 * 512 * 2), .name = "b"};

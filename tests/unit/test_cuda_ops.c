@@ -332,12 +332,12 @@ static void test_qmatmul(void) {
  * kernel rounds it; 8-bit codes centred on 128, the constant part over the
  * unrounded sum, as on the CPU) to f32 level, and no further from the
  * exact product than the rounding can move it: sum |xr - x| * |s (q - c)|.
- * Products of CUDA_QMMA_MIN_M .. CUDA_QMMA_MAX_M rows over 4-bit weights
+ * Products of CUDA_QTC_MIN_M .. CUDA_QMMA_MAX_M rows over 4-bit weights
  * (cuda_qtc.cu, EMBER_CUDA_QTC) round them to bf16 instead, the constant
  * part over the rounded sum: the affine product of the rounded x, so the
  * reach is sum |xr - x| * |s q + b|. */
 static bool qtc_regime(int M, int bits) {
-    return bits == 4 && M >= CUDA_QMMA_MIN_M && M <= CUDA_QMMA_MAX_M && em_config_flag(em_config_global(), EMC_CUDA_QTC);
+    return bits == 4 && M >= CUDA_QTC_MIN_M && M <= CUDA_QMMA_MAX_M && em_config_flag(em_config_global(), EMC_CUDA_QTC);
 }
 
 static void test_qmatmul_int8_case(int M, int N, int K, int bits, int group, em_dtype sdt, bool with_bias) {
@@ -390,9 +390,11 @@ static void test_qmatmul_int8_case(int M, int N, int K, int bits, int group, em_
     /* one or two rows (the streaming kernels) give the bits their rows get
      * in a larger batch (the chunked kernel): a lane's segments and the
      * butterfly are the same in both; from CUDA_QMMA_MIN_M rows (the
-     * tensor-core kernels, their own order of sums) a row gets the same bits
-     * in any batch that kernel takes */
-    int alone = M >= CUDA_QMMA_MIN_M ? CUDA_QMMA_MIN_M : 1, last = M >= CUDA_QMMA_MIN_M ? CUDA_QMMA_MIN_M : 2;
+     * tensor-core kernels, their own order of sums; 4-bit from
+     * CUDA_QTC_MIN_M) a row gets the same bits in any batch that kernel
+     * takes */
+    int tc_min = tc ? CUDA_QTC_MIN_M : CUDA_QMMA_MIN_M;
+    int alone = M >= tc_min ? tc_min : 1, last = M >= tc_min ? tc_min : 2;
     for (int r = alone; r <= last && r < M; r++) {
         float *yr = gpu->ops->alloc(gpu, (size_t)r * N * 4);
         gpu->ops->matmul(gpu, yr, xd, r, &wg, bd, EM_MATH_FAST);
@@ -527,9 +529,18 @@ static void test_qmatmul_int8(void) {
                 int K = m == 2 ? 5248 : m == 4 && g < 2 ? 14336 : 384;
                 test_qmatmul_int8_case(Mq[m], m % 2 ? 37 : 130, K, bits[b], groups[g], sdts[v % 3], m % 3 == 1);
             }
+    /* the staged bf16 kernel (4-bit, K a multiple of 256, 2-byte scales):
+     * one to four activation tiles, weight rows past a block's 16, every
+     * group size; K = 1,280 is five stages, cut into uneven stretches */
+    int Ms2[] = {3, 8, 13, 21, 32};
+    for (int g = 0; g < 3; g++)
+        for (int m = 0; m < 5; m++)
+            test_qmatmul_int8_case(Ms2[m], m % 2 ? 37 : 130, m == 2 ? 1280 : 2048, 4, groups[g],
+                                   g == 1 ? EM_F16 : EM_BF16, m % 2 == 0);
     test_qmatmul_int8_case(20, 19, 32, 4, 32, EM_BF16, true);
     test_qmatmul_int8_case(16, 16, 256, 8, 128, EM_F32, false);
     test_qmma_group(4, 16, 1024, EM_BF16);
+    test_qmma_group(4, 5, 1024, EM_BF16); /* one tile of 8 activation rows */
     test_qmma_group(8, 29, 2048, EM_F16);
     /* one or two rows too wide to stage whole: the chunked kernel */
     test_qmatmul_int8_case(1, 37, 24576, 4, 64, EM_BF16, true);
@@ -659,25 +670,29 @@ static void test_matmul_group(void) {
 /* A row's product does not depend on the other rows of its batch: a verified
  * speculative span (M rows) must compute what single decode steps did.
  * EXACT: the f32 GEMV; FAST: the int8 kernels (11 rows take passes of 8 and
- * 3, one row the streaming kernel). */
+ * 3, one row the streaming kernel), or over 4-bit weights the bf16
+ * tensor-core kernel, whose rows are compared with the same rows in its
+ * smallest batch (CUDA_QTC_MIN_M) instead of alone. */
 static void test_qgemv_rows_independent_case(int bits, em_math math) {
-    int N = 50, K = 4096, M = 11;
+    int N = 50, K = 4096, M = 11, one = math == EM_MATH_FAST && qtc_regime(M, bits) ? CUDA_QTC_MIN_M : 1;
     qw q = qw_make(N, K, bits, 64, EM_BF16, 0);
     em_weight wc, wg;
     qw_weights(&q, N, K, bits, 64, EM_BF16, 0, &wc, &wg);
     float *x = rand_f32((size_t)M * K, 1.0f);
-    float *xd = up(x, (size_t)M * K * 4), *yd = gpu->ops->alloc(gpu, (size_t)M * N * 4), *y1d = gpu->ops->alloc(gpu, (size_t)N * 4);
+    float *xd = up(x, (size_t)M * K * 4), *yd = gpu->ops->alloc(gpu, (size_t)M * N * 4);
+    float *y1d = gpu->ops->alloc(gpu, (size_t)one * N * 4);
     gpu->ops->matmul(gpu, yd, xd, M, &wg, NULL, math);
     float *y = down(yd, (size_t)M * N);
     int differ = 0;
     for (int m = 0; m < M; m++) {
-        gpu->ops->matmul(gpu, y1d, xd + (size_t)m * K, 1, &wg, NULL, math);
-        float *y1 = down(y1d, (size_t)N);
-        differ += memcmp(y1, y + (size_t)m * N, (size_t)N * 4) != 0;
+        int m0 = m + one <= M ? m : M - one; /* the batch of `one` rows from m0 holds row m */
+        gpu->ops->matmul(gpu, y1d, xd + (size_t)m0 * K, one, &wg, NULL, math);
+        float *y1 = down(y1d, (size_t)one * N);
+        differ += memcmp(y1 + (size_t)(m - m0) * N, y + (size_t)m * N, (size_t)N * 4) != 0;
         free(y1);
     }
-    CHECKF(differ == 0, "qmatmul bits=%d %s: %d of %d rows differ between M=%d and M=1", bits,
-           math == EM_MATH_FAST ? "fast" : "exact", differ, M, M);
+    CHECKF(differ == 0, "qmatmul bits=%d %s: %d of %d rows differ between M=%d and M=%d", bits,
+           math == EM_MATH_FAST ? "fast" : "exact", differ, M, M, one);
     qw_weight_free(&wg, 0);
     gpu->ops->free(gpu, xd), gpu->ops->free(gpu, yd), gpu->ops->free(gpu, y1d);
     qw_free(&q);

@@ -1,4 +1,4 @@
-/* cuda_qtc.cu — FAST products of CUDA_QMMA_MIN_M .. CUDA_QMMA_MAX_M
+/* cuda_qtc.cu — FAST products of CUDA_QTC_MIN_M .. CUDA_QMMA_MAX_M
  * activation rows (a decode step of that many sequences, a short prefill)
  * over 4-bit MLX affine weights, on bf16 tensor cores with the codes turned
  * into bf16 in registers.
@@ -67,6 +67,7 @@ struct qtc_plan {
     qtc_args a;
     qtc_mat m[EM_MATMUL_GROUP_MAX];
     int count, blocks;
+    bool staged; /* qtc_stage_kernel (the host's choice, qtc_staged) */
 };
 
 /* Block (chunk, row m): each thread rounds 8 activations of row m to bf16,
@@ -215,11 +216,13 @@ __device__ __forceinline__ void qtc_warp(float (*acc)[4], const qtc_args &a, con
     }
 }
 
+template <int NT>
+__device__ __forceinline__ void qtc_finish(float (*acc)[4], const qtc_args &a, const qtc_mat &mt, int KS, int r0,
+                                           int warp, int lane);
+
 /* Block b of a matrix: rows 16 R b .. 16 R (b + 1) - 1 (R = 8 / KS); warp
- * w the 16 rows 16 (w % R) on of them over stretch w / R of K. The
- * stretches' sums meet in shared memory and the first stretch's warp adds
- * them in stretch order and stores y = sums + bias, or adds that into y (the
- * order of a single product's store and of the add kernel). */
+ * w the 16 rows 16 (w % R) on of them over stretch w / R of K (qtc_finish
+ * adds the stretches). */
 template <int G, int NT>
 __global__ void __launch_bounds__(QTC_WARPS * 32, 2) qtc_kernel(qtc_plan p) {
     int b = blockIdx.x, mi = 0;
@@ -235,6 +238,17 @@ __global__ void __launch_bounds__(QTC_WARPS * 32, 2) qtc_kernel(qtc_plan p) {
     for (int nt = 0; nt < NT; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
     if (r0 < mt.N) qtc_warp<G, NT>(acc, a, mt, r0, g0, g1, g, t); /* waits for the kernel before */
     else cuda_pdl_enter();
+    qtc_finish<NT>(acc, a, mt, KS, r0, warp, lane);
+}
+
+/* The end of a block of either kernel: the stretches' sums meet in shared
+ * memory, and the first stretch's warp adds them in stretch order and
+ * stores y = sums + bias, or adds that into y (the order of a single
+ * product's store and of the add kernel). */
+template <int NT>
+__device__ __forceinline__ void qtc_finish(float (*acc)[4], const qtc_args &a, const qtc_mat &mt, int KS, int r0,
+                                           int warp, int lane) {
+    const int R = QTC_WARPS / KS, ks = warp / R, g = lane / 4, t = lane % 4;
     if (KS > 1) {
         __shared__ float red[QTC_WARPS][NT * 4][32];
         if (ks > 0)
@@ -261,19 +275,189 @@ __global__ void __launch_bounds__(QTC_WARPS * 32, 2) qtc_kernel(qtc_plan p) {
         }
 }
 
-/* The stretches of K a block of a matrix of N rows and ng groups takes:
- * doubled while the matrix has fewer blocks than the device has
- * multiprocessors and a stretch keeps at least QTC_MIN_GROUPS groups. From
- * the shape and the device alone, so a product's sums do not depend on its
- * batch or what shares its launch. (Measured on an H100, 8B shape, 16 rows:
- * doubling on up to two or four blocks a multiprocessor made the gate and up
- * slower, 67.6 against 71.4 and 75.9 us, and nothing faster.) */
-static int qtc_stretches(const cuda_backend *cb, int N, int ng) {
+/* ---- The staged kernel ----
+ *
+ * The kernel above keeps its next groups' codes in registers, which caps a
+ * multiprocessor at 16 warps with about 2 KB each on the way: too few bytes
+ * in flight to cover the memory's latency, so it waits on its loads. Here
+ * each warp streams its 16 rows through a ring of QTC_STAGES stages in
+ * shared memory, filled by 16-byte cp.async (no registers held while the
+ * copies fly), so a multiprocessor keeps about 96 KB of codes on the way.
+ *
+ * A stage is QTC_CHUNK consecutive inputs of the warp's 16 rows: 128 bytes
+ * of codes each (row pitch QTC_ROWB, the padding putting the 8 rows that one
+ * load touches on distinct banks), then the rows' scales and their biases
+ * for those inputs (2-byte scales; f32 ones stay on the kernel above). The
+ * lanes take a stage's words differently from the kernel above, so that a
+ * load of 8 rows is conflict-free: for its q-th pair of mma steps lane
+ * (g, t) takes word 4 q + t of rows g and g + 8, and x is read at that
+ * word's 8 values (the rounding kernel's order within a word is the same).
+ * The stretches of K are whole stages, so a row's sums follow from the
+ * shape alone, here too. */
+#define QTC_CHUNK 256
+#define QTC_STAGES 4
+#define QTC_ROWB 144
+
+template <int G> struct qtc_stage_geom {
+    static constexpr int CG = QTC_CHUNK / G;          /* groups a stage */
+    static constexpr int SB = CG * 2;                 /* bytes of a row's scales a stage */
+    static constexpr int CODES = 16 * QTC_ROWB;       /* bytes of the codes of a stage */
+    static constexpr int SLOT = CODES + 2 * 16 * SB;  /* a stage's bytes (a multiple of 16) */
+};
+
+/* An async copy of N (4, 8, 16) bytes to shared address dst. */
+template <int N> __device__ __forceinline__ void qtc_cp(unsigned dst, const void *src) {
+    if (N == 16) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+    else asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(dst), "l"(src), "n"(N) : "memory");
+}
+__device__ __forceinline__ uint32_t qtc_lds32(unsigned a) {
+    uint32_t v;
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ float qtc_lds_scale(unsigned a, int sdt) {
+    unsigned short h;
+    asm volatile("ld.shared.u16 %0, [%1];" : "=h"(h) : "r"(a));
+    return sdt == EM_F16 ? cuda_f16(h) : cuda_bf16(h);
+}
+
+/* Queues stage c (inputs QTC_CHUNK c on) of the warp's rows from r0 into
+ * the slot at shared address `slot`: each lane four 16-byte pieces of
+ * codes, then lane l < 16 row l's scales and lane 16 + l its biases. Rows
+ * past N repeat the last (their sums are not stored). */
+template <int G>
+__device__ __forceinline__ void qtc_stage_issue(unsigned slot, const qtc_args &a, const qtc_mat &mt, int r0, int c,
+                                                int lane) {
+    using sg = qtc_stage_geom<G>;
+    const size_t rowb = (size_t)a.K / 2;
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        const int idx = lane + 32 * u, r = idx >> 3, part = idx & 7, row = min(r0 + r, mt.N - 1);
+        qtc_cp<16>(slot + r * QTC_ROWB + part * 16,
+                   (const uint8_t *)mt.w + (size_t)row * rowb + (size_t)c * (QTC_CHUNK / 2) + part * 16);
+    }
+    const int r = lane & 15, row = min(r0 + r, mt.N - 1);
+    const void *sb = lane < 16 ? mt.scales : mt.biases;
+    qtc_cp<sg::SB>(slot + sg::CODES + (lane >> 4) * 16 * sg::SB + r * sg::SB,
+                   (const uint8_t *)sb + ((size_t)row * a.ng + (size_t)c * sg::CG) * 2);
+}
+
+/* A warp's 16 rows from r0 over stages [c0, c1) into acc (qtc_warp's
+ * layout); ring: the warp's QTC_STAGES slots. */
+template <int G, int NT>
+__device__ __forceinline__ void qtc_stage_warp(float (*acc)[4], const qtc_args &a, const qtc_mat &mt, int r0, int c0,
+                                               int c1, int lane, unsigned ring) {
+    using sg = qtc_stage_geom<G>;
+    constexpr int P = G / 32; /* pairs of mma steps a group */
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int s = 0; s < QTC_STAGES - 1; s++) {
+        if (c0 + s < c1) qtc_stage_issue<G>(ring + s * sg::SLOT, a, mt, r0, c0 + s, lane);
+        cp_async_commit();
+    }
+    cuda_pdl_enter(); /* the weights never depend on the kernel before; x does */
+    const __nv_bfloat16 *xr = a.xb + (size_t)g * a.K;
+    const size_t xt = (size_t)8 * a.K;
+    for (int c = c0; c < c1; c++) {
+        const int i = c - c0;
+        if (c + QTC_STAGES - 1 < c1) /* into the slot the last pass read */
+            qtc_stage_issue<G>(ring + ((i + QTC_STAGES - 1) % QTC_STAGES) * sg::SLOT, a, mt, r0, c + QTC_STAGES - 1,
+                               lane);
+        cp_async_commit();
+        cp_async_wait_groups<QTC_STAGES - 1>(); /* this lane's copies of stage c are in */
+        __syncwarp();                             /* and every lane's */
+        const unsigned slot = ring + (i % QTC_STAGES) * sg::SLOT, sc = slot + sg::CODES, bi = sc + 16 * sg::SB;
+        const uint4 *xc = (const uint4 *)(xr + (size_t)c * QTC_CHUNK);
+#pragma unroll
+        for (int j = 0; j < sg::CG; j++) {
+            float d[NT][4];
+#pragma unroll
+            for (int q = 0; q < P; q++) {
+                const int wi = 4 * (j * P + q) + t;
+                const uint32_t ca = qtc_lds32(slot + g * QTC_ROWB + wi * 4),
+                               cb = qtc_lds32(slot + (g + 8) * QTC_ROWB + wi * 4);
+                uint4 xv[NT];
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) xv[nt] = __ldg(xc + nt * (xt / 8) + wi);
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    uint32_t af[4];
+                    qtc_afrag(af, ca, cb, h);
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++) {
+                        uint32_t b0 = h ? xv[nt].z : xv[nt].x, b1 = h ? xv[nt].w : xv[nt].y;
+                        if (q == 0 && h == 0) qtc_mma0(d[nt], af, b0, b1);
+                        else qtc_mma(d[nt], af, b0, b1);
+                    }
+                }
+            }
+            const float s0 = qtc_lds_scale(sc + g * sg::SB + 2 * j, a.sdt),
+                        s1 = qtc_lds_scale(sc + (g + 8) * sg::SB + 2 * j, a.sdt);
+            const float ba = fmaf(-128.0f, s0, qtc_lds_scale(bi + g * sg::SB + 2 * j, a.sdt)),
+                        bb = fmaf(-128.0f, s1, qtc_lds_scale(bi + (g + 8) * sg::SB + 2 * j, a.sdt));
+            const int gi = c * sg::CG + j;
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                float2 sx = __ldg((const float2 *)(a.sx + (size_t)gi * a.mp + 8 * nt + 2 * t));
+                acc[nt][0] = fmaf(s0, d[nt][0], fmaf(ba, sx.x, acc[nt][0]));
+                acc[nt][1] = fmaf(s0, d[nt][1], fmaf(ba, sx.y, acc[nt][1]));
+                acc[nt][2] = fmaf(s1, d[nt][2], fmaf(bb, sx.x, acc[nt][2]));
+                acc[nt][3] = fmaf(s1, d[nt][3], fmaf(bb, sx.y, acc[nt][3]));
+            }
+        }
+        __syncwarp(); /* every lane is done with the slot before the next pass refills it */
+    }
+    cp_async_wait_all();
+}
+
+/* qtc_kernel's blocks and warps, the stretches whole stages, each warp's
+ * ring in dynamic shared memory. */
+template <int G, int NT>
+__global__ void __launch_bounds__(QTC_WARPS * 32, 2) qtc_stage_kernel(qtc_plan p) {
+    extern __shared__ __align__(16) uint8_t qtc_ring[];
+    int b = blockIdx.x, mi = 0;
+    while (mi + 1 < p.count && b >= p.m[mi + 1].block) mi++;
+    const qtc_args &a = p.a;
+    const qtc_mat &mt = p.m[mi];
+    const int KS = mt.KS, R = QTC_WARPS / KS, warp = threadIdx.x / 32, lane = threadIdx.x % 32, ks = warp / R;
+    const int r0 = (b - mt.block) * 16 * R + 16 * (warp % R), nc = a.K / QTC_CHUNK;
+    const int c0 = ks * nc / KS, c1 = (ks + 1) * nc / KS;
+    const unsigned ring =
+        (unsigned)__cvta_generic_to_shared(qtc_ring) + warp * QTC_STAGES * qtc_stage_geom<G>::SLOT;
+    float acc[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+    if (r0 < mt.N) qtc_stage_warp<G, NT>(acc, a, mt, r0, c0, c1, lane, ring); /* waits for the kernel before */
+    else cuda_pdl_enter();
+    qtc_finish<NT>(acc, a, mt, KS, r0, warp, lane);
+}
+
+/* The stretches of K a block of a matrix of N rows and `units` of K (groups,
+ * or the staged kernel's stages) takes: doubled while the matrix has fewer
+ * blocks than the device has multiprocessors and a stretch keeps at least
+ * `least` units. From the shape and the device alone, so a product's sums
+ * do not depend on its batch or what shares its launch. (Measured on an
+ * H100, 8B shape, 16 rows: doubling on up to two or four blocks a
+ * multiprocessor made the gate and up slower, 67.6 against 71.4 and 75.9
+ * us, and nothing faster.) */
+static int qtc_stretches(const cuda_backend *cb, int N, int units, int least) {
     int ks = 1;
     while (ks < QTC_WARPS && (N + 16 * (QTC_WARPS / ks) - 1) / (16 * (QTC_WARPS / ks)) < cb->n_sm &&
-           ng / (2 * ks) >= QTC_MIN_GROUPS)
+           units / (2 * ks) >= least)
         ks *= 2;
     return ks;
+}
+
+#ifndef QTC_STAGED
+#define QTC_STAGED 1
+#endif
+/* Whether a set's products take the staged kernel: whole stages of K,
+ * 2-byte scales, the copies' alignment. From the weights alone. */
+static bool qtc_staged(int n, const em_weight *const *ws) {
+    bool ok = QTC_STAGED && ws[0]->cols % QTC_CHUNK == 0 && ws[0]->scale_dtype != EM_F32;
+    for (int i = 0; i < n; i++)
+        ok = ok && !(((uintptr_t)ws[i]->scales | (uintptr_t)ws[i]->biases) & 15);
+    return ok;
 }
 
 bool cuda_qtc_takes(const cuda_backend *cb, const em_weight *w) {
@@ -282,7 +466,11 @@ bool cuda_qtc_takes(const cuda_backend *cb, const em_weight *w) {
 }
 
 template <int G, int NT> static void qtc_launch(cuda_backend *cb, const qtc_plan &p) {
-    cuda_launch(qtc_kernel<G, NT>, (unsigned)p.blocks, QTC_WARPS * 32, 0, cb->stream, p);
+    if (!p.staged) return cuda_launch(qtc_kernel<G, NT>, (unsigned)p.blocks, QTC_WARPS * 32, 0, cb->stream, p);
+    const size_t smem = (size_t)QTC_WARPS * QTC_STAGES * qtc_stage_geom<G>::SLOT;
+    cuda_note(cb, cudaFuncSetAttribute(qtc_stage_kernel<G, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+              "quantized matmul (bf16 tensor cores): shared memory");
+    cuda_launch(qtc_stage_kernel<G, NT>, (unsigned)p.blocks, QTC_WARPS * 32, smem, cb->stream, p);
 }
 
 template <int G> static void qtc_queue(cuda_backend *cb, const qtc_plan &p, const float *x) {
@@ -292,8 +480,9 @@ template <int G> static void qtc_queue(cuda_backend *cb, const qtc_plan &p, cons
                 a.M, a.mp, a.K);
     CUDA_LAUNCHED(cb, "quantized matmul (bf16 tensor cores): rounding the activations");
     static_assert(CUDA_QMMA_MAX_M <= 32, "at most four activation tiles of 8 rows");
-    if (a.mp <= 16) qtc_launch<G, 2>(cb, p);
-    else if (a.mp <= 24) qtc_launch<G, 3>(cb, p);
+    if (a.mp == 8) qtc_launch<G, 1>(cb, p);
+    else if (a.mp == 16) qtc_launch<G, 2>(cb, p);
+    else if (a.mp == 24) qtc_launch<G, 3>(cb, p);
     else qtc_launch<G, 4>(cb, p);
     CUDA_LAUNCHED(cb, "quantized matmul (bf16 tensor cores)");
 }
@@ -301,14 +490,16 @@ template <int G> static void qtc_queue(cuda_backend *cb, const qtc_plan &p, cons
 bool cuda_qtc_set(cuda_backend *cb, int n, float *const *ys, const float *x, int M, const em_weight *const *ws,
                   const float *const *biases, bool add) {
     const em_weight *w0 = ws[0];
-    int K = (int)w0->cols, G = w0->group_size, ng = K / G, mp = M <= 16 ? 16 : (M + 7) & ~7;
+    int K = (int)w0->cols, G = w0->group_size, ng = K / G, mp = (M + 7) & ~7;
     qtc_plan p;
     memset(&p, 0, sizeof p);
+    p.staged = qtc_staged(n, ws);
     for (int i = 0; i < n; i++) {
         qtc_mat &m = p.m[i];
         m.w = (const uint32_t *)ws[i]->data, m.scales = ws[i]->scales, m.biases = ws[i]->biases;
         m.bias = biases ? biases[i] : NULL, m.y = ys[i], m.N = (int)ws[i]->rows;
-        m.KS = qtc_stretches(cb, m.N, ng), m.block = p.blocks;
+        m.KS = p.staged ? qtc_stretches(cb, m.N, K / QTC_CHUNK, 2) : qtc_stretches(cb, m.N, ng, QTC_MIN_GROUPS);
+        m.block = p.blocks;
         p.blocks += (m.N + 16 * (QTC_WARPS / m.KS) - 1) / (16 * (QTC_WARPS / m.KS));
     }
     p.count = n;
