@@ -332,12 +332,12 @@ static void test_qmatmul(void) {
  * kernel rounds it; 8-bit codes centred on 128, the constant part over the
  * unrounded sum, as on the CPU) to f32 level, and no further from the
  * exact product than the rounding can move it: sum |xr - x| * |s (q - c)|.
- * Products of CUDA_QTC_MIN_M .. CUDA_QMMA_MAX_M rows over 4-bit weights
+ * Products of CUDA_QTC_MIN_M .. CUDA_QTC_MAX_M rows over 4-bit weights
  * (cuda_qtc.cu, EMBER_CUDA_QTC) round them to bf16 instead, the constant
  * part over the rounded sum: the affine product of the rounded x, so the
  * reach is sum |xr - x| * |s q + b|. */
 static bool qtc_regime(int M, int bits) {
-    return bits == 4 && M >= CUDA_QTC_MIN_M && M <= CUDA_QMMA_MAX_M && em_config_flag(em_config_global(), EMC_CUDA_QTC);
+    return bits == 4 && M >= CUDA_QTC_MIN_M && M <= CUDA_QTC_MAX_M && em_config_flag(em_config_global(), EMC_CUDA_QTC);
 }
 
 static void test_qmatmul_int8_case(int M, int N, int K, int bits, int group, em_dtype sdt, bool with_bias) {
@@ -537,6 +537,13 @@ static void test_qmatmul_int8(void) {
         for (int m = 0; m < 5; m++)
             test_qmatmul_int8_case(Ms2[m], m % 2 ? 37 : 130, m == 2 ? 1280 : 2048, 4, groups[g],
                                    g == 1 ? EM_F16 : EM_BF16, m % 2 == 0);
+    /* past 32 rows: passes of 32 over the same weights (the staged kernel
+     * at K = 2,048, the register one at 1,152) */
+    int Ms3[] = {33, 47, CUDA_QTC_MAX_M};
+    for (int m = 0; m < 3; m++) {
+        test_qmatmul_int8_case(Ms3[m], 130, 2048, 4, 64, EM_BF16, m != 1);
+        test_qmatmul_int8_case(Ms3[m], 37, 1152, 4, 32 << m, m == 2 ? EM_F32 : EM_F16, m == 1);
+    }
     test_qmatmul_int8_case(20, 19, 32, 4, 32, EM_BF16, true);
     test_qmatmul_int8_case(16, 16, 256, 8, 128, EM_F32, false);
     test_qmma_group(4, 16, 1024, EM_BF16);

@@ -61,13 +61,16 @@ extern "C" {
  * to the dequantizing bf16 GEMM. */
 #define CUDA_QMMA_MIN_M 16
 #define CUDA_QMMA_MAX_M 32
-/* Over 4-bit weights the bf16 tensor-core kernel (cuda_qtc.cu) starts at
- * fewer rows: a tile of 8 activation rows costs it no more weight traffic
- * than one row, where the int8 GEMV's lanes redo their dot products for
- * every row. EMBER_CUDA_QTC=0 puts those rows back on the GEMV. */
+/* Over 4-bit weights the bf16 tensor-core kernel (cuda_qtc.cu) takes
+ * CUDA_QTC_MIN_M .. CUDA_QTC_MAX_M rows: a tile of 8 activation rows costs
+ * it no more weight traffic than one row, where the int8 GEMV's lanes redo
+ * their dot products for every row, and past 32 rows it runs passes of 32
+ * rather than write and read back a bf16 copy of the weights for cuBLAS.
+ * EMBER_CUDA_QTC=0 puts those rows back on the GEMV and the GEMM. */
 #ifndef CUDA_QTC_MIN_M
 #define CUDA_QTC_MIN_M 3
 #endif
+#define CUDA_QTC_MAX_M 64
 /* The stretches (warps per block) for K: the most, up to
  * CUDA_SKINNY_KSPLIT, that cut K into whole k32 steps. From K alone, so a
  * product's sums do not depend on what shares its launch. */

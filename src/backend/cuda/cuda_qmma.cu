@@ -311,10 +311,11 @@ __global__ void __launch_bounds__(CUDA_SKINNY_KSPLIT * 32, 2) qmma_kernel(qmma_p
 }
 
 bool cuda_qmma_takes(const cuda_backend *cb, const em_weight *w, int M, em_math math) {
-    int lo = w->bits == 4 && cuda_qtc_takes(cb, w) ? CUDA_QTC_MIN_M : CUDA_QMMA_MIN_M;
-    return cb->qmma_on && math == EM_MATH_FAST && M >= lo && M <= CUDA_QMMA_MAX_M &&
+    bool tc = w->bits == 4 && cuda_qtc_takes(cb, w);
+    int lo = tc ? CUDA_QTC_MIN_M : CUDA_QMMA_MIN_M, hi = tc ? CUDA_QTC_MAX_M : CUDA_QMMA_MAX_M;
+    return cb->qmma_on && math == EM_MATH_FAST && M >= lo && M <= hi &&
            (w->bits == 4 || w->bits == 8) && qweight_ok(w) && w->rows > 0 && w->cols > 0 &&
-           w->cols <= INT_MAX / CUDA_QMMA_MAX_M && (double)w->rows * (double)w->cols * w->bits / 32 < INT_MAX &&
+           w->cols <= INT_MAX / CUDA_QTC_MAX_M && (double)w->rows * (double)w->cols * w->bits / 32 < INT_MAX &&
            ((uintptr_t)w->data & 7) == 0;
 }
 

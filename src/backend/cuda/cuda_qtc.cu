@@ -1,4 +1,4 @@
-/* cuda_qtc.cu — FAST products of CUDA_QTC_MIN_M .. CUDA_QMMA_MAX_M
+/* cuda_qtc.cu — FAST products of CUDA_QTC_MIN_M .. CUDA_QTC_MAX_M
  * activation rows (a decode step of that many sequences, a short prefill)
  * over 4-bit MLX affine weights, on bf16 tensor cores with the codes turned
  * into bf16 in registers.
@@ -487,8 +487,9 @@ template <int G> static void qtc_queue(cuda_backend *cb, const qtc_plan &p, cons
     CUDA_LAUNCHED(cb, "quantized matmul (bf16 tensor cores)");
 }
 
-bool cuda_qtc_set(cuda_backend *cb, int n, float *const *ys, const float *x, int M, const em_weight *const *ws,
-                  const float *const *biases, bool add) {
+/* One pass of at most CUDA_QMMA_MAX_M rows (four tiles of 8). */
+static void qtc_pass(cuda_backend *cb, int n, float *const *ys, const float *x, int M, const em_weight *const *ws,
+                     const float *const *biases, bool add) {
     const em_weight *w0 = ws[0];
     int K = (int)w0->cols, G = w0->group_size, ng = K / G, mp = (M + 7) & ~7;
     qtc_plan p;
@@ -504,12 +505,25 @@ bool cuda_qtc_set(cuda_backend *cb, int n, float *const *ys, const float *x, int
     }
     p.count = n;
     size_t xbytes = ((size_t)mp * K * sizeof(__nv_bfloat16) + 15) & ~(size_t)15;
-    if (!cuda_scratch(cb, &cb->q8x, &cb->q8x_bytes, xbytes + (size_t)ng * mp * sizeof(float))) return true; /* noted */
+    if (!cuda_scratch(cb, &cb->q8x, &cb->q8x_bytes, xbytes + (size_t)ng * mp * sizeof(float))) return; /* noted */
     qtc_args &a = p.a;
     a.xb = (const __nv_bfloat16 *)cb->q8x, a.sx = (const float *)((uint8_t *)cb->q8x + xbytes);
     a.M = M, a.mp = mp, a.K = K, a.ng = ng, a.sdt = (int)w0->scale_dtype, a.add = add;
     if (G == 32) qtc_queue<32>(cb, p, x);
     else if (G == 64) qtc_queue<64>(cb, p, x);
     else qtc_queue<128>(cb, p, x);
+}
+
+/* Rows past CUDA_QMMA_MAX_M take further passes over the weights, each
+ * row's sums the same as in any other pass (a row's bits never depend on
+ * its batch here). The passes share the rounding scratch in stream order. */
+bool cuda_qtc_set(cuda_backend *cb, int n, float *const *ys, const float *x, int M, const em_weight *const *ws,
+                  const float *const *biases, bool add) {
+    const size_t K = (size_t)ws[0]->cols;
+    for (int m0 = 0; m0 < M; m0 += CUDA_QMMA_MAX_M) {
+        float *yo[EM_MATMUL_GROUP_MAX];
+        for (int i = 0; i < n; i++) yo[i] = ys[i] + (size_t)m0 * (size_t)ws[i]->rows;
+        qtc_pass(cb, n, yo, x + (size_t)m0 * K, M - m0 < CUDA_QMMA_MAX_M ? M - m0 : CUDA_QMMA_MAX_M, ws, biases, add);
+    }
     return true;
 }
