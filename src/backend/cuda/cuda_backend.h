@@ -53,12 +53,12 @@ extern "C" {
 #define CUDA_SKINNY_MAX_M 32
 #define CUDA_SKINNY_MAX_BYTES ((size_t)16 << 20)
 #define CUDA_SKINNY_KSPLIT 8
-/* FAST products of CUDA_QMMA_MIN_M .. CUDA_QMMA_MAX_M rows over 4- and
- * 8-bit weights (a decode step of that many sequences, a short prefill) run
- * on tensor cores reading the codes once for all the rows: 4-bit on bf16
- * ones (cuda_qtc.cu), 8-bit on int8 ones (cuda_qmma.cu); fewer rows keep the
- * int8 GEMV (whose rows give the bits of single rows: verify spans), more go
- * to the dequantizing bf16 GEMM. */
+/* FAST products of CUDA_QMMA_MIN_M .. CUDA_QMMA_MAX_M rows over 8-bit
+ * weights (a decode step of that many sequences, a short prefill) run on
+ * int8 tensor cores reading the codes once for all the rows (cuda_qmma.cu);
+ * fewer rows keep the int8 GEMV (whose rows give the bits of single rows),
+ * more go to the dequantizing bf16 GEMM. Over 4-bit weights the range is
+ * CUDA_QTC_MIN_M .. CUDA_QTC_MAX_M, on bf16 tensor cores (cuda_qtc.cu). */
 #define CUDA_QMMA_MIN_M 16
 #define CUDA_QMMA_MAX_M 32
 /* Over 4-bit weights the bf16 tensor-core kernel (cuda_qtc.cu) takes

@@ -469,10 +469,10 @@ gemv_set gemv_set_make(int n, float *const *ys, const em_weight *const *ws, cons
  * they are alike but for their rows (recorded-step arguments mixed in as
  * cuda_matmul mixes them); false: nothing queued. */
 bool cuda_qmma_takes(const cuda_backend *cb, const em_weight *w, int M, em_math math);
-/* cuda_qtc.cu: those products over 4-bit weights on bf16 tensor cores, the
- * codes turned into bf16 in registers (takes: whether it applies to w;
- * set: as cuda_qmma for n weights alike but for their rows; false: nothing
- * queued). */
+/* cuda_qtc.cu: those products over 4-bit weights, of CUDA_QTC_MIN_M ..
+ * CUDA_QTC_MAX_M rows, on bf16 tensor cores, the codes turned into bf16 in
+ * registers (takes: whether it applies to w; set: as cuda_qmma for n
+ * weights alike but for their rows, always queued). */
 bool cuda_qtc_takes(const cuda_backend *cb, const em_weight *w);
 bool cuda_qtc_set(cuda_backend *cb, int n, float *const *ys, const float *x, int M, const em_weight *const *ws,
                   const float *const *biases, bool add);

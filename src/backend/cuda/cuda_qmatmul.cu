@@ -10,7 +10,8 @@
  * FAST products of fewer than 16 rows against 4- and 8-bit weights round
  * the activations to int8 and use integer dot products (cuda_qgemv_i8.cu),
  * and so do those of CUDA_QMMA_MIN_M .. CUDA_QMMA_MAX_M rows, on int8
- * tensor cores (cuda_qmma.cu). Larger batches dequantize slices of W once (f32 for EXACT, then cuBLAS
+ * tensor cores (cuda_qmma.cu); over 4-bit weights CUDA_QTC_MIN_M ..
+ * CUDA_QTC_MAX_M rows run on bf16 tensor cores (cuda_qtc.cu). Larger batches dequantize slices of W once (f32 for EXACT, then cuBLAS
  * SGEMM; bf16 for FAST, then the bf16 tensor-core GEMM over activations
  * rounded to bf16), the regimes of the CPU's quantized matmul. FAST slices
  * are whole matrices up to 64 M values (every matrix of an 8B model but its
