@@ -36,7 +36,13 @@
  * sums are added in stretch order. Every output is one lane's chain over its
  * stretch's groups in order, then the stretches in order, whatever M: a
  * row's result is the same bits in any batch this kernel takes, alone or in
- * a matmul_group, run after run. */
+ * a matmul_group, run after run.
+ *
+ * Two kernels share this plan: the staged one (below), which streams the
+ * codes through shared memory and takes every K of whole 256-input stages
+ * with 2-byte scales, and the register one, which loads them straight into
+ * registers and takes the rest. Which one runs depends on the weights
+ * alone. Past 32 activation rows the products run in passes of 32. */
 #include "backend/cuda/cuda_quant.cuh"
 
 #define QTC_WARPS 8
@@ -220,25 +226,32 @@ template <int NT>
 __device__ __forceinline__ void qtc_finish(float (*acc)[4], const qtc_args &a, const qtc_mat &mt, int KS, int r0,
                                            int warp, int lane);
 
-/* Block b of a matrix: rows 16 R b .. 16 R (b + 1) - 1 (R = 8 / KS); warp
- * w the 16 rows 16 (w % R) on of them over stretch w / R of K (qtc_finish
- * adds the stretches). */
+/* Where this thread's warp works: the matrix of block b, its stretch (of
+ * the matrix's KS) and its first weight row. Block b of a matrix holds rows
+ * 16 R b .. 16 R (b + 1) - 1 (R = 8 / KS); warp w the 16 rows 16 (w % R) on
+ * of them over stretch w / R of K. */
+struct qtc_where {
+    int mi, ks, r0;
+};
+__device__ __forceinline__ qtc_where qtc_locate(const qtc_plan &p) {
+    int b = blockIdx.x, mi = 0, warp = threadIdx.x / 32;
+    while (mi + 1 < p.count && b >= p.m[mi + 1].block) mi++;
+    const int R = QTC_WARPS / p.m[mi].KS;
+    return qtc_where{mi, warp / R, (b - p.m[mi].block) * 16 * R + 16 * (warp % R)};
+}
+
+/* The register kernel's blocks (qtc_finish adds the stretches). */
 template <int G, int NT>
 __global__ void __launch_bounds__(QTC_WARPS * 32, 2) qtc_kernel(qtc_plan p) {
-    int b = blockIdx.x, mi = 0;
-    while (mi + 1 < p.count && b >= p.m[mi + 1].block) mi++;
+    const qtc_where at = qtc_locate(p);
     const qtc_args &a = p.a;
-    const qtc_mat &mt = p.m[mi];
-    const int KS = mt.KS, R = QTC_WARPS / KS, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4,
-              t = lane % 4, ks = warp / R;
-    const int r0 = (b - mt.block) * 16 * R + 16 * (warp % R);
-    const int g0 = (int)((long long)ks * a.ng / KS), g1 = (int)((long long)(ks + 1) * a.ng / KS);
-    float acc[NT][4];
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
-    if (r0 < mt.N) qtc_warp<G, NT>(acc, a, mt, r0, g0, g1, g, t); /* waits for the kernel before */
+    const qtc_mat &mt = p.m[at.mi];
+    const int KS = mt.KS, lane = threadIdx.x % 32;
+    const int g0 = (int)((long long)at.ks * a.ng / KS), g1 = (int)((long long)(at.ks + 1) * a.ng / KS);
+    float acc[NT][4] = {};
+    if (at.r0 < mt.N) qtc_warp<G, NT>(acc, a, mt, at.r0, g0, g1, lane / 4, lane % 4); /* waits for the kernel before */
     else cuda_pdl_enter();
-    qtc_finish<NT>(acc, a, mt, KS, r0, warp, lane);
+    qtc_finish<NT>(acc, a, mt, KS, at.r0, threadIdx.x / 32, lane);
 }
 
 /* The end of a block of either kernel: the stretches' sums meet in shared
@@ -360,7 +373,7 @@ __device__ __forceinline__ void qtc_stage_warp(float (*acc)[4], const qtc_args &
     const size_t xt = (size_t)8 * a.K;
     for (int c = c0; c < c1; c++) {
         const int i = c - c0;
-        if (c + QTC_STAGES - 1 < c1) /* into the slot the last pass read */
+        if (c + QTC_STAGES - 1 < c1) /* into the slot stage c - 1 used */
             qtc_stage_issue<G>(ring + ((i + QTC_STAGES - 1) % QTC_STAGES) * sg::SLOT, a, mt, r0, c + QTC_STAGES - 1,
                                lane);
         cp_async_commit();
@@ -415,21 +428,17 @@ __device__ __forceinline__ void qtc_stage_warp(float (*acc)[4], const qtc_args &
 template <int G, int NT>
 __global__ void __launch_bounds__(QTC_WARPS * 32, 2) qtc_stage_kernel(qtc_plan p) {
     extern __shared__ __align__(16) uint8_t qtc_ring[];
-    int b = blockIdx.x, mi = 0;
-    while (mi + 1 < p.count && b >= p.m[mi + 1].block) mi++;
+    const qtc_where at = qtc_locate(p);
     const qtc_args &a = p.a;
-    const qtc_mat &mt = p.m[mi];
-    const int KS = mt.KS, R = QTC_WARPS / KS, warp = threadIdx.x / 32, lane = threadIdx.x % 32, ks = warp / R;
-    const int r0 = (b - mt.block) * 16 * R + 16 * (warp % R), nc = a.K / QTC_CHUNK;
-    const int c0 = ks * nc / KS, c1 = (ks + 1) * nc / KS;
+    const qtc_mat &mt = p.m[at.mi];
+    const int KS = mt.KS, warp = threadIdx.x / 32, lane = threadIdx.x % 32, nc = a.K / QTC_CHUNK;
+    const int c0 = at.ks * nc / KS, c1 = (at.ks + 1) * nc / KS;
     const unsigned ring =
         (unsigned)__cvta_generic_to_shared(qtc_ring) + warp * QTC_STAGES * qtc_stage_geom<G>::SLOT;
-    float acc[NT][4];
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
-    if (r0 < mt.N) qtc_stage_warp<G, NT>(acc, a, mt, r0, c0, c1, lane, ring); /* waits for the kernel before */
+    float acc[NT][4] = {};
+    if (at.r0 < mt.N) qtc_stage_warp<G, NT>(acc, a, mt, at.r0, c0, c1, lane, ring); /* waits for the kernel before */
     else cuda_pdl_enter();
-    qtc_finish<NT>(acc, a, mt, KS, r0, warp, lane);
+    qtc_finish<NT>(acc, a, mt, KS, at.r0, warp, lane);
 }
 
 /* The stretches of K a block of a matrix of N rows and `units` of K (groups,
@@ -449,7 +458,7 @@ static int qtc_stretches(const cuda_backend *cb, int N, int units, int least) {
 }
 
 #ifndef QTC_STAGED
-#define QTC_STAGED 1
+#define QTC_STAGED 1 /* 0: the register kernel everywhere (builds that compare the two) */
 #endif
 /* Whether a set's products take the staged kernel: whole stages of K,
  * 2-byte scales, the copies' alignment. From the weights alone. */
