@@ -3,6 +3,7 @@
 #
 #   bench/gpu_bench.sh EMBER_BIN WORK_DIR [--with-8b] [--gen-tokens N] [--no-torch]
 #                      [--no-compile] [--peak-tflops T] [--device cuda] [--shapes "A B"]
+#                      [--batches "8 32"]
 #
 # Makes random-weight checkpoints of real shapes with bench/make_random_model.py
 # (llama-3.2-1b, qwen3.5-4b; llama-3.1-8b with --with-8b) in WORK_DIR (kept: a
@@ -12,7 +13,10 @@
 #            512-token prompt and its HBM roofline fraction (weight bytes per
 #            token / the roofline bandwidth below), prefill tokens/s at
 #            512 and 4096 tokens (each prompt as one forward, --prefill-chunk, as
-#            torch runs it) and their fraction of the bf16 tensor-core peak
+#            torch runs it) and their fraction of the bf16 tensor-core peak;
+#            then decode of B sequences together for each B of --batches
+#            (default "8 32"; "" for none) after 64-token prompts: tokens/s of
+#            all sequences and each step's weight bytes against the roofline
 #   torch    bench/torch_bench.py: transformers, bf16, the same figures; decode
 #            as a step loop over a static cache, eager and under torch.compile
 #            (CUDA graphs), and through generate() (the table takes the best)
@@ -33,10 +37,10 @@
 # the data-sheet figure.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-usage() { sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 [ $# -ge 2 ] || usage
 ember=$1 work=$2; shift 2
-with8b=0 gen=64 torch=1 compile=1 peak=0 device=cuda shapes_arg=""
+with8b=0 gen=64 torch=1 compile=1 peak=0 device=cuda shapes_arg="" batches="8 32"
 while [ $# -gt 0 ]; do
   case $1 in
     --with-8b) with8b=1 ;;
@@ -46,6 +50,7 @@ while [ $# -gt 0 ]; do
     --peak-tflops) peak=${2:?}; shift ;;
     --device) device=${2:?}; shift ;;
     --shapes) shapes_arg=${2:?}; shift ;;
+    --batches) batches=${2?}; shift ;;
     -h|--help) usage ;;
     *) echo "gpu_bench: unknown option $1" >&2; usage ;;
   esac
@@ -116,6 +121,23 @@ for s in "${shapes[@]}"; do
     else
       note ember "$s" "$f" "what=prefill4096" "error=$(grep -v '^{' <<<"$out" | tail -2 | tr '\n' ' ' | cut -c1-300)"
     fi
+  done
+done
+
+# 3b. ember's batched decode: B sequences a step, after 64-token prompts
+for s in "${shapes[@]}"; do
+  for f in bf16 q4g64; do
+    d="$work/$s/$f"
+    [ -f "$d/config.json" ] || continue
+    for b in $batches; do
+      say "ember bench $s $f --batch $b"
+      if out=$(timeout 240 "$ember" bench "$d" --device "$device" --prompt-tokens 64 --gen-tokens "$gen" --batch "$b" --json 2>&1); then
+        grep '^{' <<<"$out" | head -1 | python3 -c "import json,sys; o=json.loads(sys.stdin.read()); o.update(kind='ember', model='$s', format='$f', what='decode_batch'); print(json.dumps(o))" >>"$res" \
+          || note ember "$s" "$f" "what=decode_batch" "batch=$b" "error=unreadable bench output"
+      else
+        note ember "$s" "$f" "what=decode_batch" "batch=$b" "error=$(grep -v '^{' <<<"$out" | tail -2 | tr '\n' ' ' | cut -c1-300)"
+      fi
+    done
   done
 done
 
@@ -262,5 +284,21 @@ for m in models:
 print()
 print("Both engines' decode fractions use the one roofline bandwidth above. "
       "Prefill fractions count matrix FLOPs and causal attention only.")
+batched = [r for r in rows if r.get("kind") == "ember" and r.get("what") == "decode_batch"]
+if batched:
+    print()
+    print("| model | format | sequences | ember decode tok/s (all sequences) | a step's weights / HBM roofline | notes |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for r in batched:
+        b = int(r.get("batch", 0))
+        if "error" in r or not b:
+            print("| %s | %s | %s | | | %s |" % (r["model"], r["format"], r.get("batch", ""),
+                                               r.get("error", "").replace("|", "/")[:300]))
+            continue
+        frac = r["decode_tps"] / b * r["bytes_per_token"] / roof_bw if roof_bw else None
+        print("| %s | %s | %d | %.1f | %s |  |" % (r["model"], r["format"], b, r["decode_tps"], pct(frac)))
+    print()
+    print("A batched step reads the weights once for all its sequences: the fraction is steps/s x the "
+          "weights' bytes / the roofline bandwidth.")
 PY
 say "total $(($(date +%s) - t_start)) s"
