@@ -3,7 +3,8 @@
  * make, as they make them, plus what the GPU spends outside cudaMalloc.
  *
  *   weights    each 2-D tensor the graph binds, uploaded as stored (bf16,
- *              f16 or f32: model/weights.c); a tied lm_head is the
+ *              f16 or f32, or a quantized weight's packed codes, scales
+ *              and biases: model/weights.c); a tied lm_head is the
  *              embedding table, uploaded once
  *   vectors    each 1-D tensor (norms, biases) converted to f32
  *   kv         per attention layer a K and a V buffer of f32 for every
@@ -12,7 +13,9 @@
  *              batch of tokens (a prefill chunk of 512, or the decode batch)
  *              and the device-side logits rows (dense.c)
  *   scratch    the matmul scratch of the CUDA backend, replayed call by call
- *              over one prefill chunk and one decode step (cuda_backend.h),
+ *              over one prefill chunk and one decode step (cuda_backend.h;
+ *              over quantized weights the kernel each product takes:
+ *              cuda_qmatmul.cu, cuda_qmma.cu, cuda_qtc.cu),
  *              and the bf16 copy of a layer's keys and values that FAST
  *              prefill attention reads (cuda_attention_fa.cu)
  *   backend    the staging arena and the cuBLAS workspace
@@ -24,8 +27,12 @@
 #include "model/fit_internal.h"
 
 #include "backend/cuda/cuda_backend.h"
+#include "base/alloc.h"
+#include "base/config.h"
 #include "io/safetensors.h"
 #include "model/kv_cache.h"
+
+#include <stdio.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -57,11 +64,61 @@ static uint64_t dev_round(uint64_t b) {
     return (b ? b : 1) + g - 1 - ((b ? b : 1) + g - 1) % g;
 }
 
-/* Device bytes of the checkpoint's tensors; refuses what the backend cannot
- * run. dt[0] gets the dtype of the first layer's matmul weights, dt[1] the
- * head's. */
+/* One product's weight as the backend takes it: N x K, its dtype, and
+ * for quantized (EM_U32) weights the code width and group size. */
+typedef struct fit_weight {
+    int N, K;
+    em_dtype dt;
+    int bits, group;
+} fit_weight;
+
+#define FIT_LAYER_PRODUCTS 7 /* q, k, v, o, gate, up, down */
+
+/* The weight of module `name` (its ".weight", and for packed codes its
+ * ".scales"), an N x K product; dt `dflt` where the checkpoint names it
+ * otherwise. */
+static fit_weight product_weight(const st_set *st, const char *name, int N, int K, em_dtype dflt) {
+    char key[256];
+    fit_weight w = {N, K, dflt, 0, 0};
+    snprintf(key, sizeof key, "%s.weight", name);
+    const st_tensor *t = st_find(st, key);
+    if (!t || t->ndim != 2) return w;
+    w.dt = t->dtype;
+    snprintf(key, sizeof key, "%s.scales", name);
+    const st_tensor *sc = st_find(st, key);
+    if (w.dt == EM_U32 && sc && sc->ndim == 2 && sc->shape[1] > 0 && K > 0)
+        w.bits = (int)(t->shape[1] * 32 / K), w.group = (int)(K / sc->shape[1]);
+    return w;
+}
+
+/* The products of every layer (FIT_LAYER_PRODUCTS each) and the head's,
+ * from the checkpoint's headers; ws: s->layers * FIT_LAYER_PRODUCTS + 1
+ * (caller frees). */
+static fit_weight *products(const st_set *st, const fit_shape *s, em_dtype d0, em_dtype dh) {
+    fit_weight *ws = em_calloc((size_t)s->layers * FIT_LAYER_PRODUCTS + 1, sizeof *ws);
+    if (!ws) return NULL;
+    int qd = s->heads * s->head_dim, kvd = s->kv_heads * s->head_dim;
+    const char *mods[FIT_LAYER_PRODUCTS] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                                            "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+    const int dims[FIT_LAYER_PRODUCTS][2] = {{qd, s->hidden},       {kvd, s->hidden},      {kvd, s->hidden},
+                                             {s->hidden, qd},       {s->inter, s->hidden}, {s->inter, s->hidden},
+                                             {s->hidden, s->inter}};
+    char name[160];
+    for (int l = 0; l < s->layers; l++)
+        for (int c = 0; c < FIT_LAYER_PRODUCTS; c++) {
+            snprintf(name, sizeof name, "model.layers.%d.%s", l, mods[c]);
+            ws[l * FIT_LAYER_PRODUCTS + c] = product_weight(st, name, dims[c][0], dims[c][1], d0);
+        }
+    bool tied = s->tied || !st_find(st, "lm_head.weight");
+    ws[s->layers * FIT_LAYER_PRODUCTS] =
+        product_weight(st, tied ? "model.embed_tokens" : "lm_head", s->vocab, s->hidden, dh);
+    return ws;
+}
+
+/* Device bytes of the checkpoint's tensors, and its products (*ws, the
+ * caller frees). */
 static em_status device_tensors(const char *dir, const fit_shape *s, uint64_t *weights, uint64_t *vectors,
-                                em_dtype dt[2]) {
+                                fit_weight **ws) {
     st_set *st;
     EM_TRY(st_open(dir, &st));
     *weights = *vectors = 0;
@@ -69,34 +126,64 @@ static em_status device_tensors(const char *dir, const fit_shape *s, uint64_t *w
     const st_tensor *q = st_find(st, "model.layers.0.self_attn.q_proj.weight");
     const st_tensor *e = st_find(st, "model.embed_tokens.weight");
     const st_tensor *h = tied_head ? e : st_find(st, "lm_head.weight");
-    dt[0] = q ? q->dtype : e ? e->dtype : EM_BF16;
-    dt[1] = h ? h->dtype : dt[0];
-    em_status rc = EM_OK;
-    for (size_t i = 0; rc == EM_OK && i < st_count(st); i++) {
+    em_dtype d0 = q ? q->dtype : e ? e->dtype : EM_BF16, dh = h ? h->dtype : d0;
+    for (size_t i = 0; i < st_count(st); i++) {
         const st_tensor *t = st_at(st, i);
-        if (t->dtype == EM_U32)
-            rc = em_fail(EM_ERR_UNSUPPORTED, "%s: tensor %s is quantized: fit's device memory model covers "
-                         "f32/f16/bf16 weights only so far (fit it with --device cpu)", dir, t->name);
-        else if (t->ndim == 1) *vectors += dev_round(t->n_elements * 4u);
+        if (t->ndim == 1) *vectors += dev_round(t->n_elements * 4u);
         else if (t->ndim == 2 && !(tied_head && !strcmp(t->name, "lm_head.weight"))) *weights += dev_round(t->nbytes);
     }
+    *ws = products(st, s, d0, dh);
     st_close(st);
-    return rc;
+    return *ws ? EM_OK : em_fail(EM_ERR_NOMEM, "out of memory");
 }
 
 typedef struct scratch_sim {
-    uint64_t xconv, wide, att; /* capacities, as cuda_scratch grows them */
+    uint64_t xconv, wide, att, q8x, wconv; /* capacities, as cuda_scratch grows them */
 } scratch_sim;
 
 static void scratch_need(uint64_t *cap, uint64_t bytes) {
     if (bytes > *cap) *cap = cuda_scratch_grow((size_t)bytes);
 }
 
-/* One cuda_matmul of M rows over a weight [N, K] (cuda_matmul.cu). */
-static void sim_matmul(scratch_sim *sc, int M, int N, int K, em_dtype dt, bool fast) {
-    if (fast && dt == EM_BF16 && M >= CUDA_FAST_MIN_M) {
+static uint64_t round16(uint64_t b) { return (b + 15) & ~(uint64_t)15; }
+
+/* One product of M rows over a quantized weight (cuda_qmatmul.cu's order):
+ * the bf16 tensor-core kernel (4-bit, 3-64 rows in passes of 32: bf16 rows
+ * and group sums), the int8 one (16-32 rows: int8 rows and segment scales),
+ * the dequantizing GEMM (bf16 rows, bf16 slices of W), the int8 GEMV (rows
+ * rounded 8 at a time from 3), the quantized GEMV (EXACT, no scratch), f32
+ * slices of W for SGEMM. */
+static void sim_qmatmul(scratch_sim *sc, int M, const fit_weight *w, bool fast) {
+    const em_config *cfg = em_config_global();
+    uint64_t K = (uint64_t)w->K;
+    bool qmma = fast && em_config_flag(cfg, EMC_CUDA_QMMA) && (w->bits == 4 || w->bits == 8);
+    bool qtc = qmma && w->bits == 4 && em_config_flag(cfg, EMC_CUDA_QTC) &&
+               (w->group == 32 || w->group == 64 || w->group == 128) && w->K % w->group == 0;
+    if (qtc && M >= CUDA_QTC_MIN_M && M <= CUDA_QTC_MAX_M) {
+        uint64_t mp = (uint64_t)((M < CUDA_QMMA_MAX_M ? M : CUDA_QMMA_MAX_M) + 7) & ~(uint64_t)7;
+        scratch_need(&sc->q8x, round16(mp * K * 2u) + K / (uint64_t)w->group * mp * 4u);
+    } else if (qmma && M >= CUDA_QMMA_MIN_M && M <= CUDA_QMMA_MAX_M) {
+        uint64_t mp = (uint64_t)(M + 7) & ~(uint64_t)7;
+        scratch_need(&sc->q8x, round16((uint64_t)M * K) + K / 32u * mp * 8u);
+    } else if (fast && M >= CUDA_QFAST_MIN_M) {
+        scratch_need(&sc->xconv, (uint64_t)M * K * 2u);
+        scratch_need(&sc->wconv, (uint64_t)cuda_qslice_rows(w->N, w->K, CUDA_QSLICE_BF16_ELEMS) * K * 2u);
+    } else if (fast && (w->bits == 4 || w->bits == 8) && w->K % 4 == 0) {
+        uint64_t mr = (uint64_t)(M < CUDA_Q8_MAX_M ? M : CUDA_Q8_MAX_M);
+        if (M >= 3 && w->K % 32 == 0) scratch_need(&sc->q8x, round16(mr * K) + 2u * (mr * K / 32u) * 4u);
+    } else if (M > CUDA_QGEMV_MAX_EXACT_M) {
+        scratch_need(&sc->wide, (uint64_t)cuda_qslice_rows(w->N, w->K, CUDA_QSLICE_ELEMS) * K * 4u);
+    }
+}
+
+/* One cuda_matmul of M rows over w (cuda_matmul.cu). */
+static void sim_matmul(scratch_sim *sc, int M, const fit_weight *w, bool fast) {
+    int N = w->N, K = w->K;
+    if (w->dt == EM_U32) {
+        sim_qmatmul(sc, M, w, fast);
+    } else if (fast && w->dt == EM_BF16 && M >= CUDA_FAST_MIN_M) {
         scratch_need(&sc->xconv, (uint64_t)M * (uint64_t)K * 2u);
-    } else if (M > CUDA_GEMV_MAX_EXACT_M && dt != EM_F32) {
+    } else if (M > CUDA_GEMV_MAX_EXACT_M && w->dt != EM_F32) {
         uint64_t rows = CUDA_WIDE_SLICE_ELEMS / (uint64_t)K;
         uint64_t slice = rows < 1 ? 1 : rows < (uint64_t)N ? rows : (uint64_t)N;
         scratch_need(&sc->wide, slice * (uint64_t)K * 4u);
@@ -106,15 +193,12 @@ static void sim_matmul(scratch_sim *sc, int M, int N, int K, em_dtype dt, bool f
 /* A forward of M rows through every layer, then the head over `heads` rows.
  * fast: the rows' arithmetic (the head's too: FAST only for 16+ last
  * positions, as dense.c decides). Few rows split attention's keys. */
-static void sim_forward(scratch_sim *sc, const fit_shape *s, int M, int heads, const em_dtype dt[2], bool fast) {
+static void sim_forward(scratch_sim *sc, const fit_shape *s, const fit_weight *ws, int M, int heads, bool fast) {
     if (M <= CUDA_ATT_SPLIT_MAX_ROWS)
         scratch_need(&sc->att, (uint64_t)M * (uint64_t)s->heads * (uint64_t)cuda_att_splits(M) *
                                    ((uint64_t)s->head_dim + 2u) * 4u);
-    int qd = s->heads * s->head_dim, kvd = s->kv_heads * s->head_dim;
-    int calls[7][2] = {{qd, s->hidden}, {kvd, s->hidden}, {kvd, s->hidden}, {s->hidden, qd},
-                       {s->inter, s->hidden}, {s->inter, s->hidden}, {s->hidden, s->inter}};
-    for (int c = 0; c < 7; c++) sim_matmul(sc, M, calls[c][0], calls[c][1], dt[0], fast);
-    if (heads) sim_matmul(sc, heads, s->vocab, s->hidden, dt[1], fast && heads >= CUDA_FAST_MIN_M);
+    for (int i = 0; i < s->layers * FIT_LAYER_PRODUCTS; i++) sim_matmul(sc, M, &ws[i], fast);
+    if (heads) sim_matmul(sc, heads, &ws[s->layers * FIT_LAYER_PRODUCTS], fast && heads >= CUDA_FAST_MIN_M);
 }
 
 /* The dense graph's activation buffers for T tokens and its logits rows. */
@@ -127,7 +211,7 @@ static uint64_t activations(const fit_shape *s, uint64_t T, uint64_t rows) {
     return sum + dev_round(rows * (uint64_t)s->vocab * 4u);
 }
 
-static uint64_t predict_cuda(const fit_shape *s, const fit_request *r, int ctx, const em_dtype dt[2], uint64_t weights,
+static uint64_t predict_cuda(const fit_shape *s, const fit_request *r, int ctx, const fit_weight *ws, uint64_t weights,
                              uint64_t vectors, fit_result *o) {
     uint64_t batch = (uint64_t)(r->batch > 0 ? r->batch : 1);
     o->weights = weights;
@@ -140,14 +224,16 @@ static uint64_t predict_cuda(const fit_shape *s, const fit_request *r, int ctx, 
     int chunk = ctx < FIT_PREFILL_CHUNK ? ctx : FIT_PREFILL_CHUNK;
     uint64_t T = (uint64_t)chunk > batch ? (uint64_t)chunk : batch;
     o->transient = activations(s, T, batch);
-    scratch_sim sc = {0, 0, 0};
+    scratch_sim sc = {0, 0, 0, 0, 0};
     bool fast = r->fast && chunk >= CUDA_FAST_MIN_M; /* shorter spans are EXACT (batch_rows.h) */
-    sim_forward(&sc, s, chunk, 0, dt, fast);
-    sim_forward(&sc, s, 1, 1, dt, false); /* the chunk's last position (logits of one row) */
-    /* a decode step of every sequence: 16+ rows are one FAST GEMM under fast */
-    sim_forward(&sc, s, (int)batch, (int)batch, dt, r->fast && batch >= CUDA_FAST_MIN_M);
-    o->scratch = (sc.xconv ? dev_round(sc.xconv) : 0) + (sc.wide ? dev_round(sc.wide) : 0) +
-                 (sc.att ? dev_round(sc.att) : 0);
+    sim_forward(&sc, s, ws, chunk, 0, fast);
+    sim_forward(&sc, s, ws, 1, 1, false); /* the chunk's last position (logits of one row) */
+    /* a decode step of every sequence, FAST under fast (bf16 weights take
+     * tensor cores from CUDA_FAST_MIN_M rows, quantized ones their kernels) */
+    sim_forward(&sc, s, ws, (int)batch, (int)batch, r->fast);
+    uint64_t bufs[5] = {sc.xconv, sc.wide, sc.att, sc.q8x, sc.wconv};
+    o->scratch = 0;
+    for (int i = 0; i < 5; i++) o->scratch += bufs[i] ? dev_round(bufs[i]) : 0;
     /* FAST prefill attention reads a bf16 copy of one layer's keys and
      * values: the whole context's by a prompt's last chunk */
     if (fast && chunk > CUDA_ATT_SPLIT_MAX_ROWS && cuda_attention_fa_head_dim(s->head_dim))
@@ -165,27 +251,29 @@ em_status fit_predict_cuda(const char *dir, const fit_request *r, fit_result *o)
         return em_fail(EM_ERR_UNSUPPORTED, "%s: %d recurrent (Gated DeltaNet) layers: fit's device memory model "
                        "does not cover their state yet (fit it with --device cpu)", dir, s.state_layers);
     uint64_t weights, vectors;
-    em_dtype dt[2];
-    EM_TRY(device_tensors(dir, &s, &weights, &vectors, dt));
+    fit_weight *ws;
+    EM_TRY(device_tensors(dir, &s, &weights, &vectors, &ws));
     o->kv_layers = s.kv_layers;
     o->model_max_ctx = s.max_pos;
     /* Capacity: the budget; else what the GPU has free for a new process
      * (free now, plus the context this process already made there). */
     o->capacity_known = r->budget || r->device_free;
     o->capacity = r->budget ? r->budget : r->device_free ? r->device_free + FIT_CUDA_CONTEXT_BYTES : 0;
-    o->total = predict_cuda(&s, r, r->ctx, dt, weights, vectors, o);
+    o->total = predict_cuda(&s, r, r->ctx, ws, weights, vectors, o);
     if (!o->capacity_known) {
         o->max_ctx = -1;
         o->fits = false;
+        free(ws);
         return EM_OK;
     }
     int lo = 0, hi = s.max_pos;
     fit_result scratch = *o;
     while (lo < hi) {
         int mid = lo + (hi - lo + 1) / 2;
-        if (predict_cuda(&s, r, mid, dt, weights, vectors, &scratch) <= o->capacity) lo = mid;
+        if (predict_cuda(&s, r, mid, ws, weights, vectors, &scratch) <= o->capacity) lo = mid;
         else hi = mid - 1;
     }
+    free(ws);
     o->max_ctx = lo;
     o->fits = o->total <= o->capacity && r->ctx <= s.max_pos;
     return EM_OK;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ember fit --device cuda against the GPU: for the demo model, the dense
 # golden checkpoints and synthetic checkpoints large enough that the KV
-# cache, the weights and the matmul scratch dominate, at several contexts,
+# cache, the weights and the matmul scratch dominate (bf16, f32, and 4- and
+# 8-bit quantizations of one), at several contexts,
 # batches and both precisions, the predicted device memory (less the CUDA
 # context, which exists before the first reading) must be within 10% of
 # what `ember fit --measure` measures: the fall of the GPU's free memory
@@ -72,6 +73,18 @@ run_case "$tmp/big16" 512 96 exact     # a decode step of 96 rows: SGEMM over th
 run_case "$tmp/big32" 4096 8 fast
 run_case "$tmp/kvheavy" 16384 4 fast
 run_case "$tmp/kvheavy" 3000 16 exact
+# quantized weights: codes, scales and biases as stored, and each product's
+# kernel's scratch (bf16 slices for FAST prefill, f32 ones for EXACT, the
+# tensor-core kernels' rounded rows for decode batches)
+"$EMBER_BIN" quantize "$tmp/big16" "$tmp/big16q4" --bits 4 --group-size 64 >/dev/null 2>&1 &&
+    "$EMBER_BIN" quantize "$tmp/big16" "$tmp/big16q8" --bits 8 --group-size 32 >/dev/null 2>&1 ||
+    { echo "FAIL: ember quantize"; fail=1; }
+run_case "$tmp/big16q4" 4096 1 fast
+run_case "$tmp/big16q4" 2048 24 fast   # a decode step of 24 rows on the bf16 tensor-core kernel
+run_case "$tmp/big16q4" 2048 48 fast   # two passes of it
+run_case "$tmp/big16q4" 1024 8 exact   # EXACT prefill: f32 slices
+run_case "$tmp/big16q8" 2048 12 fast   # 8-bit: the int8 GEMV's rounded rows
+run_case "$tmp/big16q8" 2048 32 fast   # the int8 tensor-core kernel
 
 # the capacity comes from the GPU: a budget below the prediction does not fit
 j=$("$EMBER_BIN" fit "$tmp/big16" --ctx 4096 --device "$DEV" --json)

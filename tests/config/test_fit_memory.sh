@@ -89,6 +89,32 @@ if "$EMBER_BIN" fit "$tmp/b" --ctx 300 --device cuda --memory-budget 1000000 >/d
 # models the CUDA backend cannot run are refused with the reason
 r=$("$EMBER_BIN" fit "$EMBER_SRC/tests/golden/qwen3_5/q35_tied_ratio2" --ctx 64 --device cuda 2>&1 || true)
 grep -q "recurrent (Gated DeltaNet) layers" <<<"$r" || { echo "hybrid on cuda: $r"; exit 1; }
-r=$("$EMBER_BIN" fit "$EMBER_SRC/tests/golden/quant/tied_3bit/quant" --ctx 64 --device cuda 2>&1 || true)
-grep -q "is quantized: fit's device memory model covers" <<<"$r" || { echo "quantized on cuda: $r"; exit 1; }
+# quantized weights: every 2-D tensor (codes, scales, biases) as stored
+for q in mixed_untied tied_3bit; do
+    d="$EMBER_SRC/tests/golden/quant/$q/quant"
+    j=$("$EMBER_BIN" fit "$d" --ctx 64 --device cuda --json)
+    python3 - "$j" "$d/model.safetensors" <<'PY'
+import json, struct, sys
+d = json.loads(sys.argv[1])
+raw = open(sys.argv[2], "rb").read(8)
+hdr = json.loads(open(sys.argv[2], "rb").read(8 + struct.unpack("<Q", raw)[0])[8:])
+def dev(b):
+    g = 2 << 20 if b >= 2 << 20 else 512
+    return -(-b // g) * g
+w = sum(dev(v["data_offsets"][1] - v["data_offsets"][0]) for k, v in hdr.items() if k != "__metadata__" and len(v["shape"]) == 2)
+assert d["weights_bytes"] == w, (sys.argv[2], d["weights_bytes"], w)
+PY
+done
+# and the scratch of the kernel each product takes: model b at 4 bits, groups of 64
+"$EMBER_BIN" quantize "$tmp/b" "$tmp/bq" --bits 4 --group-size 64 >/dev/null 2>&1
+scq() { "$EMBER_BIN" fit "$tmp/bq" --ctx 300 --batch "$2" --device cuda --precision "$1" --json |
+        python3 -c 'import json,sys; print(json.load(sys.stdin)["scratch_bytes"])'; }
+# FAST prefill of 300 rows: bf16 rows (as above) and each matrix dequantized whole to bf16, the largest
+# 1.25 x 1408 x 512 x bf16 = 1802240; a decode row: attention's splits; the keys and values' bf16 copy
+[ "$(scq fast 1)" = $((1056256 + 1802240 + 42496 + 163840)) ] || { echo "q4 fast scratch $(scq fast 1)"; exit 1; }
+# a decode step of 8 rows on the bf16 tensor-core kernel: 1.25 x (8 x 1408 x bf16 + 22 groups x 8 x f32),
+# 512-byte aligned = 29184; attention's splits for 8 rows: 1.25 x 8 x 8 heads x 16 x 66 x f32 = 337920
+[ "$(scq fast 8)" = $((1056256 + 1802240 + 337920 + 29184 + 163840)) ] || { echo "q4 fast batch-8 scratch $(scq fast 8)"; exit 1; }
+# EXACT prefill: f32 slices of W (1.25 x 1408 x 512 x f32, in 2 MiB pages)
+[ "$(scq exact 1)" = $((4194304 + 42496)) ] || { echo "q4 exact scratch $(scq exact 1)"; exit 1; }
 echo ok

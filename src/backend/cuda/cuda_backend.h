@@ -106,6 +106,25 @@ static inline bool cuda_attention_fa_head_dim(int hd) { return hd == 64 || hd ==
  * larger batch next does not reallocate. */
 static inline size_t cuda_scratch_grow(size_t bytes) { return bytes + bytes / 4; }
 
+/* Where products over quantized weights go beyond the kernels above, and
+ * the scratch they take there (cuda_qmatmul.cu, cuda_qgemv_i8.cu; ember fit
+ * models the same, fit_cuda.c): EXACT rows up to CUDA_QGEMV_MAX_EXACT_M on
+ * the quantized GEMV, more as f32 slices of W for SGEMM; FAST rows from
+ * CUDA_QFAST_MIN_M as bf16 slices for the tensor-core GEMM; the int8 GEMV
+ * rounds CUDA_Q8_MAX_M activation rows at a time. */
+#define CUDA_QGEMV_MAX_EXACT_M 64
+#define CUDA_QFAST_MIN_M 16
+#define CUDA_QSLICE_ELEMS ((size_t)32 << 20)      /* dequantized f32 weights per SGEMM slice */
+#define CUDA_QSLICE_BF16_ELEMS ((size_t)64 << 20) /* dequantized bf16 weights per GEMM slice */
+#define CUDA_Q8_MAX_M 8
+/* Rows of an N x K matrix a slice of at most cap values takes: all of them
+ * when they fit, else a multiple of 128 rows (cuBLAS's tiles) that fits. */
+static inline int cuda_qslice_rows(int N, int K, size_t cap) {
+    size_t rows = cap / (size_t)K;
+    if (rows >= (size_t)N) return N;
+    return rows >= 128 ? (int)(rows / 128 * 128) : rows < 1 ? 1 : (int)rows;
+}
+
 /* Free and total memory of GPU `device` (creating this process's CUDA
  * context on it, which stays). EM_ERR_UNSUPPORTED without a GPU. */
 em_status cuda_device_memory(int device, size_t *free_bytes, size_t *total_bytes);

@@ -24,7 +24,7 @@
 #define Q8_RW 2
 #define Q8_KC 2048
 #define Q8_SPL (Q8_KC / QG_SEG / 32) /* segments per lane per chunk */
-#define Q8_MAX_M 8
+#define Q8_MAX_M CUDA_Q8_MAX_M
 #define Q8_STREAM_SMEM_MAX ((size_t)48 << 10) /* without opting in to more */
 
 /* Rounded activations for the whole grid: row m's codes at q.x + m * K

@@ -23,10 +23,10 @@
 #define QG_ROWS 8      /* activation rows per pass */
 #define QG_WARPS 16    /* weight rows per block */
 #define QG_PAD 36      /* floats per staged segment (bank-conflict-free float4 reads) */
-#define QG_MAX_EXACT_M 64
-#define QFAST_MIN_M 16
-#define QSLICE_ELEMS ((size_t)32 << 20)      /* dequantized f32 weights per SGEMM slice */
-#define QSLICE_BF16_ELEMS ((size_t)64 << 20) /* dequantized bf16 weights per GEMM slice */
+#define QG_MAX_EXACT_M CUDA_QGEMV_MAX_EXACT_M
+#define QFAST_MIN_M CUDA_QFAST_MIN_M
+#define QSLICE_ELEMS CUDA_QSLICE_ELEMS
+#define QSLICE_BF16_ELEMS CUDA_QSLICE_BF16_ELEMS
 #define QD_THREADS 256                       /* segments per block of the bf16 dequantization */
 
 /* ROWS (1, 2, 4 or 8) bounds the activation rows of a pass; fewer rows
@@ -276,13 +276,8 @@ static void qdequant(cuda_backend *cb, void *dst, bool bf16, const em_weight *w,
     CUDA_LAUNCHED(cb, "quantized matmul (dequantizing weights)");
 }
 
-/* Rows of W a GEMM slice takes: all of them up to cap values, else a
- * multiple of 128 rows (cuBLAS's tiles) that fits. */
-static int slice_rows(const em_weight *w, size_t cap) {
-    size_t rows = cap / (size_t)w->cols;
-    if (rows >= (size_t)w->rows) return (int)w->rows;
-    return rows >= 128 ? (int)(rows / 128 * 128) : rows < 1 ? 1 : (int)rows;
-}
+/* Rows of W a GEMM slice takes (cuda_backend.h). */
+static int slice_rows(const em_weight *w, size_t cap) { return cuda_qslice_rows((int)w->rows, (int)w->cols, cap); }
 
 /* EXACT batches beyond the GEMV: slices of W dequantized to f32, then SGEMM. */
 static void qgemm_exact(cuda_backend *cb, float *y, const float *x, int M, const em_weight *w) {
