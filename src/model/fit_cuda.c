@@ -33,7 +33,6 @@
 #include "model/kv_cache.h"
 
 #include <stdio.h>
-
 #include <stdlib.h>
 #include <string.h>
 
