@@ -61,6 +61,12 @@ em_status fit_read_shape(const char *dir, fit_shape *s) {
     *s = (fit_shape){.hidden = cfg.hidden, .inter = cfg.intermediate, .layers = cfg.n_layers, .heads = cfg.n_heads,
                      .kv_heads = cfg.n_kv_heads, .head_dim = cfg.head_dim, .vocab = cfg.vocab, .max_pos = cfg.max_pos,
                      .tied = cfg.tied_embeddings, .kv_layers = cfg.n_layers};
+    if (cfg.family == FAMILY_QWEN3_5) {
+        const qwen3_5_config *q = &cfg.q35;
+        s->lin_channels = 2 * q->lin_k_heads * q->lin_k_dim + q->lin_v_heads * q->lin_v_dim;
+        s->lin_vd = q->lin_v_heads * q->lin_v_dim, s->lin_hv = q->lin_v_heads, s->mtp_kv_layers = q->mtp_layers;
+        memcpy(s->layer_linear, q->layer_linear, sizeof s->layer_linear);
+    }
     char *path = em_path_join(dir, "config.json"), *text = NULL;
     size_t len;
     if (path && em_read_file(path, 16u << 20, &text, &len) == EM_OK) {

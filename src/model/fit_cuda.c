@@ -6,12 +6,18 @@
  *              f16 or f32, or a quantized weight's packed codes, scales
  *              and biases: model/weights.c); a tied lm_head is the
  *              embedding table, uploaded once
- *   vectors    each 1-D tensor (norms, biases) converted to f32
+ *   vectors    each 1-D tensor (norms, biases) converted to f32, and a
+ *              hybrid's 3-D convolution weights, also as f32
  *   kv         per attention layer a K and a V buffer of f32 for every
- *              position of every sequence, in blocks of 32 (kv_cache.c)
- *   transient  the dense graph's nine activation buffers for the largest
- *              batch of tokens (a prefill chunk of 512, or the decode batch)
- *              and the device-side logits rows (dense.c)
+ *              position of every sequence, in blocks of 32 (kv_cache.c);
+ *              a Qwen3.5 hybrid's full-attention layers and its MTP head's
+ *   state      a hybrid's recurrent state: each Gated DeltaNet layer's
+ *              convolution tail and delta-rule state for every sequence,
+ *              and one sequence's zeros (recurrent_state.c)
+ *   transient  the graph's activation buffers for the largest batch of
+ *              tokens (a prefill chunk of 512, or the decode batch: nine
+ *              for the dense graph, dense.c; nineteen for the hybrid,
+ *              q35_workspace) and the device-side logits rows
  *   scratch    the matmul scratch of the CUDA backend, replayed call by call
  *              over one prefill chunk and one decode step (cuda_backend.h;
  *              over quantized weights the kernel each product takes:
@@ -37,6 +43,7 @@
 #include <string.h>
 
 #define FIT_DENSE_BUFFERS 9
+#define FIT_Q35_BUFFERS 19
 
 /* What the GPU spends outside the buffers above. Estimates for H100/H200
  * class GPUs with CUDA 12-13 and lazy module loading (the default since
@@ -71,7 +78,7 @@ typedef struct fit_weight {
     int bits, group;
 } fit_weight;
 
-#define FIT_LAYER_PRODUCTS 7 /* q, k, v, o, gate, up, down */
+#define FIT_LAYER_PRODUCTS 8 /* at most, a layer: q, k, v, o (or a Gated DeltaNet's five), gate, up, down */
 
 /* The weight of module `name` (its ".weight", and for packed codes its
  * ".scales"), an N x K product; dt `dflt` where the checkpoint names it
@@ -83,6 +90,7 @@ static fit_weight product_weight(const st_set *st, const char *name, int N, int 
     const st_tensor *t = st_find(st, key);
     if (!t || t->ndim != 2) return w;
     w.dt = t->dtype;
+    if (t->shape[0] > 0 && t->shape[0] <= INT32_MAX) w.N = (int)t->shape[0]; /* a gated q_proj: twice the heads */
     snprintf(key, sizeof key, "%s.scales", name);
     const st_tensor *sc = st_find(st, key);
     if (w.dt == EM_U32 && sc && sc->ndim == 2 && sc->shape[1] > 0 && K > 0)
@@ -90,34 +98,46 @@ static fit_weight product_weight(const st_set *st, const char *name, int N, int 
     return w;
 }
 
-/* The products of every layer (FIT_LAYER_PRODUCTS each) and the head's,
- * from the checkpoint's headers; ws: s->layers * FIT_LAYER_PRODUCTS + 1
- * (caller frees). */
-static fit_weight *products(const st_set *st, const fit_shape *s, em_dtype d0, em_dtype dh) {
+/* The products of every layer and the head's, from the checkpoint's
+ * headers: *n of them, the head last (the caller frees). A Qwen3.5 hybrid's
+ * Gated DeltaNet layers take their projections in place of attention's. */
+static fit_weight *products(const st_set *st, const fit_shape *s, em_dtype d0, em_dtype dh, int *n) {
     fit_weight *ws = em_calloc((size_t)s->layers * FIT_LAYER_PRODUCTS + 1, sizeof *ws);
     if (!ws) return NULL;
-    int qd = s->heads * s->head_dim, kvd = s->kv_heads * s->head_dim;
-    const char *mods[FIT_LAYER_PRODUCTS] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-                                            "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
-    const int dims[FIT_LAYER_PRODUCTS][2] = {{qd, s->hidden},       {kvd, s->hidden},      {kvd, s->hidden},
-                                             {s->hidden, qd},       {s->inter, s->hidden}, {s->inter, s->hidden},
-                                             {s->hidden, s->inter}};
+    int H = s->hidden, F = s->inter, qd = s->heads * s->head_dim, kvd = s->kv_heads * s->head_dim;
+    int C = s->lin_channels, vd = s->lin_vd, hv = s->lin_hv;
+    const struct { const char *mod; int N, K; } attn[] = {{"self_attn.q_proj", qd, H}, {"self_attn.k_proj", kvd, H},
+                                                          {"self_attn.v_proj", kvd, H}, {"self_attn.o_proj", H, qd}},
+                                                lin[] = {{"linear_attn.in_proj_qkv", C, H},
+                                                         {"linear_attn.in_proj_z", vd, H},
+                                                         {"linear_attn.in_proj_b", hv, H},
+                                                         {"linear_attn.in_proj_a", hv, H},
+                                                         {"linear_attn.out_proj", H, vd}},
+                                                mlp[] = {{"mlp.gate_proj", F, H}, {"mlp.up_proj", F, H},
+                                                         {"mlp.down_proj", H, F}};
     char name[160];
-    for (int l = 0; l < s->layers; l++)
-        for (int c = 0; c < FIT_LAYER_PRODUCTS; c++) {
-            snprintf(name, sizeof name, "model.layers.%d.%s", l, mods[c]);
-            ws[l * FIT_LAYER_PRODUCTS + c] = product_weight(st, name, dims[c][0], dims[c][1], d0);
+    int k = 0;
+    for (int l = 0; l < s->layers; l++) {
+        bool linear = C > 0 && l < MC_MAX_LAYERS && s->layer_linear[l];
+        int na = linear ? 5 : 4;
+        for (int c = 0; c < na + 3; c++) {
+            const char *mod = c >= na ? mlp[c - na].mod : linear ? lin[c].mod : attn[c].mod;
+            int N = c >= na ? mlp[c - na].N : linear ? lin[c].N : attn[c].N;
+            int K = c >= na ? mlp[c - na].K : linear ? lin[c].K : attn[c].K;
+            snprintf(name, sizeof name, "model.layers.%d.%s", l, mod);
+            ws[k++] = product_weight(st, name, N, K, d0);
         }
+    }
     bool tied = s->tied || !st_find(st, "lm_head.weight");
-    ws[s->layers * FIT_LAYER_PRODUCTS] =
-        product_weight(st, tied ? "model.embed_tokens" : "lm_head", s->vocab, s->hidden, dh);
+    ws[k++] = product_weight(st, tied ? "model.embed_tokens" : "lm_head", s->vocab, H, dh);
+    *n = k;
     return ws;
 }
 
 /* Device bytes of the checkpoint's tensors, and its products (*ws, the
  * caller frees). */
 static em_status device_tensors(const char *dir, const fit_shape *s, uint64_t *weights, uint64_t *vectors,
-                                fit_weight **ws) {
+                                fit_weight **ws, int *n) {
     st_set *st;
     EM_TRY(st_open(dir, &st));
     *weights = *vectors = 0;
@@ -128,10 +148,10 @@ static em_status device_tensors(const char *dir, const fit_shape *s, uint64_t *w
     em_dtype d0 = q ? q->dtype : e ? e->dtype : EM_BF16, dh = h ? h->dtype : d0;
     for (size_t i = 0; i < st_count(st); i++) {
         const st_tensor *t = st_at(st, i);
-        if (t->ndim == 1) *vectors += dev_round(t->n_elements * 4u);
+        if (t->ndim == 1 || t->ndim == 3) *vectors += dev_round(t->n_elements * 4u); /* 3-D: convolution weights */
         else if (t->ndim == 2 && !(tied_head && !strcmp(t->name, "lm_head.weight"))) *weights += dev_round(t->nbytes);
     }
-    *ws = products(st, s, d0, dh);
+    *ws = products(st, s, d0, dh, n);
     st_close(st);
     return *ws ? EM_OK : em_fail(EM_ERR_NOMEM, "out of memory");
 }
@@ -192,44 +212,62 @@ static void sim_matmul(scratch_sim *sc, int M, const fit_weight *w, bool fast) {
 /* A forward of M rows through every layer, then the head over `heads` rows.
  * fast: the rows' arithmetic (the head's too: FAST only for 16+ last
  * positions, as dense.c decides). Few rows split attention's keys. */
-static void sim_forward(scratch_sim *sc, const fit_shape *s, const fit_weight *ws, int M, int heads, bool fast) {
+static void sim_forward(scratch_sim *sc, const fit_shape *s, const fit_weight *ws, int n, int M, int heads,
+                        bool fast) {
     if (M <= CUDA_ATT_SPLIT_MAX_ROWS)
         scratch_need(&sc->att, (uint64_t)M * (uint64_t)s->heads * (uint64_t)cuda_att_splits(M) *
                                    ((uint64_t)s->head_dim + 2u) * 4u);
-    for (int i = 0; i < s->layers * FIT_LAYER_PRODUCTS; i++) sim_matmul(sc, M, &ws[i], fast);
-    if (heads) sim_matmul(sc, heads, &ws[s->layers * FIT_LAYER_PRODUCTS], fast && heads >= CUDA_FAST_MIN_M);
+    for (int i = 0; i < n - 1; i++) sim_matmul(sc, M, &ws[i], fast);
+    if (heads) sim_matmul(sc, heads, &ws[n - 1], fast && heads >= CUDA_FAST_MIN_M);
 }
 
 /* The dense graph's activation buffers for T tokens and its logits rows. */
 static uint64_t activations(const fit_shape *s, uint64_t T, uint64_t rows) {
     uint64_t qd = (uint64_t)s->heads * s->head_dim, kvd = (uint64_t)s->kv_heads * s->head_dim, H = (uint64_t)s->hidden;
-    uint64_t w[FIT_DENSE_BUFFERS] = {H, H, qd, kvd, kvd, qd, (uint64_t)s->inter, (uint64_t)s->inter,
-                                     (uint64_t)s->inter};
-    uint64_t sum = 0;
-    for (int i = 0; i < FIT_DENSE_BUFFERS; i++) sum += dev_round((w[i] > H ? w[i] : H) * 4u * T);
+    uint64_t F = (uint64_t)s->inter, sum = 0;
+    if (s->lin_channels) { /* a Qwen3.5 hybrid's buffers, each of its width (q35_workspace) */
+        uint64_t vd = (uint64_t)s->lin_vd, hv = (uint64_t)s->lin_hv;
+        uint64_t w[FIT_Q35_BUFFERS] = {H, H, H, 2 * H, 2 * qd, qd, kvd, kvd, qd, F, F, F, (uint64_t)s->lin_channels,
+                                       vd, hv, hv, hv, hv, vd};
+        for (int i = 0; i < FIT_Q35_BUFFERS; i++) sum += dev_round(w[i] * 4u * T);
+    } else {
+        uint64_t w[FIT_DENSE_BUFFERS] = {H, H, qd, kvd, kvd, qd, F, F, F};
+        for (int i = 0; i < FIT_DENSE_BUFFERS; i++) sum += dev_round((w[i] > H ? w[i] : H) * 4u * T);
+    }
     return sum + dev_round(rows * (uint64_t)s->vocab * 4u);
 }
 
-static uint64_t predict_cuda(const fit_shape *s, const fit_request *r, int ctx, const fit_weight *ws, uint64_t weights,
-                             uint64_t vectors, fit_result *o) {
+/* A hybrid's recurrent state (recurrent_state.c): every sequence's
+ * convolution and delta-rule state per Gated DeltaNet layer, in one
+ * reservation, and one sequence's zeros to reset from. */
+static uint64_t recurrent_state(const fit_shape *s, uint64_t batch) {
+    uint64_t seq = s->state_per_seq * (uint64_t)s->state_layers;
+    return seq ? dev_round(seq * batch) + dev_round(seq) : 0;
+}
+
+static uint64_t predict_cuda(const fit_shape *s, const fit_request *r, int ctx, const fit_weight *ws, int n,
+                             uint64_t weights, uint64_t vectors, fit_result *o) {
     uint64_t batch = (uint64_t)(r->batch > 0 ? r->batch : 1);
     o->weights = weights;
     o->vectors = vectors;
     uint64_t positions = ((uint64_t)ctx + FIT_KV_BLOCK - 1) / FIT_KV_BLOCK * FIT_KV_BLOCK;
-    o->kv_per_token = kv_bytes_per_token(s->kv_layers, s->kv_heads, s->head_dim);
+    int kv_layers = s->kv_layers + s->mtp_kv_layers; /* the MTP head's layers follow the trunk's in the cache */
+    o->kv_per_token = kv_bytes_per_token(kv_layers, s->kv_heads, s->head_dim);
     uint64_t layer = positions * batch * (uint64_t)s->kv_heads * (uint64_t)s->head_dim * 4u;
-    o->kv = 2u * (uint64_t)s->kv_layers * dev_round(layer);
+    o->kv = 2u * (uint64_t)kv_layers * dev_round(layer);
+    o->state_per_seq = s->state_per_seq * (uint64_t)s->state_layers;
+    o->state = recurrent_state(s, batch);
     /* a prefill chunk, then one decode step of every sequence */
     int chunk = ctx < FIT_PREFILL_CHUNK ? ctx : FIT_PREFILL_CHUNK;
     uint64_t T = (uint64_t)chunk > batch ? (uint64_t)chunk : batch;
     o->transient = activations(s, T, batch);
     scratch_sim sc = {0, 0, 0, 0, 0};
     bool fast = r->fast && chunk >= CUDA_FAST_MIN_M; /* shorter spans are EXACT (batch_rows.h) */
-    sim_forward(&sc, s, ws, chunk, 0, fast);
-    sim_forward(&sc, s, ws, 1, 1, false); /* the chunk's last position (logits of one row) */
+    sim_forward(&sc, s, ws, n, chunk, 0, fast);
+    sim_forward(&sc, s, ws, n, 1, 1, false); /* the chunk's last position (logits of one row) */
     /* a decode step of every sequence, FAST under fast (bf16 weights take
      * tensor cores from CUDA_FAST_MIN_M rows, quantized ones their kernels) */
-    sim_forward(&sc, s, ws, (int)batch, (int)batch, r->fast);
+    sim_forward(&sc, s, ws, n, (int)batch, (int)batch, r->fast);
     uint64_t bufs[5] = {sc.xconv, sc.wide, sc.att, sc.q8x, sc.wconv};
     o->scratch = 0;
     for (int i = 0; i < 5; i++) o->scratch += bufs[i] ? dev_round(bufs[i]) : 0;
@@ -240,25 +278,24 @@ static uint64_t predict_cuda(const fit_shape *s, const fit_request *r, int ctx, 
     o->backend = dev_round(CUDA_STAGE_MIN_BYTES) + dev_round(CUDA_BLAS_WORKSPACE_BYTES);
     o->code = FIT_CUDA_CODE_BYTES;
     o->context = FIT_CUDA_CONTEXT_BYTES;
-    return o->weights + o->vectors + o->kv + o->transient + o->scratch + o->backend + o->code + o->context;
+    return o->weights + o->vectors + o->kv + o->state + o->transient + o->scratch + o->backend + o->code + o->context;
 }
 
 em_status fit_predict_cuda(const char *dir, const fit_request *r, fit_result *o) {
     fit_shape s;
     EM_TRY(fit_read_shape(dir, &s));
-    if (s.state_layers)
-        return em_fail(EM_ERR_UNSUPPORTED, "%s: %d recurrent (Gated DeltaNet) layers: fit's device memory model "
-                       "does not cover their state yet (fit it with --device cpu)", dir, s.state_layers);
     uint64_t weights, vectors;
     fit_weight *ws;
-    EM_TRY(device_tensors(dir, &s, &weights, &vectors, &ws));
-    o->kv_layers = s.kv_layers;
+    int n = 0;
+    EM_TRY(device_tensors(dir, &s, &weights, &vectors, &ws, &n));
+    o->kv_layers = s.kv_layers + s.mtp_kv_layers;
+    o->state_layers = s.state_layers;
     o->model_max_ctx = s.max_pos;
     /* Capacity: the budget; else what the GPU has free for a new process
      * (free now, plus the context this process already made there). */
     o->capacity_known = r->budget || r->device_free;
     o->capacity = r->budget ? r->budget : r->device_free ? r->device_free + FIT_CUDA_CONTEXT_BYTES : 0;
-    o->total = predict_cuda(&s, r, r->ctx, ws, weights, vectors, o);
+    o->total = predict_cuda(&s, r, r->ctx, ws, n, weights, vectors, o);
     if (!o->capacity_known) {
         o->max_ctx = -1;
         o->fits = false;
@@ -269,7 +306,7 @@ em_status fit_predict_cuda(const char *dir, const fit_request *r, fit_result *o)
     fit_result scratch = *o;
     while (lo < hi) {
         int mid = lo + (hi - lo + 1) / 2;
-        if (predict_cuda(&s, r, mid, ws, weights, vectors, &scratch) <= o->capacity) lo = mid;
+        if (predict_cuda(&s, r, mid, ws, n, weights, vectors, &scratch) <= o->capacity) lo = mid;
         else hi = mid - 1;
     }
     free(ws);

@@ -2,7 +2,7 @@
 # ember fit --device cuda against the GPU: for the demo model, the dense
 # golden checkpoints and synthetic checkpoints large enough that the KV
 # cache, the weights and the matmul scratch dominate (bf16, f32, and 4- and
-# 8-bit quantizations of one), at several contexts,
+# 8-bit quantizations of one; a Qwen3.5 hybrid, bf16 and 4-bit), at several contexts,
 # batches and both precisions, the predicted device memory (less the CUDA
 # context, which exists before the first reading) must be within 10% of
 # what `ember fit --measure` measures: the fall of the GPU's free memory
@@ -85,6 +85,15 @@ run_case "$tmp/big16q4" 2048 48 fast   # two passes of it
 run_case "$tmp/big16q4" 1024 8 exact   # EXACT prefill: f32 slices
 run_case "$tmp/big16q8" 2048 12 fast   # 8-bit: the int8 GEMV's rounded rows
 run_case "$tmp/big16q8" 2048 32 fast   # the int8 tensor-core kernel
+# a Qwen3.5 hybrid (8 layers of the 4B shape, 6 of them Gated DeltaNet): its recurrent state,
+# nineteen activation buffers and the MTP head's KV layer; at 64 sequences the state dominates
+python3 "$EMBER_SRC/bench/make_random_model.py" "$tmp/q35" --shape qwen3.5-4b --layers 8 >/dev/null &&
+    "$EMBER_BIN" quantize "$tmp/q35" "$tmp/q35q4" --bits 4 --group-size 64 >/dev/null 2>&1 ||
+    { echo "FAIL: making the Qwen3.5 checkpoints"; fail=1; }
+run_case "$tmp/q35" 4096 4 fast
+run_case "$tmp/q35" 2048 64 fast
+run_case "$tmp/q35" 1024 8 exact
+run_case "$tmp/q35q4" 2048 16 fast
 
 # the capacity comes from the GPU: a budget below the prediction does not fit
 j=$("$EMBER_BIN" fit "$tmp/big16" --ctx 4096 --device "$DEV" --json)

@@ -87,8 +87,40 @@ sc() { "$EMBER_BIN" fit "$tmp/b" --ctx 300 --device cuda --precision "$1" --json
 "$EMBER_BIN" fit "$tmp/b" --ctx 300 --device cuda --memory-budget 100000000000 >/dev/null
 if "$EMBER_BIN" fit "$tmp/b" --ctx 300 --device cuda --memory-budget 1000000 >/dev/null; then echo "1 MB fits"; exit 1; fi
 # models the CUDA backend cannot run are refused with the reason
-r=$("$EMBER_BIN" fit "$EMBER_SRC/tests/golden/qwen3_5/q35_tied_ratio2" --ctx 64 --device cuda 2>&1 || true)
-grep -q "recurrent (Gated DeltaNet) layers" <<<"$r" || { echo "hybrid on cuda: $r"; exit 1; }
+# Qwen3.5 hybrids: the recurrent state of every sequence (one reservation) and one sequence's zeros,
+# the full-attention layers' and the MTP head's KV, the 3-D convolution weights as f32 vectors
+for q in q35_tied_ratio2 q35_mtp_ratio3; do
+    d="$EMBER_SRC/tests/golden/qwen3_5/$q"
+    j=$("$EMBER_BIN" fit "$d" --ctx 64 --batch 3 --device cuda --json)
+    python3 - "$j" "$d" <<'PY'
+import json, math, os, struct, sys
+d, root = json.loads(sys.argv[1]), sys.argv[2]
+c = json.load(open(os.path.join(root, "config.json")))
+c = c.get("text_config", c)
+def dev(b):
+    g = 2 << 20 if b >= 2 << 20 else 512
+    return -(-b // g) * g
+L = c["num_hidden_layers"]
+types = c.get("layer_types") or ["linear_attention" if (i + 1) % c["full_attention_interval"] else "full_attention"
+                                 for i in range(L)]
+lin = types.count("linear_attention")
+kh, vh, kd, vd, kern = (c["linear_num_key_heads"], c["linear_num_value_heads"], c["linear_key_head_dim"],
+                        c["linear_value_head_dim"], c["linear_conv_kernel_dim"])
+seq = lin * ((kern - 1) * (2 * kh * kd + vh * vd) + vh * kd * vd) * 4
+assert d["state_bytes_per_sequence"] == seq, (d, seq)
+assert d["state_bytes"] == dev(3 * seq) + dev(seq), d
+kv_layers = L - lin + (c.get("mtp_num_hidden_layers") or 0)
+assert d["kv_layers"] == kv_layers, d
+assert d["kv_bytes"] == 2 * kv_layers * dev(64 * 3 * c["num_key_value_heads"] * c["head_dim"] * 4), d
+raw = open(os.path.join(root, "model.safetensors"), "rb").read(8)
+hdr = json.loads(open(os.path.join(root, "model.safetensors"), "rb").read(8 + struct.unpack("<Q", raw)[0])[8:])
+shapes = [v["shape"] for k, v in hdr.items() if k != "__metadata__"]
+n = lambda s: math.prod(s)
+assert d["vectors_bytes"] == sum(dev(n(s) * 4) for s in shapes if len(s) in (1, 3)), d
+assert d["peak_bytes"] == sum(d[k] for k in ("weights_bytes", "vectors_bytes", "kv_bytes", "state_bytes", "transient_bytes",
+                                             "scratch_bytes", "backend_bytes", "code_bytes", "context_bytes")), d
+PY
+done
 # quantized weights: every 2-D tensor (codes, scales, biases) as stored
 for q in mixed_untied tied_3bit; do
     d="$EMBER_SRC/tests/golden/quant/$q/quant"
