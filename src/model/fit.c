@@ -11,7 +11,6 @@
 #include "model/kv_cache.h"
 #include "model/weights_host.h"
 
-#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -28,32 +27,6 @@
 static uint64_t runtime_base(void) { return FIT_RUNTIME_BASE; }
 #define FIT_TOKENIZER_FACTOR 4
 
-static long long num(json_t *o, const char *k, long long def) {
-    json_t *v = json_object_get(o, k);
-    return json_is_integer(v) ? json_integer_value(v) : def;
-}
-
-/* Gated DeltaNet layers: "layer_types" entries "linear_attention", or every
- * layer not at a multiple of full_attention_interval. */
-static void hybrid_state(json_t *c, fit_shape *s) {
-    long long kh = num(c, "linear_num_key_heads", 0), vh = num(c, "linear_num_value_heads", 0);
-    long long kd = num(c, "linear_key_head_dim", 0), vd = num(c, "linear_value_head_dim", 0);
-    long long kern = num(c, "linear_conv_kernel_dim", 0);
-    if (kh <= 0 || vh <= 0 || kd <= 0 || vd <= 0 || kern <= 0) return;
-    json_t *lt = json_object_get(c, "layer_types");
-    long long every = num(c, "full_attention_interval", 0);
-    int lin = 0;
-    for (int i = 0; i < s->layers; i++) {
-        const char *t = json_string_value(json_array_get(lt, (size_t)i));
-        bool linear = t ? !strcmp(t, "linear_attention") : every > 0 && (i + 1) % every != 0;
-        lin += linear;
-    }
-    s->state_layers = lin;
-    s->kv_layers = s->layers - lin;
-    uint64_t conv_dim = (uint64_t)(2 * kh * kd + vh * vd);
-    s->state_per_seq = ((uint64_t)(kern - 1) * conv_dim + (uint64_t)vh * (uint64_t)kd * (uint64_t)vd) * 4u;
-}
-
 em_status fit_read_shape(const char *dir, fit_shape *s) {
     memset(s, 0, sizeof *s);
     model_config cfg;
@@ -61,21 +34,17 @@ em_status fit_read_shape(const char *dir, fit_shape *s) {
     *s = (fit_shape){.hidden = cfg.hidden, .inter = cfg.intermediate, .layers = cfg.n_layers, .heads = cfg.n_heads,
                      .kv_heads = cfg.n_kv_heads, .head_dim = cfg.head_dim, .vocab = cfg.vocab, .max_pos = cfg.max_pos,
                      .tied = cfg.tied_embeddings, .kv_layers = cfg.n_layers};
-    if (cfg.family == FAMILY_QWEN3_5) {
+    if (cfg.family == FAMILY_QWEN3_5 && cfg.q35.n_linear) { /* Gated DeltaNet layers keep state, not KV */
         const qwen3_5_config *q = &cfg.q35;
-        s->lin_channels = 2 * q->lin_k_heads * q->lin_k_dim + q->lin_v_heads * q->lin_v_dim;
+        uint64_t conv_dim = (uint64_t)(2 * q->lin_k_heads * q->lin_k_dim + q->lin_v_heads * q->lin_v_dim);
+        s->state_layers = q->n_linear;
+        s->kv_layers = cfg.n_layers - q->n_linear;
+        s->state_per_seq = ((uint64_t)(q->conv_kernel - 1) * conv_dim +
+                            (uint64_t)q->lin_v_heads * (uint64_t)q->lin_k_dim * (uint64_t)q->lin_v_dim) * 4u;
+        s->lin_channels = (int)conv_dim;
         s->lin_vd = q->lin_v_heads * q->lin_v_dim, s->lin_hv = q->lin_v_heads, s->mtp_kv_layers = q->mtp_layers;
         memcpy(s->layer_linear, q->layer_linear, sizeof s->layer_linear);
     }
-    char *path = em_path_join(dir, "config.json"), *text = NULL;
-    size_t len;
-    if (path && em_read_file(path, 16u << 20, &text, &len) == EM_OK) {
-        json_t *root = json_loadb(text, len, 0, NULL), *tc = json_object_get(root, "text_config");
-        hybrid_state(json_is_object(tc) ? tc : root, s);
-        json_decref(root);
-    }
-    free(text);
-    free(path);
     return EM_OK;
 }
 
