@@ -31,9 +31,20 @@
  * warp sums the lanes by the butterfly: qgemv_i8_kernel's sums, bit for
  * bit. */
 #ifndef QP_WARPS
-/* a block, one block a multiprocessor; 16 with twice the ring measured
+/* the most a block, one block a multiprocessor (qp_warps picks a launch's
+ * count, QP_WARPS_MIN to QP_WARPS); 16 with twice the ring measured
  * slower on the H200 (8B 4-bit layer 58 against 54 us, head 106 against 95) */
 #define QP_WARPS 32
+#endif
+#ifndef QP_WARPS_MIN
+#define QP_WARPS_MIN 16
+#endif
+/* How a launch's warps a block are chosen (qp_warps): 0, always QP_WARPS;
+ * 1, the most warps that share the rows out evenly; 2, of those, the count
+ * that spreads the set over the most multiprocessors. 0 until 1 and 2 are
+ * measured against it (an A/B build: -DQP_BALANCE=1). */
+#ifndef QP_BALANCE
+#define QP_BALANCE 0
 #endif
 /* Lines a stage (2 KB of codes either way), measured on the H200 against
  * halves of them (8B 4-bit decode 513 against 477 tok/s; 8-bit 357 against
@@ -48,7 +59,7 @@
 
 template <int BITS> struct qp_geom {
     static constexpr int SL = BITS == 4 ? QP_SL4 : QP_SL8;                /* lines a stage */
-    static constexpr int NS = (BITS == 4 ? 8 : 4) * 32 / QP_WARPS / SL; /* stages a ring: 4 KB of codes a warp */
+    static constexpr int NS = (BITS == 4 ? 8 : 4) / SL; /* stages a ring: 4 KB of codes a warp */
     static constexpr int SEGB = BITS * 4;                                 /* bytes of a lane's codes a line */
     static constexpr int LB = 32 * SEGB;                                  /* bytes of a line's codes */
 };
@@ -162,7 +173,8 @@ __device__ __forceinline__ void qp_issue(const qp_args &a, const qp_row &r, int 
 /* A warp's share of a phase's items (rows, or an MLP's N): equal to
  * within one across the grid's warps. */
 __device__ __forceinline__ int2 qp_share(const qp_args &a) {
-    long long W = (long long)gridDim.x * QP_WARPS, gw = (long long)blockIdx.x * QP_WARPS + threadIdx.x / 32;
+    const int nw = blockDim.x / 32;
+    long long W = (long long)gridDim.x * nw, gw = (long long)blockIdx.x * nw + threadIdx.x / 32;
     return make_int2((int)(gw * a.items / W), (int)((gw + 1) * a.items / W));
 }
 
@@ -312,16 +324,16 @@ __global__ void __launch_bounds__(QP_WARPS * 32, 1) qgemv_i8_pipe_kernel(qp_args
     constexpr int SL = qp_geom<BITS>::SL, NS = qp_geom<BITS>::NS, LB = qp_geom<BITS>::LB;
     static_assert((NS & (NS - 1)) == 0, "a ring of a power of two stages");
     extern __shared__ __align__(16) uint8_t qp_smem[];
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
     /* per warp: NS stages of codes, NS of (scales, biases), NS barriers */
     const int ssb = 2 * SL * a.scb; /* a stage's scales and biases (the phases share the group and dtype) */
     const unsigned ring = qp_sa(qp_smem) + warp * NS * (SL * LB);
-    const unsigned sring = qp_sa(qp_smem) + QP_WARPS * NS * (SL * LB) + warp * NS * ssb;
-    const unsigned bars = qp_sa(qp_smem) + QP_WARPS * NS * (SL * LB + ssb) + warp * NS * 8;
-    int8_t *const xq = (int8_t *)(qp_smem + (size_t)QP_WARPS * NS * (SL * LB + ssb + 8));
+    const unsigned sring = qp_sa(qp_smem) + nw * NS * (SL * LB) + warp * NS * ssb;
+    const unsigned bars = qp_sa(qp_smem) + nw * NS * (SL * LB + ssb) + warp * NS * 8;
+    int8_t *const xq = (int8_t *)(qp_smem + (size_t)nw * NS * (SL * LB + ssb + 8));
     const int kx = MLP ? max(a.K, b.K) : a.K; /* the longest row staged */
     float *const xd = (float *)(xq + (size_t)ROWS * kx);
-    float *const red = xd + (size_t)ROWS * (kx / QG_SEG) * 2; /* the norm's sums, ROWS * QP_WARPS */
+    float *const red = xd + (size_t)ROWS * (kx / QG_SEG) * 2; /* the norm's sums, ROWS * nw */
     const int2 sa = qp_share(a), sb = MLP ? qp_share(b) : make_int2(0, 0);
     const int spa = (a.lpr + SL - 1) / SL, spb = (b.lpr + SL - 1) / SL; /* stages a row */
     const int na = (sa.y - sa.x) * (SWI ? 2 : 1) * spa, nb = (sb.y - sb.x) * spb; /* the warp's stages */
@@ -373,20 +385,49 @@ static bool qp_fits(const gemv_set &set, const em_weight *w0) {
     return true;
 }
 
-/* Shared memory of the pipelined kernel for `rows` activation rows of K
- * (the longest a launch stages); 0 where it exceeds what a block may have. */
-template <int BITS> static size_t qp_smem_bytes(const cuda_backend *cb, const em_weight *w0, int rows, int K) {
+/* Shared memory of the pipelined kernel of nw warps a block for `rows`
+ * activation rows of K (the longest a launch stages); 0 where it exceeds
+ * what a block may have. */
+template <int BITS>
+static size_t qp_smem_bytes(const cuda_backend *cb, const em_weight *w0, int rows, int K, int nw = QP_WARPS) {
     using G = qp_geom<BITS>;
     size_t scb = (size_t)(1024 / w0->group_size * dtype_size(w0->scale_dtype));
-    size_t bytes = (size_t)QP_WARPS * G::NS * (G::SL * (G::LB + 2 * scb) + 8) +
-                   (size_t)rows * ((size_t)K + (size_t)K / QG_SEG * 8 + QP_WARPS * 4);
+    size_t bytes = (size_t)nw * G::NS * (G::SL * (G::LB + 2 * scb) + 8) +
+                   (size_t)rows * ((size_t)K + (size_t)K / QG_SEG * 8 + nw * 4);
     return bytes <= (size_t)cb->smem_optin ? bytes : 0;
 }
 
-/* Blocks of the grid: one a multiprocessor, fewer for sets of few rows. */
-static int qp_blocks(const cuda_backend *cb, int items) {
-    int blocks = (items + QP_WARPS - 1) / QP_WARPS;
+/* Blocks of the grid of nw warps a block: one a multiprocessor, fewer for
+ * sets of few rows. */
+static int qp_blocks(const cuda_backend *cb, int items, int nw = QP_WARPS) {
+    int blocks = (items + nw - 1) / nw;
     return blocks < cb->n_sm ? blocks : cb->n_sm;
+}
+
+/* The share of the grid's warp time that does work: items over (rows of
+ * the busiest warp x warps), a warp owning whole rows. */
+static double qp_use(const cuda_backend *cb, int items, int nw) {
+    long long warps = (long long)qp_blocks(cb, items, nw) * nw, most = (items + warps - 1) / warps;
+    return (double)items / ((double)most * (double)warps);
+}
+
+/* Warps a block for a set of `items` rows (QP_BALANCE): the kernel lasts
+ * as long as its busiest warp, and 14,336 gate and up units (the 8B shape)
+ * leave a warp of 32 a multiprocessor 3 or 4 (85 % of the warp time used)
+ * and of 28 nearly all 4 (97 %); the 8B's 6,144 q/k/v rows take 24 (97 %,
+ * against 73 % at 32). Among the counts within 3 % of the best use, the
+ * most warps, or (2) the most blocks. */
+static int qp_warps(const cuda_backend *cb, int items) {
+    if (QP_BALANCE == 0) return QP_WARPS;
+    double best = 0.0;
+    for (int nw = QP_WARPS_MIN; nw <= QP_WARPS; nw++) best = fmax(best, qp_use(cb, items, nw));
+    int pick = QP_WARPS, most = 0;
+    for (int nw = QP_WARPS; nw >= QP_WARPS_MIN; nw--) {
+        if (qp_use(cb, items, nw) < best - 0.03) continue;
+        if (qp_blocks(cb, items, nw) > most) pick = nw, most = qp_blocks(cb, items, nw);
+        if (QP_BALANCE == 1) break;
+    }
+    return pick;
 }
 
 /* A phase's arguments: the set (rows in order, or an MLP's gate and up
@@ -405,33 +446,33 @@ static qp_args qp_args_make(const gemv_set &set, const em_weight *w0, const floa
 }
 
 template <int BITS, int SDT, int ROWS, bool SWI, bool MLP>
-static void qp_launch_sdt(cuda_backend *cb, const qp_args &a, const qp_args &b, int blocks, size_t smem) {
+static void qp_launch_sdt(cuda_backend *cb, const qp_args &a, const qp_args &b, int blocks, int nw, size_t smem) {
     auto kernel = qgemv_i8_pipe_kernel<BITS, SDT, ROWS, SWI, MLP>;
     cuda_note(cb, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
               "quantized matmul (int8 gemv): shared memory");
-    cuda_launch(kernel, (unsigned)blocks, QP_WARPS * 32, smem, cb->stream, a, b, cb->grid_bar);
+    cuda_launch(kernel, (unsigned)blocks, (unsigned)nw * 32, smem, cb->stream, a, b, cb->grid_bar);
     CUDA_LAUNCHED(cb, MLP ? "quantized mlp (int8 gemv)" : "quantized matmul (int8 gemv)");
 }
 
 template <int BITS, int ROWS, bool SWI, bool MLP>
-static void qp_launch_dt(cuda_backend *cb, em_dtype sdt, const qp_args &a, const qp_args &b, int blocks,
+static void qp_launch_dt(cuda_backend *cb, em_dtype sdt, const qp_args &a, const qp_args &b, int blocks, int nw,
                          size_t smem) {
-    if (sdt == EM_BF16) qp_launch_sdt<BITS, EM_BF16, ROWS, SWI, MLP>(cb, a, b, blocks, smem);
-    else if (sdt == EM_F16) qp_launch_sdt<BITS, EM_F16, ROWS, SWI, MLP>(cb, a, b, blocks, smem);
-    else qp_launch_sdt<BITS, EM_F32, ROWS, SWI, MLP>(cb, a, b, blocks, smem);
+    if (sdt == EM_BF16) qp_launch_sdt<BITS, EM_BF16, ROWS, SWI, MLP>(cb, a, b, blocks, nw, smem);
+    else if (sdt == EM_F16) qp_launch_sdt<BITS, EM_F16, ROWS, SWI, MLP>(cb, a, b, blocks, nw, smem);
+    else qp_launch_sdt<BITS, EM_F32, ROWS, SWI, MLP>(cb, a, b, blocks, nw, smem);
 }
 
 /* Whether the warps of the grid get nearly equal work: a warp owns whole
- * rows, so 6,144 rows over 4,224 warps (the 8B shape's q/k/v) leave a
- * third of the warps two rows and the rest one, and the kernel ends with
- * the two-row warps: measured on the H200 with step graphs, 9.3 us against
- * the register-resident kernel's 8.1, which balances by rows a warp; with
- * at most one row a warp (o, down: 6.4 against 6.6 us, 15.5 against 19.7)
- * or many (the head: 110 against 130 us) it is the faster. */
+ * rows, so 6,144 rows over 4,224 warps (the 8B shape's q/k/v at 32 warps a
+ * block) leave a third of the warps two rows and the rest one, and the
+ * kernel ends with the two-row warps: measured on the H200 with step
+ * graphs, 9.3 us against the register-resident kernel's 8.1, which
+ * balances by rows a warp; with at most one row a warp (o, down: 6.4
+ * against 6.6 us, 15.5 against 19.7) or many (the head: 110 against 130
+ * us) it is the faster. At qp_warps's count a block. */
 static bool qp_balanced(const cuda_backend *cb, int items) {
-    long long warps = (long long)qp_blocks(cb, items) * QP_WARPS;
-    long long most = (items + warps - 1) / warps; /* rows of the busiest warp */
-    return items <= warps || (double)most * (double)warps <= 1.2 * (double)items;
+    int nw = qp_warps(cb, items);
+    return items <= qp_blocks(cb, items, nw) * nw || qp_use(cb, items, nw) >= 1.0 / 1.2;
 }
 
 bool cuda_qmlp_preferred(const cuda_backend *cb, const em_weight *wg) {
@@ -443,11 +484,11 @@ bool cuda_qmlp_preferred(const cuda_backend *cb, const em_weight *wg) {
 template <int BITS, int ROWS, bool SWI>
 static bool qp_launch(cuda_backend *cb, const gemv_set &set, const em_weight *w0, const float *x, int M,
                       const gemv_norm &nm) {
-    size_t smem = qp_smem_bytes<BITS>(cb, w0, ROWS, (int)w0->cols);
-    if (!smem || !qp_fits(set, w0)) return false;
     qp_args a = qp_args_make<BITS>(set, w0, x, M, SWI, nm), none = {};
-    if (!qp_balanced(cb, a.items)) return false;
-    qp_launch_dt<BITS, ROWS, SWI, false>(cb, w0->scale_dtype, a, none, qp_blocks(cb, a.items), smem);
+    const int nw = qp_warps(cb, a.items);
+    size_t smem = qp_smem_bytes<BITS>(cb, w0, ROWS, (int)w0->cols, nw);
+    if (!smem || !qp_fits(set, w0) || !qp_balanced(cb, a.items)) return false;
+    qp_launch_dt<BITS, ROWS, SWI, false>(cb, w0->scale_dtype, a, none, qp_blocks(cb, a.items, nw), nw, smem);
     return true;
 }
 
@@ -512,7 +553,7 @@ static bool qp_mlp(em_backend *be, float *y, float *act, const float *x, int M, 
                         u->biases, d->biases, bias[0], bias[1], bias[2], g->bits, g->rows, g->cols))
         return true;
     int blocks = qp_blocks(cb, a.items > b.items ? a.items : b.items);
-    qp_launch_dt<BITS, ROWS, true, true>(cb, g->scale_dtype, a, b, blocks, smem);
+    qp_launch_dt<BITS, ROWS, true, true>(cb, g->scale_dtype, a, b, blocks, QP_WARPS, smem);
     return true;
 }
 
