@@ -39,12 +39,10 @@
 #ifndef QP_WARPS_MIN
 #define QP_WARPS_MIN 16
 #endif
-/* How a launch's warps a block are chosen (qp_warps): 0, always QP_WARPS;
- * 1, the most warps that share the rows out evenly; 2, of those, the count
- * that spreads the set over the most multiprocessors. 0 until 1 and 2 are
- * measured against it (an A/B build: -DQP_BALANCE=1). */
+/* Whether a launch may take fewer warps a block where that shares a set's
+ * rows out more evenly (qp_warps); 0 for 32 always (an A/B build). */
 #ifndef QP_BALANCE
-#define QP_BALANCE 0
+#define QP_BALANCE 1
 #endif
 /* Lines a stage (2 KB of codes either way), measured on the H200 against
  * halves of them (8B 4-bit decode 513 against 477 tok/s; 8-bit 357 against
@@ -411,23 +409,24 @@ static double qp_use(const cuda_backend *cb, int items, int nw) {
     return (double)items / ((double)most * (double)warps);
 }
 
-/* Warps a block for a set of `items` rows (QP_BALANCE): the kernel lasts
- * as long as its busiest warp, and 14,336 gate and up units (the 8B shape)
- * leave a warp of 32 a multiprocessor 3 or 4 (85 % of the warp time used)
- * and of 28 nearly all 4 (97 %); the 8B's 6,144 q/k/v rows take 24 (97 %,
- * against 73 % at 32). Among the counts within 3 % of the best use, the
- * most warps, or (2) the most blocks. */
+/* Warps a block for a set of `items` rows: QP_WARPS where they share out
+ * over its warps to within 1.2 rows a warp of the busiest, else the most
+ * warps within 3 % of the best use a count from QP_WARPS_MIN up gives. A
+ * warp owns whole rows, so the kernel lasts as long as its busiest warp:
+ * Qwen3.5-4B's 9,216 gate and up units leave warps of 32 a multiprocessor
+ * 2 or 3 (73 % of the warp time used), warps of 24 nearly all 3 (97 %).
+ * H100, ember-gemv-bench --shape qwen3.5-4b --bits 4: gate and up 16.4 ->
+ * 13.5 us, q/k/v (10,240 rows, 26 warps) 10.4 -> 9.7, the layer 40.0 ->
+ * 36.5; an 8-layer Qwen3.5-4B's 4-bit decode 1,551-1,569 -> 1,627-1,649
+ * tok/s. Where 32 warps already balance, fewer gained nothing (the 8B's
+ * 14,336 gate and up units: 27.3 us at 32 warps, 27.9 at 28). */
 static int qp_warps(const cuda_backend *cb, int items) {
-    if (QP_BALANCE == 0) return QP_WARPS;
+    if (!QP_BALANCE || qp_use(cb, items, QP_WARPS) >= 1.0 / 1.2) return QP_WARPS;
     double best = 0.0;
     for (int nw = QP_WARPS_MIN; nw <= QP_WARPS; nw++) best = fmax(best, qp_use(cb, items, nw));
-    int pick = QP_WARPS, most = 0;
-    for (int nw = QP_WARPS; nw >= QP_WARPS_MIN; nw--) {
-        if (qp_use(cb, items, nw) < best - 0.03) continue;
-        if (qp_blocks(cb, items, nw) > most) pick = nw, most = qp_blocks(cb, items, nw);
-        if (QP_BALANCE == 1) break;
-    }
-    return pick;
+    int nw = QP_WARPS;
+    while (qp_use(cb, items, nw) < best - 0.03) nw--;
+    return nw;
 }
 
 /* A phase's arguments: the set (rows in order, or an MLP's gate and up
@@ -462,14 +461,15 @@ static void qp_launch_dt(cuda_backend *cb, em_dtype sdt, const qp_args &a, const
     else qp_launch_sdt<BITS, EM_F32, ROWS, SWI, MLP>(cb, a, b, blocks, nw, smem);
 }
 
-/* Whether the warps of the grid get nearly equal work: a warp owns whole
- * rows, so 6,144 rows over 4,224 warps (the 8B shape's q/k/v at 32 warps a
- * block) leave a third of the warps two rows and the rest one, and the
- * kernel ends with the two-row warps: measured on the H200 with step
- * graphs, 9.3 us against the register-resident kernel's 8.1, which
- * balances by rows a warp; with at most one row a warp (o, down: 6.4
- * against 6.6 us, 15.5 against 19.7) or many (the head: 110 against 130
- * us) it is the faster. At qp_warps's count a block. */
+/* Whether the warps of the grid get nearly equal work at qp_warps's count
+ * a block: a warp owns whole rows, so 6,144 rows over 4,224 warps (the 8B
+ * shape's q/k/v at 32 warps a block) would leave a third of the warps two
+ * rows and the rest one, and the kernel end with the two-row warps:
+ * measured on the H200 with step graphs, 9.3 us against the
+ * register-resident kernel's 8.1, which balances by rows a warp (24 warps
+ * a block balance them: 9.05 against 9.01 us on an H100); with at most
+ * one row a warp (o, down: 6.4 against 6.6 us, 15.5 against 19.7) or many
+ * (the head: 110 against 130 us) it is the faster. */
 static bool qp_balanced(const cuda_backend *cb, int items) {
     int nw = qp_warps(cb, items);
     return items <= qp_blocks(cb, items, nw) * nw || qp_use(cb, items, nw) >= 1.0 / 1.2;
@@ -578,7 +578,8 @@ static bool qp_mlp_weights(const em_weight *const *w) {
  * register-resident one: measured on the H200 against
  * two launches (ember bench --prompt-tokens 128 --gen-tokens 256, two runs
  * each), Qwen3.5-4B 4-bit (9,216 gate rows over 4,224 warps) 347-349 ->
- * 372-381 tok/s, while where both balance the one launch was no faster:
+ * 372-381 tok/s, before qp_warps balanced those rows at 24 warps a block
+ * (two launches then beat it by 5 %), while where both balance the one launch was no faster:
  * Llama-3.1-8B 4-bit 506-511 -> 493-498, 8-bit 355 -> 345-346, the 1B
  * 4-bit 1,579-1,602 -> 1,587-1,619. Its grid-wide barrier is then slower
  * than the dependency between two launches that it replaces. */
