@@ -57,7 +57,7 @@
 
 template <int BITS> struct qp_geom {
     static constexpr int SL = BITS == 4 ? QP_SL4 : QP_SL8;                /* lines a stage */
-    static constexpr int NS = (BITS == 4 ? 8 : 4) / SL; /* stages a ring: 4 KB of codes a warp */
+    static constexpr int NS = (BITS == 4 ? 8 : 4) / SL;                   /* stages a ring: 4 KB of codes a warp */
     static constexpr int SEGB = BITS * 4;                                 /* bytes of a lane's codes a line */
     static constexpr int LB = 32 * SEGB;                                  /* bytes of a line's codes */
 };
@@ -579,10 +579,11 @@ static bool qp_mlp_weights(const em_weight *const *w) {
  * two launches (ember bench --prompt-tokens 128 --gen-tokens 256, two runs
  * each), Qwen3.5-4B 4-bit (9,216 gate rows over 4,224 warps) 347-349 ->
  * 372-381 tok/s, before qp_warps balanced those rows at 24 warps a block
- * (two launches then beat it by 5 %), while where both balance the one launch was no faster:
- * Llama-3.1-8B 4-bit 506-511 -> 493-498, 8-bit 355 -> 345-346, the 1B
- * 4-bit 1,579-1,602 -> 1,587-1,619. Its grid-wide barrier is then slower
- * than the dependency between two launches that it replaces. */
+ * (two launches then beat it by 5 %), while where both balance the one
+ * launch was no faster: Llama-3.1-8B 4-bit 506-511 -> 493-498, 8-bit 355
+ * -> 345-346, the 1B 4-bit 1,579-1,602 -> 1,587-1,619. Its grid-wide
+ * barrier is then slower than the dependency between two launches that
+ * it replaces. */
 bool cuda_qmatmul_mlp(em_backend *be, float *y, float *act, const float *x, int M, const em_weight *wg,
                       const em_weight *wu, const em_weight *wd, const float *bg, const float *bu, const float *bd,
                       em_math math, bool add) {
