@@ -402,6 +402,10 @@ static int qp_blocks(const cuda_backend *cb, int items, int nw = QP_WARPS) {
     return blocks < cb->n_sm ? blocks : cb->n_sm;
 }
 
+/* The least share of the grid's warp time at work (qp_use) that counts as
+ * balanced: the busiest warp within 1.2 rows a warp of the average. */
+static const double QP_EVEN = 1.0 / 1.2;
+
 /* The share of the grid's warp time that does work: items over (rows of
  * the busiest warp x warps), a warp owning whole rows. */
 static double qp_use(const cuda_backend *cb, int items, int nw) {
@@ -421,7 +425,7 @@ static double qp_use(const cuda_backend *cb, int items, int nw) {
  * tok/s. Where 32 warps already balance, fewer gained nothing (the 8B's
  * 14,336 gate and up units: 27.3 us at 32 warps, 27.9 at 28). */
 static int qp_warps(const cuda_backend *cb, int items) {
-    if (!QP_BALANCE || qp_use(cb, items, QP_WARPS) >= 1.0 / 1.2) return QP_WARPS;
+    if (!QP_BALANCE || qp_use(cb, items, QP_WARPS) >= QP_EVEN) return QP_WARPS;
     double best = 0.0;
     for (int nw = QP_WARPS_MIN; nw <= QP_WARPS; nw++) best = fmax(best, qp_use(cb, items, nw));
     int nw = QP_WARPS;
@@ -472,7 +476,7 @@ static void qp_launch_dt(cuda_backend *cb, em_dtype sdt, const qp_args &a, const
  * (the head: 110 against 130 us) it is the faster. */
 static bool qp_balanced(const cuda_backend *cb, int items) {
     int nw = qp_warps(cb, items);
-    return items <= qp_blocks(cb, items, nw) * nw || qp_use(cb, items, nw) >= 1.0 / 1.2;
+    return items <= qp_blocks(cb, items, nw) * nw || qp_use(cb, items, nw) >= QP_EVEN;
 }
 
 bool cuda_qmlp_preferred(const cuda_backend *cb, const em_weight *wg) {
