@@ -189,6 +189,19 @@ __device__ __forceinline__ float2 rope_apply(float *v, int i, int half, float2 c
     return r;
 }
 
+/* Loads from shared memory by 32-bit address (so a kernel's places in it
+ * stay plain integers): 16 bytes, and two floats. */
+__device__ __forceinline__ uint4 cuda_lds16(unsigned a) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ float2 cuda_lds8f(unsigned a) {
+    float2 v;
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(a));
+    return v;
+}
+
 /* 16 bytes global -> shared without passing through registers; with
  * valid false it writes zeros and reads nothing. */
 __device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) {

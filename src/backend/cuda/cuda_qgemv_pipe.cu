@@ -75,16 +75,6 @@ struct qp_args {
 
 /* Shared memory by 32-bit address: the loop's places stay plain integers. */
 __device__ __forceinline__ unsigned qp_sa(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ uint4 qp_ld16(unsigned a) {
-    uint4 v;
-    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
-    return v;
-}
-__device__ __forceinline__ float2 qp_ld8(unsigned a) {
-    float2 v;
-    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(a));
-    return v;
-}
 template <int SDT> __device__ __forceinline__ float qp_scalar(unsigned a) {
     if (SDT == EM_F32) {
         float v;
@@ -224,10 +214,10 @@ __device__ __forceinline__ void qp_rows(const qp_args &a, int it0, int rows, int
     };
     auto fetch = [&](unsigned codes, unsigned scl, int jj) {
         qline q;
-        uint4 v = qp_ld16(codes + jj * LB);
+        uint4 v = cuda_lds16(codes + jj * LB);
         q.w[0] = v.x, q.w[1] = v.y, q.w[2] = v.z, q.w[3] = v.w;
         if (BITS == 8) {
-            uint4 u = qp_ld16(codes + jj * LB + 16);
+            uint4 u = cuda_lds16(codes + jj * LB + 16);
             q.w[4 % BITS] = u.x, q.w[5 % BITS] = u.y, q.w[6 % BITS] = u.z, q.w[7 % BITS] = u.w;
         }
         q.sc = qp_scalar<SDT>(scl + jj * a.scb), q.bi = qp_scalar<SDT>(scl + (SL + jj) * a.scb);
@@ -239,9 +229,9 @@ __device__ __forceinline__ void qp_rows(const qp_args &a, int it0, int rows, int
         const uint32_t *w = q.w;
 #pragma unroll
         for (int m = 0; m < ROWS; m++) { /* ROWS is the launch's M (qp_set, qp_mlp: 1 or 2) */
-            float2 ds = qp_ld8(dl + j * 256 + m * a.nseg * 8);
+            float2 ds = cuda_lds8f(dl + j * 256 + m * a.nseg * 8);
             unsigned xm = xl + j * 512 + m * a.K;
-            uint4 x0 = qp_ld16(xm), x1 = qp_ld16(xm + a.K / 2);
+            uint4 x0 = cuda_lds16(xm), x1 = cuda_lds16(xm + a.K / 2);
             int d = q8_dot_x<BITS>(w, x0, x1);
             acc[m] = fmaf(sc * ds.x, (float)d, fmaf(b, ds.y, acc[m]));
         }
