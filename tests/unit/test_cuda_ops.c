@@ -478,14 +478,15 @@ static void test_graph_scratch_growth(void) {
 /* matmul_group of quantized products in the int8 tensor-core kernel's rows
  * (q, k, v; gate and up): one launch over x rounded once gives each product
  * the bits matmul gives it alone, matrices of rows that end a block part
- * way (48, 20, 130) included. */
-static void test_qmma_group(int bits, int M, int K, em_dtype sdt) {
-    enum { G = 3 };
-    const int Ns[G] = {48, 20, 130};
-    qw q[G];
-    em_weight wc[G], wg[G];
-    const em_weight *ws[G];
-    float *ys[G], *yone[G], *bd[G];
+ * way (48, 20, 130) included. With Ns given (G of them, at most 3), those
+ * matrices instead. */
+static void test_qmma_group(int bits, int M, int K, em_dtype sdt, int G, const int *Ns) {
+    static const int Ndef[3] = {48, 20, 130};
+    if (!Ns) G = 3, Ns = Ndef;
+    qw q[3];
+    em_weight wc[3], wg[3];
+    const em_weight *ws[3];
+    float *ys[3], *yone[3], *bd[3];
     float *x = rand_f32((size_t)M * K, 1.0f), *xd = up(x, (size_t)M * K * 4);
     for (int i = 0; i < G; i++) {
         q[i] = qw_make(Ns[i], K, bits, 64, sdt, 0);
@@ -537,18 +538,36 @@ static void test_qmatmul_int8(void) {
         for (int m = 0; m < 5; m++)
             test_qmatmul_int8_case(Ms2[m], m % 2 ? 37 : 130, m == 2 ? 1280 : 2048, 4, groups[g],
                                    g == 1 ? EM_F16 : EM_BF16, m % 2 == 0);
+    /* the shared-activation kernel where the build takes it (cuda_qtc.cu,
+     * QTC_SHARE; from 17 rows, every matrix one stretch of K: here K of 2
+     * and 3 stages), against its arithmetic and, alone at 3 rows on the
+     * staged kernel, for the same bits; the staged kernel otherwise */
+    for (int g = 0; g < 3; g++)
+        test_qmatmul_int8_case(g == 1 ? 21 : 32, g == 2 ? 37 : 130, g == 0 ? 512 : 768, 4, groups[g],
+                               g == 1 ? EM_F16 : EM_BF16, g != 1);
     /* past 32 rows: passes of 32 over the same weights (the staged kernel
-     * at K = 2,048, the register one at 1,152) */
+     * at K = 2,048, the register one at 1,152), or at K = 768, where every
+     * block takes all of K, one pass of up to 64 (the shared-activation
+     * kernel's 6 and 8 tiles) */
     int Ms3[] = {33, 47, CUDA_QTC_MAX_M};
     for (int m = 0; m < 3; m++) {
         test_qmatmul_int8_case(Ms3[m], 130, 2048, 4, 64, EM_BF16, m != 1);
+        test_qmatmul_int8_case(Ms3[m], m == 1 ? 37 : 130, 768, 4, 32 << m, m == 1 ? EM_F16 : EM_BF16, m != 0);
         test_qmatmul_int8_case(Ms3[m], 37, 1152, 4, 32 << m, m == 2 ? EM_F32 : EM_F16, m == 1);
     }
     test_qmatmul_int8_case(20, 19, 32, 4, 32, EM_BF16, true);
     test_qmatmul_int8_case(16, 16, 256, 8, 128, EM_F32, false);
-    test_qmma_group(4, 16, 1024, EM_BF16);
-    test_qmma_group(4, 5, 1024, EM_BF16); /* one tile of 8 activation rows */
-    test_qmma_group(8, 29, 2048, EM_F16);
+    test_qmma_group(4, 16, 1024, EM_BF16, 0, NULL);
+    test_qmma_group(4, 5, 1024, EM_BF16, 0, NULL); /* one tile of 8 activation rows */
+    test_qmma_group(8, 29, 2048, EM_F16, 0, NULL);
+    test_qmma_group(4, 24, 512, EM_BF16, 0, NULL); /* the shared-activation kernel */
+    test_qmma_group(4, 56, 512, EM_BF16, 0, NULL); /* its 8 tiles, one pass */
+    /* 32 rows: alone, a matrix that fills every multiprocessor with blocks
+     * of one stretch takes the shared-activation kernel (where the build
+     * takes it); beside one of 8 stretches, the staged kernel, with the
+     * same bits */
+    const int mixed[2] = {48, 16896};
+    test_qmma_group(4, 32, 4096, EM_BF16, 2, mixed);
     /* one or two rows too wide to stage whole: the chunked kernel */
     test_qmatmul_int8_case(1, 37, 24576, 4, 64, EM_BF16, true);
     test_qmatmul_int8_case(2, 130, 24576, 8, 128, EM_F16, false);

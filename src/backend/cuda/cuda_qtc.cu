@@ -74,6 +74,7 @@ struct qtc_plan {
     qtc_mat m[EM_MATMUL_GROUP_MAX];
     int count, blocks;
     bool staged; /* qtc_stage_kernel (the host's choice, qtc_staged) */
+    bool shared; /* qtc_share_kernel instead (qtc_pass) */
 };
 
 /* Block (chunk, row m): each thread rounds 8 activations of row m to bf16,
@@ -128,6 +129,39 @@ __device__ __forceinline__ void qtc_mma(float *d, const uint32_t *a, uint32_t b0
         "{%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* The two mma steps of one pair of code words (ca of row g, cb of row
+ * g + 8) against the activation tiles' words xv, into d (the sums started
+ * at zero where `first`). */
+template <int NT>
+__device__ __forceinline__ void qtc_pair_steps(float (*d)[4], uint32_t ca, uint32_t cb, const uint4 *xv, bool first) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        uint32_t af[4];
+        qtc_afrag(af, ca, cb, h);
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            uint32_t b0 = h ? xv[nt].z : xv[nt].x, b1 = h ? xv[nt].w : xv[nt].y;
+            if (first && h == 0) qtc_mma0(d[nt], af, b0, b1);
+            else qtc_mma(d[nt], af, b0, b1);
+        }
+    }
+}
+
+/* A group's mma sums d into acc, y += s d + (b - 128 s) sum x: rows g (s0,
+ * ba = b - 128 s0) and g + 8 (s1, bb), sx[nt] the group's sums of the
+ * lane's two activation rows of tile nt. */
+template <int NT>
+__device__ __forceinline__ void qtc_group_add(float (*acc)[4], const float (*d)[4], float s0, float s1, float ba,
+                                              float bb, const float2 *sx) {
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        acc[nt][0] = fmaf(s0, d[nt][0], fmaf(ba, sx[nt].x, acc[nt][0]));
+        acc[nt][1] = fmaf(s0, d[nt][1], fmaf(ba, sx[nt].y, acc[nt][1]));
+        acc[nt][2] = fmaf(s1, d[nt][2], fmaf(bb, sx[nt].x, acc[nt][2]));
+        acc[nt][3] = fmaf(s1, d[nt][3], fmaf(bb, sx[nt].y, acc[nt][3]));
+    }
 }
 
 /* A lane's code words of each of its rows per group (W), and the groups a
@@ -189,27 +223,13 @@ __device__ __forceinline__ void qtc_warp(float (*acc)[4], const qtc_args &a, con
             uint4 xv[NT];
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) xv[nt] = __ldg((const uint4 *)(xr + nt * xt + (size_t)gi * G) + j);
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                uint32_t af[4];
-                qtc_afrag(af, c.ca[j], c.cb[j], h);
-#pragma unroll
-                for (int nt = 0; nt < NT; nt++) {
-                    uint32_t b0 = h ? xv[nt].z : xv[nt].x, b1 = h ? xv[nt].w : xv[nt].y;
-                    if (j == 0 && h == 0) qtc_mma0(d[nt], af, b0, b1);
-                    else qtc_mma(d[nt], af, b0, b1);
-                }
-            }
+            qtc_pair_steps<NT>(d, c.ca[j], c.cb[j], xv, j == 0);
         }
         const float ba = fmaf(-128.0f, c.s[0], c.b[0]), bb = fmaf(-128.0f, c.s[1], c.b[1]);
+        float2 sx[NT];
 #pragma unroll
-        for (int nt = 0; nt < NT; nt++) {
-            float2 sx = __ldg((const float2 *)(a.sx + (size_t)gi * a.mp + 8 * nt + 2 * t));
-            acc[nt][0] = fmaf(c.s[0], d[nt][0], fmaf(ba, sx.x, acc[nt][0]));
-            acc[nt][1] = fmaf(c.s[0], d[nt][1], fmaf(ba, sx.y, acc[nt][1]));
-            acc[nt][2] = fmaf(c.s[1], d[nt][2], fmaf(bb, sx.x, acc[nt][2]));
-            acc[nt][3] = fmaf(c.s[1], d[nt][3], fmaf(bb, sx.y, acc[nt][3]));
-        }
+        for (int nt = 0; nt < NT; nt++) sx[nt] = __ldg((const float2 *)(a.sx + (size_t)gi * a.mp + 8 * nt + 2 * t));
+        qtc_group_add<NT>(acc, d, c.s[0], c.s[1], ba, bb, sx);
     };
     for (int gi = g0; gi < g1; gi += D) {
 #pragma unroll
@@ -225,6 +245,9 @@ __device__ __forceinline__ void qtc_warp(float (*acc)[4], const qtc_args &a, con
 template <int NT>
 __device__ __forceinline__ void qtc_finish(float (*acc)[4], const qtc_args &a, const qtc_mat &mt, int KS, int r0,
                                            int warp, int lane);
+template <int NT>
+__device__ __forceinline__ void qtc_store(const float (*acc)[4], const qtc_args &a, const qtc_mat &mt, int r0,
+                                          int lane);
 
 /* Where this thread's warp works: the matrix of block b, its stretch (of
  * the matrix's KS) and its first weight row. Block b of a matrix holds rows
@@ -254,14 +277,13 @@ __global__ void __launch_bounds__(QTC_WARPS * 32, 2) qtc_kernel(qtc_plan p) {
     qtc_finish<NT>(acc, a, mt, KS, at.r0, threadIdx.x / 32, lane);
 }
 
-/* The end of a block of either kernel: the stretches' sums meet in shared
+/* The end of a register kernel's block: the stretches' sums meet in shared
  * memory, and the first stretch's warp adds them in stretch order and
- * stores y = sums + bias, or adds that into y (the order of a single
- * product's store and of the add kernel). */
+ * stores them (qtc_store). */
 template <int NT>
 __device__ __forceinline__ void qtc_finish(float (*acc)[4], const qtc_args &a, const qtc_mat &mt, int KS, int r0,
                                            int warp, int lane) {
-    const int R = QTC_WARPS / KS, ks = warp / R, g = lane / 4, t = lane % 4;
+    const int R = QTC_WARPS / KS, ks = warp / R;
     if (KS > 1) {
         __shared__ float red[QTC_WARPS][NT * 4][32];
         if (ks > 0)
@@ -277,6 +299,15 @@ __device__ __forceinline__ void qtc_finish(float (*acc)[4], const qtc_args &a, c
 #pragma unroll
                 for (int c = 0; c < 4; c++) acc[nt][c] += red[warp + s * R][nt * 4 + c][lane];
     }
+    qtc_store<NT>(acc, a, mt, r0, lane);
+}
+
+/* Stores a warp's sums (rows from r0): y = sums + bias, or that added into
+ * y (the order of a single product's store and of the add kernel). */
+template <int NT>
+__device__ __forceinline__ void qtc_store(const float (*acc)[4], const qtc_args &a, const qtc_mat &mt, int r0,
+                                          int lane) {
+    const int g = lane / 4, t = lane % 4;
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
@@ -392,31 +423,17 @@ __device__ __forceinline__ void qtc_stage_warp(float (*acc)[4], const qtc_args &
                 uint4 xv[NT];
 #pragma unroll
                 for (int nt = 0; nt < NT; nt++) xv[nt] = __ldg(xc + nt * (xt / 8) + wi);
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    uint32_t af[4];
-                    qtc_afrag(af, ca, cb, h);
-#pragma unroll
-                    for (int nt = 0; nt < NT; nt++) {
-                        uint32_t b0 = h ? xv[nt].z : xv[nt].x, b1 = h ? xv[nt].w : xv[nt].y;
-                        if (q == 0 && h == 0) qtc_mma0(d[nt], af, b0, b1);
-                        else qtc_mma(d[nt], af, b0, b1);
-                    }
-                }
+                qtc_pair_steps<NT>(d, ca, cb, xv, q == 0);
             }
             const float s0 = qtc_lds_scale(sc + g * sg::SB + 2 * j, a.sdt),
                         s1 = qtc_lds_scale(sc + (g + 8) * sg::SB + 2 * j, a.sdt);
             const float ba = fmaf(-128.0f, s0, qtc_lds_scale(bi + g * sg::SB + 2 * j, a.sdt)),
                         bb = fmaf(-128.0f, s1, qtc_lds_scale(bi + (g + 8) * sg::SB + 2 * j, a.sdt));
             const int gi = c * sg::CG + j;
+            float2 sx[NT];
 #pragma unroll
-            for (int nt = 0; nt < NT; nt++) {
-                float2 sx = __ldg((const float2 *)(a.sx + (size_t)gi * a.mp + 8 * nt + 2 * t));
-                acc[nt][0] = fmaf(s0, d[nt][0], fmaf(ba, sx.x, acc[nt][0]));
-                acc[nt][1] = fmaf(s0, d[nt][1], fmaf(ba, sx.y, acc[nt][1]));
-                acc[nt][2] = fmaf(s1, d[nt][2], fmaf(bb, sx.x, acc[nt][2]));
-                acc[nt][3] = fmaf(s1, d[nt][3], fmaf(bb, sx.y, acc[nt][3]));
-            }
+            for (int nt = 0; nt < NT; nt++) sx[nt] = __ldg((const float2 *)(a.sx + (size_t)gi * a.mp + 8 * nt + 2 * t));
+            qtc_group_add<NT>(acc, d, s0, s1, ba, bb, sx);
         }
         __syncwarp(); /* every lane is done with the slot before the next pass refills it */
     }
@@ -439,6 +456,155 @@ __global__ void __launch_bounds__(QTC_WARPS * 32, 2) qtc_stage_kernel(qtc_plan p
     if (at.r0 < mt.N) qtc_stage_warp<G, NT>(acc, a, mt, at.r0, c0, c1, lane, ring); /* waits for the kernel before */
     else cuda_pdl_enter();
     qtc_finish<NT>(acc, a, mt, KS, at.r0, warp, lane);
+}
+
+/* ---- The shared-activation kernel ----
+ *
+ * At 24 or more activation rows a warp's activations for a stage (4 KB a
+ * tile of 8 rows) outweigh its codes (2 KB) several times over, and each
+ * warp of the staged kernel reads its own from L2: at 32 rows eight times
+ * the codes' bytes cross from L2, which then holds the products back (the
+ * 8B's gate and up at 32 rows: 101 us for 66 MB on an H200). Here, for
+ * sets whose matrices all take one stretch of K a block (so all 8 warps of
+ * a block read the same activations: 16 QTC_WARPS rows over the whole of
+ * K), the block copies each stage's activations and their groups' sums
+ * into shared memory once, beside the warps' codes, and the warps read
+ * them there. A warp's chain of sums is the staged kernel's, so a row's
+ * bits are the same in either. Past 32 rows a pass takes up to 64 (8
+ * tiles, one block a multiprocessor for the registers), so the codes are
+ * read once for twice the rows.
+ *
+ * Measured in an earlier form that took every set (H200, one call,
+ * `ember-gemv-bench --shape 8b --bits 4 --rows R` against the staged kernel
+ * alone; a matrix of several stretches ran them as the blocks of a cluster
+ * that added their sums through distributed shared memory): at 32 rows the
+ * gate and up 101.2 -> 73.9 us and the head 498.7 -> 265.5, at 64 (two
+ * passes) 193.7 -> 145.1 and 1,007 -> 509; but at 8 and 16 rows the gate
+ * and up 41.3 -> 43.5 and 51.0 -> 57.1 (a stage waits here for the block's
+ * slowest copy, where the staged kernel's warps run free of each other),
+ * and the clustered products slower at every width (o at 32 rows 15.1 ->
+ * 25.1). This form takes it only where it won. It has not yet run on a GPU
+ * in this form, so only builds with -DQTC_SHARE=1 take it.
+ *
+ * A stage of the ring: the 8 warps' slots (the staged kernel's layout),
+ * then every activation row's QTC_CHUNK values (bf16), then their groups'
+ * sums. An activation row's 16-byte pieces are stored with piece i of odd
+ * rows at i ^ 4: the 8 lanes of one phase of a 16-byte load (rows g and
+ * g + 1, the same 4 pieces) then fall on distinct banks. */
+#ifndef QTC_SHARE
+#define QTC_SHARE 0 /* 1: builds that take this kernel (above) */
+#endif
+#ifndef QTC_SHARE_WIDE
+#define QTC_SHARE_WIDE 1 /* 0: passes of CUDA_QMMA_MAX_M rows here too (builds that compare) */
+#endif
+#define QTC_SHARE_MIN_M 17       /* the fewest activation rows the set takes this kernel with */
+#define QTC_SHARE_MAX_M 64 /* its rows a pass */
+#define QTC_SM_SMEM (228 * 1024) /* a multiprocessor's shared memory (sm_90); each block reserves 1 KB of it */
+
+template <int G, int NT> struct qtc_share_geom {
+    using cg = qtc_stage_geom<G>;
+    static constexpr int XROW = QTC_CHUNK * 2;     /* bytes of an activation row a stage */
+    static constexpr int XB = 8 * NT * XROW;       /* the activations' bytes a stage */
+    static constexpr int SXB = cg::CG * 8 * NT * 4; /* their groups' sums' bytes a stage */
+    static constexpr int STAGE = QTC_WARPS * cg::SLOT + XB + SXB;
+    /* blocks a multiprocessor: two, but one where the tiles' sums need more
+     * registers than two blocks leave a thread */
+    static constexpr int BPS = NT > 4 ? 1 : 2;
+    /* the ring's stages: as many as fit, at most 4 */
+    static constexpr int FIT = (QTC_SM_SMEM / BPS - 1024) / STAGE, S = FIT > 4 ? 4 : FIT;
+    static_assert(S >= 2, "a stage on the way while one is read");
+};
+
+/* Queues stage c's activations (all 8 NT rows) into the block's copy at
+ * xs, thread i taking pieces i, i + 256, ..., and their groups' sums after
+ * them (sx holds group gi's at gi * mp, so a stage's are contiguous). */
+template <int G, int NT> __device__ __forceinline__ void qtc_share_issue_x(unsigned xs, const qtc_args &a, int c) {
+    using sg = qtc_share_geom<G, NT>;
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int u = 0; u < NT; u++) {
+        const int idx = tid + QTC_WARPS * 32 * u, row = idx >> 5, piece = idx & 31;
+        qtc_cp<16>(xs + row * sg::XROW + ((piece ^ ((row & 1) << 2)) << 4),
+                   a.xb + (size_t)row * a.K + (size_t)c * QTC_CHUNK + piece * 8);
+    }
+    if (tid < sg::SXB / 16)
+        qtc_cp<16>(xs + sg::XB + tid * 16, (const uint8_t *)(a.sx + (size_t)c * sg::cg::CG * a.mp) + tid * 16);
+}
+
+/* The block's stages of all of K into acc (qtc_warp's layout), the warp's
+ * 16 rows from r0 (live: any of them below N); ring: the block's S
+ * stages. */
+template <int G, int NT>
+__device__ __forceinline__ void qtc_share_block(float (*acc)[4], const qtc_args &a, const qtc_mat &mt, int r0,
+                                                unsigned ring) {
+    using sg = qtc_share_geom<G, NT>;
+    using cg = qtc_stage_geom<G>;
+    constexpr int P = G / 32, S = sg::S; /* P: pairs of mma steps a group */
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4, nc = a.K / QTC_CHUNK;
+    const bool live = r0 < mt.N;
+    const unsigned mine = ring + warp * cg::SLOT, xpart = QTC_WARPS * cg::SLOT;
+#pragma unroll
+    for (int s = 0; s < S - 1; s++) { /* the weights never depend on the kernel before */
+        if (live && s < nc) qtc_stage_issue<G>(mine + s * sg::STAGE, a, mt, r0, s, lane);
+        cp_async_commit();
+    }
+    cuda_pdl_enter(); /* x does */
+#pragma unroll
+    for (int s = 0; s < S - 1; s++) {
+        if (s < nc) qtc_share_issue_x<G, NT>(ring + s * sg::STAGE + xpart, a, s);
+        cp_async_commit();
+    }
+    for (int c = 0; c < nc; c++) {
+        cp_async_wait_groups<S - 2>(); /* this thread's copies of stage c are in */
+        __syncthreads();               /* and every thread's; every warp is done with stage c - 1 */
+        if (c + S - 1 < nc) {          /* into the slot stage c - 1 used */
+            const unsigned nx = ring + ((c + S - 1) % S) * sg::STAGE;
+            if (live) qtc_stage_issue<G>(nx + warp * cg::SLOT, a, mt, r0, c + S - 1, lane);
+            qtc_share_issue_x<G, NT>(nx + xpart, a, c + S - 1);
+        }
+        cp_async_commit();
+        if (!live) continue;
+        const unsigned st = ring + (c % S) * sg::STAGE, slot = st + warp * cg::SLOT, sc = slot + cg::CODES,
+                       bi = sc + 16 * cg::SB, xs = st + xpart + g * sg::XROW, sxs = st + xpart + sg::XB;
+        const int sw = (g & 1) << 2; /* the odd rows' pieces (rows 8 nt + g) */
+#pragma unroll
+        for (int j = 0; j < cg::CG; j++) {
+            float d[NT][4];
+#pragma unroll
+            for (int q = 0; q < P; q++) {
+                const int wi = 4 * (j * P + q) + t;
+                const uint32_t ca = qtc_lds32(slot + g * QTC_ROWB + wi * 4),
+                               cb = qtc_lds32(slot + (g + 8) * QTC_ROWB + wi * 4);
+                uint4 xv[NT];
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) xv[nt] = cuda_lds16(xs + nt * 8 * sg::XROW + ((wi ^ sw) << 4));
+                qtc_pair_steps<NT>(d, ca, cb, xv, q == 0);
+            }
+            const float s0 = qtc_lds_scale(sc + g * cg::SB + 2 * j, a.sdt),
+                        s1 = qtc_lds_scale(sc + (g + 8) * cg::SB + 2 * j, a.sdt);
+            const float ba = fmaf(-128.0f, s0, qtc_lds_scale(bi + g * cg::SB + 2 * j, a.sdt)),
+                        bb = fmaf(-128.0f, s1, qtc_lds_scale(bi + (g + 8) * cg::SB + 2 * j, a.sdt));
+            float2 sx[NT];
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) sx[nt] = cuda_lds8f(sxs + (j * 8 * NT + 8 * nt + 2 * t) * 4);
+            qtc_group_add<NT>(acc, d, s0, s1, ba, bb, sx);
+        }
+    }
+    cp_async_wait_all();
+}
+
+/* Block b of matrix i holds its rows 16 QTC_WARPS (b - m[i].block) on,
+ * warp w 16 of them, over all of K. */
+template <int G, int NT>
+__global__ void __launch_bounds__(QTC_WARPS * 32, (qtc_share_geom<G, NT>::BPS)) qtc_share_kernel(qtc_plan p) {
+    extern __shared__ __align__(16) uint8_t qtc_ring[];
+    int b = blockIdx.x, mi = 0;
+    while (mi + 1 < p.count && b >= p.m[mi + 1].block) mi++;
+    const qtc_mat &mt = p.m[mi];
+    const int lane = threadIdx.x % 32, r0 = (b - mt.block) * 16 * QTC_WARPS + 16 * (threadIdx.x / 32);
+    float acc[NT][4] = {};
+    qtc_share_block<G, NT>(acc, p.a, mt, r0, (unsigned)__cvta_generic_to_shared(qtc_ring)); /* waits for the kernel before */
+    if (r0 < mt.N) qtc_store<NT>(acc, p.a, mt, r0, lane);
 }
 
 /* The stretches of K a block of a matrix of N rows and `units` of K (groups,
@@ -474,12 +640,22 @@ bool cuda_qtc_takes(const cuda_backend *cb, const em_weight *w) {
            w->cols % w->group_size == 0 && ((uintptr_t)w->data & 15) == 0;
 }
 
-template <int G, int NT> static void qtc_launch(cuda_backend *cb, const qtc_plan &p) {
-    if (!p.staged) return cuda_launch(qtc_kernel<G, NT>, (unsigned)p.blocks, QTC_WARPS * 32, 0, cb->stream, p);
-    const size_t smem = (size_t)QTC_WARPS * QTC_STAGES * qtc_stage_geom<G>::SLOT;
-    cuda_note(cb, cudaFuncSetAttribute(qtc_stage_kernel<G, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+static void qtc_launch_staged(cuda_backend *cb, const qtc_plan &p, void (*kernel)(qtc_plan), size_t smem) {
+    cuda_note(cb, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
               "quantized matmul (bf16 tensor cores): shared memory");
-    cuda_launch(qtc_stage_kernel<G, NT>, (unsigned)p.blocks, QTC_WARPS * 32, smem, cb->stream, p);
+    cuda_launch(kernel, (unsigned)p.blocks, QTC_WARPS * 32, smem, cb->stream, p);
+}
+
+/* The plan's kernel for NT tiles (the shared-activation kernel takes 3
+ * and more, and alone more than 4). */
+template <int G, int NT> static void qtc_launch(cuda_backend *cb, const qtc_plan &p) {
+    using sg = qtc_share_geom<G, NT>;
+    if constexpr (NT >= 3)
+        if (p.shared) return qtc_launch_staged(cb, p, qtc_share_kernel<G, NT>, (size_t)sg::S * sg::STAGE);
+    if constexpr (NT <= 4) {
+        if (!p.staged) return cuda_launch(qtc_kernel<G, NT>, (unsigned)p.blocks, QTC_WARPS * 32, 0, cb->stream, p);
+        qtc_launch_staged(cb, p, qtc_stage_kernel<G, NT>, (size_t)QTC_WARPS * QTC_STAGES * qtc_stage_geom<G>::SLOT);
+    }
 }
 
 template <int G> static void qtc_queue(cuda_backend *cb, const qtc_plan &p, const float *x) {
@@ -488,22 +664,26 @@ template <int G> static void qtc_queue(cuda_backend *cb, const qtc_plan &p, cons
     cuda_launch(qtc_round_kernel<G>, grid, QTC_ROUND_THREADS, 0, cb->stream, (__nv_bfloat16 *)a.xb, (float *)a.sx, x,
                 a.M, a.mp, a.K);
     CUDA_LAUNCHED(cb, "quantized matmul (bf16 tensor cores): rounding the activations");
-    static_assert(CUDA_QMMA_MAX_M <= 32, "at most four activation tiles of 8 rows");
+    static_assert(CUDA_QMMA_MAX_M <= 32 && QTC_SHARE_MAX_M <= 64, "at most 4 (8 shared) activation tiles of 8 rows");
     if (a.mp == 8) qtc_launch<G, 1>(cb, p);
     else if (a.mp == 16) qtc_launch<G, 2>(cb, p);
     else if (a.mp == 24) qtc_launch<G, 3>(cb, p);
-    else qtc_launch<G, 4>(cb, p);
+    else if (a.mp == 32) qtc_launch<G, 4>(cb, p);
+    else if (a.mp == 48) qtc_launch<G, 6>(cb, p);
+    else qtc_launch<G, 8>(cb, p);
     CUDA_LAUNCHED(cb, "quantized matmul (bf16 tensor cores)");
 }
 
-/* One pass of at most CUDA_QMMA_MAX_M rows (four tiles of 8). */
+/* One pass of at most qtc_pass_rows rows: tiles of 8, past four of them
+ * 6 or 8. */
 static void qtc_pass(cuda_backend *cb, int n, float *const *ys, const float *x, int M, const em_weight *const *ws,
                      const float *const *biases, bool add) {
     const em_weight *w0 = ws[0];
-    int K = (int)w0->cols, G = w0->group_size, ng = K / G, mp = (M + 7) & ~7;
+    int K = (int)w0->cols, G = w0->group_size, ng = K / G, mp = M <= 32 ? (M + 7) & ~7 : M <= 48 ? 48 : 64;
     qtc_plan p;
     memset(&p, 0, sizeof p);
     p.staged = qtc_staged(n, ws);
+    bool shared = QTC_SHARE && p.staged && M >= QTC_SHARE_MIN_M;
     for (int i = 0; i < n; i++) {
         qtc_mat &m = p.m[i];
         m.w = (const uint32_t *)ws[i]->data, m.scales = ws[i]->scales, m.biases = ws[i]->biases;
@@ -511,8 +691,9 @@ static void qtc_pass(cuda_backend *cb, int n, float *const *ys, const float *x, 
         m.KS = p.staged ? qtc_stretches(cb, m.N, K / QTC_CHUNK, 2) : qtc_stretches(cb, m.N, ng, QTC_MIN_GROUPS);
         m.block = p.blocks;
         p.blocks += (m.N + 16 * (QTC_WARPS / m.KS) - 1) / (16 * (QTC_WARPS / m.KS));
+        shared = shared && m.KS == 1;
     }
-    p.count = n;
+    p.count = n, p.shared = shared;
     size_t xbytes = ((size_t)mp * K * sizeof(__nv_bfloat16) + 15) & ~(size_t)15;
     if (!cuda_scratch(cb, &cb->q8x, &cb->q8x_bytes, xbytes + (size_t)ng * mp * sizeof(float))) return; /* noted */
     qtc_args &a = p.a;
@@ -523,16 +704,27 @@ static void qtc_pass(cuda_backend *cb, int n, float *const *ys, const float *x, 
     else qtc_queue<128>(cb, p, x);
 }
 
-/* Rows past CUDA_QMMA_MAX_M take further passes over the weights, each
- * row's sums the same as in any other pass (a row's bits never depend on
- * its batch here). The passes share the rounding scratch in stream order. */
+/* The rows a pass over the set's weights takes: QTC_SHARE_MAX_M where
+ * every matrix takes the shared-activation kernel's one stretch of K (its
+ * wider tiles read the codes once for twice the rows), else
+ * CUDA_QMMA_MAX_M. */
+static int qtc_pass_rows(const cuda_backend *cb, int n, const em_weight *const *ws) {
+    bool wide = QTC_SHARE && QTC_SHARE_WIDE && qtc_staged(n, ws);
+    for (int i = 0; i < n && wide; i++) wide = qtc_stretches(cb, (int)ws[i]->rows, (int)ws[0]->cols / QTC_CHUNK, 2) == 1;
+    return wide ? QTC_SHARE_MAX_M : CUDA_QMMA_MAX_M;
+}
+
+/* Rows past a pass's take further passes over the weights, each row's
+ * sums the same as in any other pass (a row's bits never depend on its
+ * batch here). The passes share the rounding scratch in stream order. */
 bool cuda_qtc_set(cuda_backend *cb, int n, float *const *ys, const float *x, int M, const em_weight *const *ws,
                   const float *const *biases, bool add) {
     const size_t K = (size_t)ws[0]->cols;
-    for (int m0 = 0; m0 < M; m0 += CUDA_QMMA_MAX_M) {
+    const int pm = qtc_pass_rows(cb, n, ws);
+    for (int m0 = 0; m0 < M; m0 += pm) {
         float *yo[EM_MATMUL_GROUP_MAX];
         for (int i = 0; i < n; i++) yo[i] = ys[i] + (size_t)m0 * (size_t)ws[i]->rows;
-        qtc_pass(cb, n, yo, x + (size_t)m0 * K, M - m0 < CUDA_QMMA_MAX_M ? M - m0 : CUDA_QMMA_MAX_M, ws, biases, add);
+        qtc_pass(cb, n, yo, x + (size_t)m0 * K, M - m0 < pm ? M - m0 : pm, ws, biases, add);
     }
     return true;
 }
