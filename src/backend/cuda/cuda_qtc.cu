@@ -647,7 +647,7 @@ static void qtc_launch_staged(cuda_backend *cb, const qtc_plan &p, void (*kernel
 }
 
 /* The plan's kernel for NT tiles (the shared-activation kernel takes 3
- * and more, and alone more than 4). */
+ * and more; more than 4 only come with p.shared, qtc_pass_rows). */
 template <int G, int NT> static void qtc_launch(cuda_backend *cb, const qtc_plan &p) {
     using sg = qtc_share_geom<G, NT>;
     if constexpr (NT >= 3)
