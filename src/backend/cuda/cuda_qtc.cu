@@ -640,6 +640,11 @@ bool cuda_qtc_takes(const cuda_backend *cb, const em_weight *w) {
            w->cols % w->group_size == 0 && ((uintptr_t)w->data & 15) == 0;
 }
 
+/* Whether the build takes the shared-activation kernel and the device has
+ * the shared memory its geometry counts on (QTC_SM_SMEM a multiprocessor,
+ * as sm_90's). */
+static bool qtc_share_fits(const cuda_backend *cb) { return QTC_SHARE && cb->smem_optin >= QTC_SM_SMEM - 1024; }
+
 static void qtc_launch_staged(cuda_backend *cb, const qtc_plan &p, void (*kernel)(qtc_plan), size_t smem) {
     cuda_note(cb, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
               "quantized matmul (bf16 tensor cores): shared memory");
@@ -683,7 +688,7 @@ static void qtc_pass(cuda_backend *cb, int n, float *const *ys, const float *x, 
     qtc_plan p;
     memset(&p, 0, sizeof p);
     p.staged = qtc_staged(n, ws);
-    bool shared = QTC_SHARE && p.staged && M >= QTC_SHARE_MIN_M;
+    bool shared = qtc_share_fits(cb) && p.staged && M >= QTC_SHARE_MIN_M;
     for (int i = 0; i < n; i++) {
         qtc_mat &m = p.m[i];
         m.w = (const uint32_t *)ws[i]->data, m.scales = ws[i]->scales, m.biases = ws[i]->biases;
@@ -709,7 +714,7 @@ static void qtc_pass(cuda_backend *cb, int n, float *const *ys, const float *x, 
  * wider tiles read the codes once for twice the rows), else
  * CUDA_QMMA_MAX_M. */
 static int qtc_pass_rows(const cuda_backend *cb, int n, const em_weight *const *ws) {
-    bool wide = QTC_SHARE && QTC_SHARE_WIDE && qtc_staged(n, ws);
+    bool wide = qtc_share_fits(cb) && QTC_SHARE_WIDE && qtc_staged(n, ws);
     for (int i = 0; i < n && wide; i++) wide = qtc_stretches(cb, (int)ws[i]->rows, (int)ws[0]->cols / QTC_CHUNK, 2) == 1;
     return wide ? QTC_SHARE_MAX_M : CUDA_QMMA_MAX_M;
 }
