@@ -386,13 +386,45 @@ __device__ __forceinline__ void qtc_stage_issue(unsigned slot, const qtc_args &a
                    (const uint8_t *)sb + ((size_t)row * a.ng + (size_t)c * sg::CG) * 2);
 }
 
+/* One stage's products into acc (qtc_warp's layout) from the warp's slot
+ * (its rows' codes, scales and biases): xload(nt, wi) gives activation
+ * tile nt's 16 bytes at code word wi of the lane's rows, sxload(j, nt) the
+ * stage's group j's sums of the lane's two activation rows of tile nt. */
+template <int G, int NT, typename XL, typename SL>
+__device__ __forceinline__ void qtc_stage_products(float (*acc)[4], unsigned slot, int sdt, int g, XL xload,
+                                                   SL sxload) {
+    using sg = qtc_stage_geom<G>;
+    constexpr int P = G / 32; /* pairs of mma steps a group */
+    const int t = threadIdx.x % 4;
+    const unsigned sc = slot + sg::CODES, bi = sc + 16 * sg::SB;
+#pragma unroll
+    for (int j = 0; j < sg::CG; j++) {
+        float d[NT][4];
+#pragma unroll
+        for (int q = 0; q < P; q++) {
+            const int wi = 4 * (j * P + q) + t;
+            const uint32_t ca = qtc_lds32(slot + g * QTC_ROWB + wi * 4), cb = qtc_lds32(slot + (g + 8) * QTC_ROWB + wi * 4);
+            uint4 xv[NT];
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) xv[nt] = xload(nt, wi);
+            qtc_pair_steps<NT>(d, ca, cb, xv, q == 0);
+        }
+        const float s0 = qtc_lds_scale(sc + g * sg::SB + 2 * j, sdt), s1 = qtc_lds_scale(sc + (g + 8) * sg::SB + 2 * j, sdt);
+        const float ba = fmaf(-128.0f, s0, qtc_lds_scale(bi + g * sg::SB + 2 * j, sdt)),
+                    bb = fmaf(-128.0f, s1, qtc_lds_scale(bi + (g + 8) * sg::SB + 2 * j, sdt));
+        float2 sx[NT];
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) sx[nt] = sxload(j, nt);
+        qtc_group_add<NT>(acc, d, s0, s1, ba, bb, sx);
+    }
+}
+
 /* A warp's 16 rows from r0 over stages [c0, c1) into acc (qtc_warp's
  * layout); ring: the warp's QTC_STAGES slots. */
 template <int G, int NT>
 __device__ __forceinline__ void qtc_stage_warp(float (*acc)[4], const qtc_args &a, const qtc_mat &mt, int r0, int c0,
                                                int c1, int lane, unsigned ring) {
     using sg = qtc_stage_geom<G>;
-    constexpr int P = G / 32; /* pairs of mma steps a group */
     const int g = lane / 4, t = lane % 4;
 #pragma unroll
     for (int s = 0; s < QTC_STAGES - 1; s++) {
@@ -410,31 +442,12 @@ __device__ __forceinline__ void qtc_stage_warp(float (*acc)[4], const qtc_args &
         cp_async_commit();
         cp_async_wait_groups<QTC_STAGES - 1>(); /* this lane's copies of stage c are in */
         __syncwarp();                             /* and every lane's */
-        const unsigned slot = ring + (i % QTC_STAGES) * sg::SLOT, sc = slot + sg::CODES, bi = sc + 16 * sg::SB;
         const uint4 *xc = (const uint4 *)(xr + (size_t)c * QTC_CHUNK);
-#pragma unroll
-        for (int j = 0; j < sg::CG; j++) {
-            float d[NT][4];
-#pragma unroll
-            for (int q = 0; q < P; q++) {
-                const int wi = 4 * (j * P + q) + t;
-                const uint32_t ca = qtc_lds32(slot + g * QTC_ROWB + wi * 4),
-                               cb = qtc_lds32(slot + (g + 8) * QTC_ROWB + wi * 4);
-                uint4 xv[NT];
-#pragma unroll
-                for (int nt = 0; nt < NT; nt++) xv[nt] = __ldg(xc + nt * (xt / 8) + wi);
-                qtc_pair_steps<NT>(d, ca, cb, xv, q == 0);
-            }
-            const float s0 = qtc_lds_scale(sc + g * sg::SB + 2 * j, a.sdt),
-                        s1 = qtc_lds_scale(sc + (g + 8) * sg::SB + 2 * j, a.sdt);
-            const float ba = fmaf(-128.0f, s0, qtc_lds_scale(bi + g * sg::SB + 2 * j, a.sdt)),
-                        bb = fmaf(-128.0f, s1, qtc_lds_scale(bi + (g + 8) * sg::SB + 2 * j, a.sdt));
-            const int gi = c * sg::CG + j;
-            float2 sx[NT];
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++) sx[nt] = __ldg((const float2 *)(a.sx + (size_t)gi * a.mp + 8 * nt + 2 * t));
-            qtc_group_add<NT>(acc, d, s0, s1, ba, bb, sx);
-        }
+        qtc_stage_products<G, NT>(
+            acc, ring + (i % QTC_STAGES) * sg::SLOT, a.sdt, g, [&](int nt, int wi) { return __ldg(xc + nt * (xt / 8) + wi); },
+            [&](int j, int nt) {
+                return __ldg((const float2 *)(a.sx + (size_t)(c * sg::CG + j) * a.mp + 8 * nt + 2 * t));
+            });
         __syncwarp(); /* every lane is done with the slot before the next pass refills it */
     }
     cp_async_wait_all();
@@ -539,7 +552,7 @@ __device__ __forceinline__ void qtc_share_block(float (*acc)[4], const qtc_args 
                                                 unsigned ring) {
     using sg = qtc_share_geom<G, NT>;
     using cg = qtc_stage_geom<G>;
-    constexpr int P = G / 32, S = sg::S; /* P: pairs of mma steps a group */
+    constexpr int S = sg::S;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4, nc = a.K / QTC_CHUNK;
     const bool live = r0 < mt.N;
     const unsigned mine = ring + warp * cg::SLOT, xpart = QTC_WARPS * cg::SLOT;
@@ -564,31 +577,12 @@ __device__ __forceinline__ void qtc_share_block(float (*acc)[4], const qtc_args 
         }
         cp_async_commit();
         if (!live) continue;
-        const unsigned st = ring + (c % S) * sg::STAGE, slot = st + warp * cg::SLOT, sc = slot + cg::CODES,
-                       bi = sc + 16 * cg::SB, xs = st + xpart + g * sg::XROW, sxs = st + xpart + sg::XB;
+        const unsigned st = ring + (c % S) * sg::STAGE, xs = st + xpart + g * sg::XROW, sxs = st + xpart + sg::XB;
         const int sw = (g & 1) << 2; /* the odd rows' pieces (rows 8 nt + g) */
-#pragma unroll
-        for (int j = 0; j < cg::CG; j++) {
-            float d[NT][4];
-#pragma unroll
-            for (int q = 0; q < P; q++) {
-                const int wi = 4 * (j * P + q) + t;
-                const uint32_t ca = qtc_lds32(slot + g * QTC_ROWB + wi * 4),
-                               cb = qtc_lds32(slot + (g + 8) * QTC_ROWB + wi * 4);
-                uint4 xv[NT];
-#pragma unroll
-                for (int nt = 0; nt < NT; nt++) xv[nt] = cuda_lds16(xs + nt * 8 * sg::XROW + ((wi ^ sw) << 4));
-                qtc_pair_steps<NT>(d, ca, cb, xv, q == 0);
-            }
-            const float s0 = qtc_lds_scale(sc + g * cg::SB + 2 * j, a.sdt),
-                        s1 = qtc_lds_scale(sc + (g + 8) * cg::SB + 2 * j, a.sdt);
-            const float ba = fmaf(-128.0f, s0, qtc_lds_scale(bi + g * cg::SB + 2 * j, a.sdt)),
-                        bb = fmaf(-128.0f, s1, qtc_lds_scale(bi + (g + 8) * cg::SB + 2 * j, a.sdt));
-            float2 sx[NT];
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++) sx[nt] = cuda_lds8f(sxs + (j * 8 * NT + 8 * nt + 2 * t) * 4);
-            qtc_group_add<NT>(acc, d, s0, s1, ba, bb, sx);
-        }
+        qtc_stage_products<G, NT>(
+            acc, st + warp * cg::SLOT, a.sdt, g,
+            [&](int nt, int wi) { return cuda_lds16(xs + nt * 8 * sg::XROW + ((wi ^ sw) << 4)); },
+            [&](int j, int nt) { return cuda_lds8f(sxs + (j * 8 * NT + 8 * nt + 2 * t) * 4); });
     }
     cp_async_wait_all();
 }
