@@ -403,13 +403,15 @@ __device__ __forceinline__ void qtc_stage_products(float (*acc)[4], unsigned slo
 #pragma unroll
         for (int q = 0; q < P; q++) {
             const int wi = 4 * (j * P + q) + t;
-            const uint32_t ca = qtc_lds32(slot + g * QTC_ROWB + wi * 4), cb = qtc_lds32(slot + (g + 8) * QTC_ROWB + wi * 4);
+            const uint32_t ca = qtc_lds32(slot + g * QTC_ROWB + wi * 4),
+                           cb = qtc_lds32(slot + (g + 8) * QTC_ROWB + wi * 4);
             uint4 xv[NT];
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) xv[nt] = xload(nt, wi);
             qtc_pair_steps<NT>(d, ca, cb, xv, q == 0);
         }
-        const float s0 = qtc_lds_scale(sc + g * sg::SB + 2 * j, sdt), s1 = qtc_lds_scale(sc + (g + 8) * sg::SB + 2 * j, sdt);
+        const float s0 = qtc_lds_scale(sc + g * sg::SB + 2 * j, sdt),
+                    s1 = qtc_lds_scale(sc + (g + 8) * sg::SB + 2 * j, sdt);
         const float ba = fmaf(-128.0f, s0, qtc_lds_scale(bi + g * sg::SB + 2 * j, sdt)),
                     bb = fmaf(-128.0f, s1, qtc_lds_scale(bi + (g + 8) * sg::SB + 2 * j, sdt));
         float2 sx[NT];
@@ -444,7 +446,8 @@ __device__ __forceinline__ void qtc_stage_warp(float (*acc)[4], const qtc_args &
         __syncwarp();                             /* and every lane's */
         const uint4 *xc = (const uint4 *)(xr + (size_t)c * QTC_CHUNK);
         qtc_stage_products<G, NT>(
-            acc, ring + (i % QTC_STAGES) * sg::SLOT, a.sdt, g, [&](int nt, int wi) { return __ldg(xc + nt * (xt / 8) + wi); },
+            acc, ring + (i % QTC_STAGES) * sg::SLOT, a.sdt, g,
+            [&](int nt, int wi) { return __ldg(xc + nt * (xt / 8) + wi); },
             [&](int j, int nt) {
                 return __ldg((const float2 *)(a.sx + (size_t)(c * sg::CG + j) * a.mp + 8 * nt + 2 * t));
             });
@@ -597,7 +600,8 @@ __global__ void __launch_bounds__(QTC_WARPS * 32, (qtc_share_geom<G, NT>::BPS)) 
     const qtc_mat &mt = p.m[mi];
     const int lane = threadIdx.x % 32, r0 = (b - mt.block) * 16 * QTC_WARPS + 16 * (threadIdx.x / 32);
     float acc[NT][4] = {};
-    qtc_share_block<G, NT>(acc, p.a, mt, r0, (unsigned)__cvta_generic_to_shared(qtc_ring)); /* waits for the kernel before */
+    /* waits for the kernel before */
+    qtc_share_block<G, NT>(acc, p.a, mt, r0, (unsigned)__cvta_generic_to_shared(qtc_ring));
     if (r0 < mt.N) qtc_store<NT>(acc, p.a, mt, r0, lane);
 }
 
@@ -709,7 +713,8 @@ static void qtc_pass(cuda_backend *cb, int n, float *const *ys, const float *x, 
  * CUDA_QMMA_MAX_M. */
 static int qtc_pass_rows(const cuda_backend *cb, int n, const em_weight *const *ws) {
     bool wide = qtc_share_fits(cb) && QTC_SHARE_WIDE && qtc_staged(n, ws);
-    for (int i = 0; i < n && wide; i++) wide = qtc_stretches(cb, (int)ws[i]->rows, (int)ws[0]->cols / QTC_CHUNK, 2) == 1;
+    for (int i = 0; i < n && wide; i++)
+        wide = qtc_stretches(cb, (int)ws[i]->rows, (int)ws[0]->cols / QTC_CHUNK, 2) == 1;
     return wide ? QTC_SHARE_MAX_M : CUDA_QMMA_MAX_M;
 }
 
