@@ -8,6 +8,8 @@
 #include "test.h"
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "base/config.h"
 #include "base/status.h"
 #include "tensor/dtype.h"
 
@@ -50,6 +52,23 @@ static float *down(const void *d, size_t n) {
 }
 
 #define RUN(test) (fprintf(stderr, "-- %s\n", #test), test())
+
+/* Runs fn against a GPU backend made with the setting name=value (the
+ * global gpu for its duration; the configuration and gpu restored after). */
+static void with_config(const char *name, const char *value, void (*fn)(void)) {
+    em_config *c = NULL;
+    const em_config *prev = em_config_retain(em_config_global());
+    em_config_override ov = {name, value};
+    REQUIRE(em_config_with_overrides(prev, &ov, 1, EM_CFG_SRC_FLAG, &c) == EM_OK);
+    em_config_set_global(c);
+    em_backend *saved = gpu;
+    REQUIRE(cuda_backend_create(0, &gpu) == EM_OK);
+    fn();
+    em_backend_free(gpu);
+    gpu = saved;
+    em_config_set_global(prev);
+    em_config_release((em_config *)prev), em_config_release(c);
+}
 
 /* Largest |a-b| relative to the largest |b| (at least 1e-30). */
 static double rel_err(const float *a, const float *b, size_t n) {

@@ -369,20 +369,7 @@ static void test_qmlp_case(int bits, int M, int F, int H, bool with_bias, bool a
 
 /* Runs fn against a GPU backend made with EMBER_CUDA_QMLP=auto (the
  * default; this program sets 1 for the rest). */
-static void with_qmlp_auto(void (*fn)(void)) {
-    em_config *c = NULL;
-    const em_config *prev = em_config_retain(em_config_global());
-    em_config_override ov = {"EMBER_CUDA_QMLP", "auto"};
-    REQUIRE(em_config_with_overrides(prev, &ov, 1, EM_CFG_SRC_FLAG, &c) == EM_OK);
-    em_config_set_global(c);
-    em_backend *saved = gpu;
-    REQUIRE(cuda_backend_create(0, &gpu) == EM_OK);
-    fn();
-    em_backend_free(gpu);
-    gpu = saved;
-    em_config_set_global(prev);
-    em_config_release((em_config *)prev), em_config_release(c);
-}
+static void with_qmlp_auto(void (*fn)(void)) { with_config("EMBER_CUDA_QMLP", "auto", fn); }
 
 /* EMBER_CUDA_QMLP=auto leaves an MLP whose gate and up balance on their
  * own (here 1,024 rows: at most one a warp on any GPU of 32 or more

@@ -510,6 +510,31 @@ static void test_qmma_group(int bits, int M, int K, em_dtype sdt, int G, const i
     gpu->ops->free(gpu, xd), free(x);
 }
 
+/* The shapes of the shared-activation kernel (cuda_qtc.cu: 17-64 rows over
+ * 4-bit weights whose every matrix a block takes over all of K, here K of
+ * 2 and 3 stages, or a matrix that fills every multiprocessor with such
+ * blocks): each against its arithmetic and, alone at 3 rows on the staged
+ * kernel, for the same bits; past 32 rows a pass of 48 or 64; in groups,
+ * each product the bits matmul gives it alone (a group beside a matrix of
+ * 8 stretches takes the staged kernel). Run with EMBER_CUDA_QTC_SHARE off
+ * (the staged kernel) and on. */
+static void qtc_share_cases(void) {
+    int groups[] = {32, 64, 128}, Ms[] = {33, 47, CUDA_QTC_MAX_M};
+    for (int g = 0; g < 3; g++) {
+        test_qmatmul_int8_case(g == 1 ? 21 : 32, g == 2 ? 37 : 130, g == 0 ? 512 : 768, 4, groups[g],
+                               g == 1 ? EM_F16 : EM_BF16, g != 1);
+        test_qmatmul_int8_case(Ms[g], g == 1 ? 37 : 130, 768, 4, groups[g], g == 1 ? EM_F16 : EM_BF16, g != 0);
+    }
+    test_qmma_group(4, 24, 512, EM_BF16, 0, NULL);
+    test_qmma_group(4, 56, 512, EM_BF16, 0, NULL);
+    const int mixed[2] = {48, 16896};
+    test_qmma_group(4, 32, 4096, EM_BF16, 2, mixed);
+}
+static void test_qtc_share(void) {
+    qtc_share_cases();
+    with_config("EMBER_CUDA_QTC_SHARE", "1", qtc_share_cases);
+}
+
 static void test_qmatmul_int8(void) {
     int Ms[] = {1, 2, 3, 5, 8, 11, 15}, bits[] = {4, 8}, groups[] = {32, 64, 128};
     em_dtype sdts[] = {EM_BF16, EM_F16, EM_F32};
@@ -538,21 +563,11 @@ static void test_qmatmul_int8(void) {
         for (int m = 0; m < 5; m++)
             test_qmatmul_int8_case(Ms2[m], m % 2 ? 37 : 130, m == 2 ? 1280 : 2048, 4, groups[g],
                                    g == 1 ? EM_F16 : EM_BF16, m % 2 == 0);
-    /* the shared-activation kernel where the build takes it (cuda_qtc.cu,
-     * QTC_SHARE; from 17 rows, every matrix one stretch of K: here K of 2
-     * and 3 stages), against its arithmetic and, alone at 3 rows on the
-     * staged kernel, for the same bits; the staged kernel otherwise */
-    for (int g = 0; g < 3; g++)
-        test_qmatmul_int8_case(g == 1 ? 21 : 32, g == 2 ? 37 : 130, g == 0 ? 512 : 768, 4, groups[g],
-                               g == 1 ? EM_F16 : EM_BF16, g != 1);
     /* past 32 rows: passes of 32 over the same weights (the staged kernel
-     * at K = 2,048, the register one at 1,152), or at K = 768, where every
-     * block takes all of K, one pass of up to 64 (the shared-activation
-     * kernel's 6 and 8 tiles) */
+     * at K = 2,048, the register one at 1,152) */
     int Ms3[] = {33, 47, CUDA_QTC_MAX_M};
     for (int m = 0; m < 3; m++) {
         test_qmatmul_int8_case(Ms3[m], 130, 2048, 4, 64, EM_BF16, m != 1);
-        test_qmatmul_int8_case(Ms3[m], m == 1 ? 37 : 130, 768, 4, 32 << m, m == 1 ? EM_F16 : EM_BF16, m != 0);
         test_qmatmul_int8_case(Ms3[m], 37, 1152, 4, 32 << m, m == 2 ? EM_F32 : EM_F16, m == 1);
     }
     test_qmatmul_int8_case(20, 19, 32, 4, 32, EM_BF16, true);
@@ -560,14 +575,6 @@ static void test_qmatmul_int8(void) {
     test_qmma_group(4, 16, 1024, EM_BF16, 0, NULL);
     test_qmma_group(4, 5, 1024, EM_BF16, 0, NULL); /* one tile of 8 activation rows */
     test_qmma_group(8, 29, 2048, EM_F16, 0, NULL);
-    test_qmma_group(4, 24, 512, EM_BF16, 0, NULL); /* the shared-activation kernel */
-    test_qmma_group(4, 56, 512, EM_BF16, 0, NULL); /* its 8 tiles, one pass */
-    /* 32 rows: alone, a matrix that fills every multiprocessor with blocks
-     * of one stretch takes the shared-activation kernel (where the build
-     * takes it); beside one of 8 stretches, the staged kernel, with the
-     * same bits */
-    const int mixed[2] = {48, 16896};
-    test_qmma_group(4, 32, 4096, EM_BF16, 2, mixed);
     /* one or two rows too wide to stage whole: the chunked kernel */
     test_qmatmul_int8_case(1, 37, 24576, 4, 64, EM_BF16, true);
     test_qmatmul_int8_case(2, 130, 24576, 8, 128, EM_F16, false);
@@ -1379,6 +1386,7 @@ int main(void) {
     RUN(test_attention_prefill);
     RUN(test_qmatmul);
     RUN(test_qmatmul_int8);
+    RUN(test_qtc_share);
     RUN(test_matmul_group);
     RUN(test_qgemv_rows_independent);
     RUN(test_qembed);

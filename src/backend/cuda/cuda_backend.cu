@@ -487,6 +487,7 @@ extern "C" em_status cuda_backend_create(int device, em_backend **out) {
     cb->skinny_on = prop.major >= 8 && em_config_flag(em_config_global(), EMC_CUDA_SKINNY); /* mma.sync bf16 */
     cb->qmma_on = prop.major >= 8 && em_config_flag(em_config_global(), EMC_CUDA_QMMA);     /* mma.sync int8 */
     cb->qtc_on = prop.major >= 8 && em_config_flag(em_config_global(), EMC_CUDA_QTC);       /* mma.sync bf16 */
+    cb->qtc_share_on = cb->qtc_on && em_config_flag(em_config_global(), EMC_CUDA_QTC_SHARE);
     cb->qpipe_on = prop.major >= 9 && em_config_flag(em_config_global(), EMC_CUDA_QPIPE); /* bulk copies */
     const char *qmlp = em_config_str(em_config_global(), EMC_CUDA_QMLP);
     cb->qmlp = !strcmp(qmlp, "1") ? 1 : !strcmp(qmlp, "0") ? 0 : 2;

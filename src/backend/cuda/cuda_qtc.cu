@@ -500,16 +500,13 @@ __global__ void __launch_bounds__(QTC_WARPS * 32, 2) qtc_stage_kernel(qtc_plan p
  * slowest copy, where the staged kernel's warps run free of each other),
  * and the clustered products slower at every width (o at 32 rows 15.1 ->
  * 25.1). This form takes it only where it won. It has not yet run on a GPU
- * in this form, so only builds with -DQTC_SHARE=1 take it.
+ * in this form, so it is off unless EMBER_CUDA_QTC_SHARE=1.
  *
  * A stage of the ring: the 8 warps' slots (the staged kernel's layout),
  * then every activation row's QTC_CHUNK values (bf16), then their groups'
  * sums. An activation row's 16-byte pieces are stored with piece i of odd
  * rows at i ^ 4: the 8 lanes of one phase of a 16-byte load (rows g and
  * g + 1, the same 4 pieces) then fall on distinct banks. */
-#ifndef QTC_SHARE
-#define QTC_SHARE 0 /* 1: builds that take this kernel (above) */
-#endif
 #ifndef QTC_SHARE_WIDE
 #define QTC_SHARE_WIDE 1 /* 0: passes of CUDA_QMMA_MAX_M rows here too (builds that compare) */
 #endif
@@ -638,10 +635,10 @@ bool cuda_qtc_takes(const cuda_backend *cb, const em_weight *w) {
            w->cols % w->group_size == 0 && ((uintptr_t)w->data & 15) == 0;
 }
 
-/* Whether the build takes the shared-activation kernel and the device has
- * the shared memory its geometry counts on (QTC_SM_SMEM a multiprocessor,
- * as sm_90's). */
-static bool qtc_share_fits(const cuda_backend *cb) { return QTC_SHARE && cb->smem_optin >= QTC_SM_SMEM - 1024; }
+/* Whether the shared-activation kernel is on (EMBER_CUDA_QTC_SHARE) and
+ * the device has the shared memory its geometry counts on (QTC_SM_SMEM a
+ * multiprocessor, as sm_90's). */
+static bool qtc_share_fits(const cuda_backend *cb) { return cb->qtc_share_on && cb->smem_optin >= QTC_SM_SMEM - 1024; }
 
 static void qtc_launch_staged(cuda_backend *cb, const qtc_plan &p, void (*kernel)(qtc_plan), size_t smem) {
     cuda_note(cb, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
