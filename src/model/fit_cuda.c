@@ -167,8 +167,8 @@ static void scratch_need(uint64_t *cap, uint64_t bytes) {
 static uint64_t round16(uint64_t b) { return (b + 15) & ~(uint64_t)15; }
 
 /* One product of M rows over a quantized weight (cuda_qmatmul.cu's order):
- * the bf16 tensor-core kernel (4-bit, 3-64 rows in passes of 32: bf16 rows
- * and group sums), the int8 one (16-32 rows: int8 rows and segment scales),
+ * the bf16 tensor-core kernel (4-bit, 3-64 rows in passes of 32, or 64:
+ * bf16 rows and group sums), the int8 one (16-32 rows: int8 rows and segment scales),
  * the dequantizing GEMM (bf16 rows, bf16 slices of W), the int8 GEMV (rows
  * rounded 8 at a time from 3), the quantized GEMV (EXACT, no scratch), f32
  * slices of W for SGEMM. */
@@ -179,7 +179,14 @@ static void sim_qmatmul(scratch_sim *sc, int M, const fit_weight *w, bool fast) 
     bool qtc = qmma && w->bits == 4 && em_config_flag(cfg, EMC_CUDA_QTC) &&
                (w->group == 32 || w->group == 64 || w->group == 128) && w->K % w->group == 0;
     if (qtc && M >= CUDA_QTC_MIN_M && M <= CUDA_QTC_MAX_M) {
-        uint64_t mp = (uint64_t)((M < CUDA_QMMA_MAX_M ? M : CUDA_QMMA_MAX_M) + 7) & ~(uint64_t)7;
+        /* passes of up to 32 rows; with EMBER_CUDA_QTC_SHARE, of up to 64
+         * (6 or 8 tiles) where the backend's qtc_pass_rows also finds whole
+         * 256-input stages, 2-byte scales and blocks that each take all of
+         * K. The headers say neither of the last two, so this may count a
+         * wider pass than the backend runs, never a narrower one. */
+        bool wide = M > CUDA_QMMA_MAX_M && w->K % 256 == 0 && em_config_flag(cfg, EMC_CUDA_QTC_SHARE);
+        uint64_t mp = wide ? (M <= 48 ? 48u : 64u)
+                           : (uint64_t)((M < CUDA_QMMA_MAX_M ? M : CUDA_QMMA_MAX_M) + 7) & ~(uint64_t)7;
         scratch_need(&sc->q8x, round16(mp * K * 2u) + K / (uint64_t)w->group * mp * 4u);
     } else if (qmma && M >= CUDA_QMMA_MIN_M && M <= CUDA_QMMA_MAX_M) {
         uint64_t mp = (uint64_t)(M + 7) & ~(uint64_t)7;
