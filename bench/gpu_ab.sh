@@ -15,7 +15,10 @@
 #   - ember bench's decode tok/s (--prompt-tokens 128 --gen-tokens 256), AB_ROUNDS rounds (2).
 # AB_SHAPES picks the models ("8b 1b qwen"); AB_BATCH the decode batches ("1"): for
 # B > 1 the products take B rows and the decode runs B sequences (--batch B,
-# --prompt-tokens 64 --gen-tokens 64). Exit status 1 when ids differ.
+# --prompt-tokens 64 --gen-tokens 64). With AB_TESTS=1 it first runs the GPU
+# tests each build has (DIR/tests/test_cuda_ops, test_cuda_fused,
+# test_decode_steps), under its setting. Exit status 1 when ids differ or a
+# test fails.
 set -euo pipefail
 
 usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; }
@@ -64,6 +67,18 @@ for s in $shapes; do
 done
 
 status=0
+if [[ ${AB_TESTS:-0} == 1 ]]; then
+    echo "## GPU tests"
+    for i in "${!names[@]}"; do
+        for t in test_cuda_ops test_cuda_fused test_decode_steps; do
+            [[ -x ${dirs[$i]}/tests/$t ]] || continue
+            rc=0
+            EMBER_SRC=$here/.. run_as "$i" "tests/$t" >"$work/test.$t.$i" 2>&1 || rc=$?
+            echo "${names[$i]} $t: exit $rc, $(tail -1 "$work/test.$t.$i")"
+            [[ $rc == 0 ]] || status=1
+        done
+    done
+fi
 echo "## greedy ids (64 tokens) against ${names[0]}"
 for s in $shapes; do
     m=$work/$s-q$bits
