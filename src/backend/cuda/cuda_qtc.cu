@@ -587,19 +587,17 @@ __device__ __forceinline__ void qtc_share_block(float (*acc)[4], const qtc_args 
     cp_async_wait_all();
 }
 
-/* Block b of matrix i holds its rows 16 QTC_WARPS (b - m[i].block) on,
- * warp w 16 of them, over all of K. */
+/* The staged kernel's blocks (qtc_locate) where every matrix takes one
+ * stretch: a block's warps 16 rows each over all of K. */
 template <int G, int NT>
 __global__ void __launch_bounds__(QTC_WARPS * 32, (qtc_share_geom<G, NT>::BPS)) qtc_share_kernel(qtc_plan p) {
     extern __shared__ __align__(16) uint8_t qtc_ring[];
-    int b = blockIdx.x, mi = 0;
-    while (mi + 1 < p.count && b >= p.m[mi + 1].block) mi++;
-    const qtc_mat &mt = p.m[mi];
-    const int lane = threadIdx.x % 32, r0 = (b - mt.block) * 16 * QTC_WARPS + 16 * (threadIdx.x / 32);
+    const qtc_where at = qtc_locate(p);
+    const qtc_mat &mt = p.m[at.mi];
     float acc[NT][4] = {};
     /* waits for the kernel before */
-    qtc_share_block<G, NT>(acc, p.a, mt, r0, (unsigned)__cvta_generic_to_shared(qtc_ring));
-    if (r0 < mt.N) qtc_store<NT>(acc, p.a, mt, r0, lane);
+    qtc_share_block<G, NT>(acc, p.a, mt, at.r0, (unsigned)__cvta_generic_to_shared(qtc_ring));
+    if (at.r0 < mt.N) qtc_store<NT>(acc, p.a, mt, at.r0, threadIdx.x % 32);
 }
 
 /* The stretches of K a block of a matrix of N rows and `units` of K (groups,
@@ -640,7 +638,16 @@ bool cuda_qtc_takes(const cuda_backend *cb, const em_weight *w) {
  * multiprocessor, as sm_90's). */
 static bool qtc_share_fits(const cuda_backend *cb) { return cb->qtc_share_on && cb->smem_optin >= QTC_SM_SMEM - 1024; }
 
-static void qtc_launch_staged(cuda_backend *cb, const qtc_plan &p, void (*kernel)(qtc_plan), size_t smem) {
+/* Whether a set's products can take the shared-activation kernel: it is on
+ * and fits, the staged kernel's weights, and every matrix one stretch of K
+ * a block. From the weights and the device alone. */
+static bool qtc_shares(const cuda_backend *cb, int n, const em_weight *const *ws) {
+    bool ok = qtc_share_fits(cb) && qtc_staged(n, ws);
+    for (int i = 0; i < n && ok; i++) ok = qtc_stretches(cb, (int)ws[i]->rows, (int)ws[0]->cols / QTC_CHUNK, 2) == 1;
+    return ok;
+}
+
+static void qtc_launch_smem(cuda_backend *cb, const qtc_plan &p, void (*kernel)(qtc_plan), size_t smem) {
     cuda_note(cb, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
               "quantized matmul (bf16 tensor cores): shared memory");
     cuda_launch(kernel, (unsigned)p.blocks, QTC_WARPS * 32, smem, cb->stream, p);
@@ -651,10 +658,10 @@ static void qtc_launch_staged(cuda_backend *cb, const qtc_plan &p, void (*kernel
 template <int G, int NT> static void qtc_launch(cuda_backend *cb, const qtc_plan &p) {
     using sg = qtc_share_geom<G, NT>;
     if constexpr (NT >= 3)
-        if (p.shared) return qtc_launch_staged(cb, p, qtc_share_kernel<G, NT>, (size_t)sg::S * sg::STAGE);
+        if (p.shared) return qtc_launch_smem(cb, p, qtc_share_kernel<G, NT>, (size_t)sg::S * sg::STAGE);
     if constexpr (NT <= 4) {
         if (!p.staged) return cuda_launch(qtc_kernel<G, NT>, (unsigned)p.blocks, QTC_WARPS * 32, 0, cb->stream, p);
-        qtc_launch_staged(cb, p, qtc_stage_kernel<G, NT>, (size_t)QTC_WARPS * QTC_STAGES * qtc_stage_geom<G>::SLOT);
+        qtc_launch_smem(cb, p, qtc_stage_kernel<G, NT>, (size_t)QTC_WARPS * QTC_STAGES * qtc_stage_geom<G>::SLOT);
     }
 }
 
@@ -683,7 +690,6 @@ static void qtc_pass(cuda_backend *cb, int n, float *const *ys, const float *x, 
     qtc_plan p;
     memset(&p, 0, sizeof p);
     p.staged = qtc_staged(n, ws);
-    bool shared = qtc_share_fits(cb) && p.staged && M >= QTC_SHARE_MIN_M;
     for (int i = 0; i < n; i++) {
         qtc_mat &m = p.m[i];
         m.w = (const uint32_t *)ws[i]->data, m.scales = ws[i]->scales, m.biases = ws[i]->biases;
@@ -691,9 +697,8 @@ static void qtc_pass(cuda_backend *cb, int n, float *const *ys, const float *x, 
         m.KS = p.staged ? qtc_stretches(cb, m.N, K / QTC_CHUNK, 2) : qtc_stretches(cb, m.N, ng, QTC_MIN_GROUPS);
         m.block = p.blocks;
         p.blocks += (m.N + 16 * (QTC_WARPS / m.KS) - 1) / (16 * (QTC_WARPS / m.KS));
-        shared = shared && m.KS == 1;
     }
-    p.count = n, p.shared = shared;
+    p.count = n, p.shared = M >= QTC_SHARE_MIN_M && qtc_shares(cb, n, ws);
     size_t xbytes = ((size_t)mp * K * sizeof(__nv_bfloat16) + 15) & ~(size_t)15;
     if (!cuda_scratch(cb, &cb->q8x, &cb->q8x_bytes, xbytes + (size_t)ng * mp * sizeof(float))) return; /* noted */
     qtc_args &a = p.a;
@@ -709,10 +714,7 @@ static void qtc_pass(cuda_backend *cb, int n, float *const *ys, const float *x, 
  * wider tiles read the codes once for twice the rows), else
  * CUDA_QMMA_MAX_M. */
 static int qtc_pass_rows(const cuda_backend *cb, int n, const em_weight *const *ws) {
-    bool wide = qtc_share_fits(cb) && QTC_SHARE_WIDE && qtc_staged(n, ws);
-    for (int i = 0; i < n && wide; i++)
-        wide = qtc_stretches(cb, (int)ws[i]->rows, (int)ws[0]->cols / QTC_CHUNK, 2) == 1;
-    return wide ? QTC_SHARE_MAX_M : CUDA_QMMA_MAX_M;
+    return QTC_SHARE_WIDE && qtc_shares(cb, n, ws) ? QTC_SHARE_MAX_M : CUDA_QMMA_MAX_M;
 }
 
 /* Rows past a pass's take further passes over the weights, each row's
