@@ -157,7 +157,7 @@ static em_status device_tensors(const char *dir, const fit_shape *s, uint64_t *w
 }
 
 typedef struct scratch_sim {
-    uint64_t xconv, wide, att, q8x, wconv; /* capacities, as cuda_scratch grows them */
+    uint64_t xconv, wide, att, q8x, wconv, qtc_part; /* capacities, as cuda_scratch grows them */
 } scratch_sim;
 
 static void scratch_need(uint64_t *cap, uint64_t bytes) {
@@ -181,13 +181,22 @@ static void sim_qmatmul(scratch_sim *sc, int M, const fit_weight *w, bool fast) 
     if (qtc && M >= CUDA_QTC_MIN_M && M <= CUDA_QTC_MAX_M) {
         /* passes of up to 32 rows; with EMBER_CUDA_QTC_SHARE, of up to 64
          * (6 or 8 tiles) where the backend's qtc_pass_rows also finds whole
-         * 256-input stages, 2-byte scales and blocks that each take all of
-         * K. The headers say neither of the last two, so this may count a
-         * wider pass than the backend runs, never a narrower one. */
-        bool wide = M > CUDA_QMMA_MAX_M && w->K % 256 == 0 && em_config_flag(cfg, EMC_CUDA_QTC_SHARE);
+         * 256-input stages, 2-byte scales and (unless it is "all") blocks
+         * that each take all of K. The headers say neither of the last
+         * two, so this may count a wider pass than the backend runs, never
+         * a narrower one. With "all", a matrix whose K the blocks split
+         * keeps each block's sums (128 rows by the pass's) for each stretch
+         * of K: at most 8 stretches of its 128-row blocks, and a set of up
+         * to three matrices (q, k, v) keeps all of theirs; counted for
+         * every matrix as if it were the largest of such a set, for the
+         * same reason. */
+        const char *share = em_config_str(cfg, EMC_CUDA_QTC_SHARE);
+        bool all = !strcmp(share, "all"), wide = M > CUDA_QMMA_MAX_M && w->K % 256 == 0 && (all || !strcmp(share, "1"));
         uint64_t mp = wide ? (M <= 48 ? 48u : 64u)
                            : (uint64_t)((M < CUDA_QMMA_MAX_M ? M : CUDA_QMMA_MAX_M) + 7) & ~(uint64_t)7;
         scratch_need(&sc->q8x, round16(mp * K * 2u) + K / (uint64_t)w->group * mp * 4u);
+        if (all && M >= CUDA_QTC_SHARE_MIN_M && w->K % 256 == 0)
+            scratch_need(&sc->qtc_part, 3u * (((uint64_t)w->N + 127) / 128u) * 8u * 128u * mp * 4u);
     } else if (qmma && M >= CUDA_QMMA_MIN_M && M <= CUDA_QMMA_MAX_M) {
         uint64_t mp = (uint64_t)(M + 7) & ~(uint64_t)7;
         scratch_need(&sc->q8x, round16((uint64_t)M * K) + K / 32u * mp * 8u);
@@ -268,16 +277,16 @@ static uint64_t predict_cuda(const fit_shape *s, const fit_request *r, int ctx, 
     int chunk = ctx < FIT_PREFILL_CHUNK ? ctx : FIT_PREFILL_CHUNK;
     uint64_t T = (uint64_t)chunk > batch ? (uint64_t)chunk : batch;
     o->transient = activations(s, T, batch);
-    scratch_sim sc = {0, 0, 0, 0, 0};
+    scratch_sim sc = {0, 0, 0, 0, 0, 0};
     bool fast = r->fast && chunk >= CUDA_FAST_MIN_M; /* shorter spans are EXACT (batch_rows.h) */
     sim_forward(&sc, s, ws, n, chunk, 0, fast);
     sim_forward(&sc, s, ws, n, 1, 1, false); /* the chunk's last position (logits of one row) */
     /* a decode step of every sequence, FAST under fast (bf16 weights take
      * tensor cores from CUDA_FAST_MIN_M rows, quantized ones their kernels) */
     sim_forward(&sc, s, ws, n, (int)batch, (int)batch, r->fast);
-    uint64_t bufs[5] = {sc.xconv, sc.wide, sc.att, sc.q8x, sc.wconv};
+    uint64_t bufs[6] = {sc.xconv, sc.wide, sc.att, sc.q8x, sc.wconv, sc.qtc_part};
     o->scratch = 0;
-    for (int i = 0; i < 5; i++) o->scratch += bufs[i] ? dev_round(bufs[i]) : 0;
+    for (int i = 0; i < 6; i++) o->scratch += bufs[i] ? dev_round(bufs[i]) : 0;
     /* FAST prefill attention reads a bf16 copy of one layer's keys and
      * values: the whole context's by a prompt's last chunk */
     if (fast && chunk > CUDA_ATT_SPLIT_MAX_ROWS && cuda_attention_fa_head_dim(s->head_dim))

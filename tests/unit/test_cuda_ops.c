@@ -511,28 +511,33 @@ static void test_qmma_group(int bits, int M, int K, em_dtype sdt, int G, const i
 }
 
 /* The shapes of the shared-activation kernel (cuda_qtc.cu: 17-64 rows over
- * 4-bit weights whose every matrix a block takes over all of K, here K of
- * 2 and 3 stages, or a matrix that fills every multiprocessor with such
- * blocks): each against its arithmetic and, alone at 3 rows on the staged
- * kernel, for the same bits; past 32 rows a pass of 48 or 64; in groups,
- * each product the bits matmul gives it alone (a group beside a matrix of
- * 8 stretches takes the staged kernel). Run with EMBER_CUDA_QTC_SHARE off
- * (the staged kernel) and on. */
+ * 4-bit weights; a block takes all of K here at K of 2 and 3 stages, and
+ * where a matrix fills every multiprocessor with such blocks; with
+ * EMBER_CUDA_QTC_SHARE=all also matrices whose K the blocks split, here
+ * into 2 (K = 1,024), 4 (K = 2,048) and 8 (K = 4,096) stretches): each
+ * against its arithmetic and, alone at 3 rows on the staged kernel, for the
+ * same bits; past 32 rows a pass of 48 or 64; in groups, each product the
+ * bits matmul gives it alone (a group beside a matrix of 8 stretches, and
+ * one of matrices split 4, 2 and 4 ways). Run with the setting at 0 (the
+ * staged kernel), 1 and all. */
 static void qtc_share_cases(void) {
     int groups[] = {32, 64, 128}, Ms[] = {33, 47, CUDA_QTC_MAX_M};
     for (int g = 0; g < 3; g++) {
         test_qmatmul_int8_case(g == 1 ? 21 : 32, g == 2 ? 37 : 130, g == 0 ? 512 : 768, 4, groups[g],
                                g == 1 ? EM_F16 : EM_BF16, g != 1);
         test_qmatmul_int8_case(Ms[g], g == 1 ? 37 : 130, 768, 4, groups[g], g == 1 ? EM_F16 : EM_BF16, g != 0);
+        test_qmatmul_int8_case(g == 0 ? 24 : Ms[g], 300, 1024 << g, 4, groups[g], g == 2 ? EM_F16 : EM_BF16, g != 2);
     }
     test_qmma_group(4, 24, 512, EM_BF16, 0, NULL);
     test_qmma_group(4, 56, 512, EM_BF16, 0, NULL);
-    const int mixed[2] = {48, 16896};
+    const int mixed[2] = {48, 16896}, split[3] = {200, 9000, 40};
     test_qmma_group(4, 32, 4096, EM_BF16, 2, mixed);
+    test_qmma_group(4, 40, 2048, EM_BF16, 3, split);
 }
 static void test_qtc_share(void) {
     qtc_share_cases();
     with_config("EMBER_CUDA_QTC_SHARE", "1", qtc_share_cases);
+    with_config("EMBER_CUDA_QTC_SHARE", "all", qtc_share_cases);
 }
 
 static void test_qmatmul_int8(void) {

@@ -348,6 +348,8 @@ static void cuda_destroy(em_backend *be) {
         if (cb->q8x) cudaFree(cb->q8x);
         if (cb->att_part) cudaFree(cb->att_part);
         if (cb->att_count) cudaFree(cb->att_count);
+        if (cb->qtc_count) cudaFree(cb->qtc_count);
+        if (cb->qtc_part) cudaFree(cb->qtc_part);
         if (cb->grid_bar) cudaFree(cb->grid_bar);
         if (cb->amax_part) cudaFree(cb->amax_part);
         if (cb->att_tile_part) cudaFree(cb->att_tile_part);
@@ -487,7 +489,8 @@ extern "C" em_status cuda_backend_create(int device, em_backend **out) {
     cb->skinny_on = prop.major >= 8 && em_config_flag(em_config_global(), EMC_CUDA_SKINNY); /* mma.sync bf16 */
     cb->qmma_on = prop.major >= 8 && em_config_flag(em_config_global(), EMC_CUDA_QMMA);     /* mma.sync int8 */
     cb->qtc_on = prop.major >= 8 && em_config_flag(em_config_global(), EMC_CUDA_QTC);       /* mma.sync bf16 */
-    cb->qtc_share_on = cb->qtc_on && em_config_flag(em_config_global(), EMC_CUDA_QTC_SHARE);
+    const char *share = em_config_str(em_config_global(), EMC_CUDA_QTC_SHARE);
+    cb->qtc_share = !cb->qtc_on ? 0 : !strcmp(share, "all") ? 2 : !strcmp(share, "1") ? 1 : 0;
     cb->qpipe_on = prop.major >= 9 && em_config_flag(em_config_global(), EMC_CUDA_QPIPE); /* bulk copies */
     const char *qmlp = em_config_str(em_config_global(), EMC_CUDA_QMLP);
     cb->qmlp = !strcmp(qmlp, "1") ? 1 : !strcmp(qmlp, "0") ? 0 : 2;
@@ -501,6 +504,7 @@ extern "C" em_status cuda_backend_create(int device, em_backend **out) {
         return st;
     }
     cublasStatus_t bs = CUBLAS_STATUS_SUCCESS;
+    const size_t qtc_counts = (size_t)cb->n_sm * EM_MATMUL_GROUP_MAX; /* a split matrix has fewer 128-row blocks than SMs */
     if ((e = cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (bs = cb->fn.create(&cb->blas)) != CUBLAS_STATUS_SUCCESS ||
         (bs = cb->fn.set_stream(cb->blas, cb->stream)) != CUBLAS_STATUS_SUCCESS ||
@@ -509,6 +513,8 @@ extern "C" em_status cuda_backend_create(int device, em_backend **out) {
         (bs = set_workspace(cb)) != CUBLAS_STATUS_SUCCESS || !stage_alloc(cb, STAGE_MIN_BYTES) ||
         (e = cudaMalloc((void **)&cb->att_count, CUDA_ATT_COUNT_CAP * sizeof(int))) != cudaSuccess ||
         (e = cudaMemset(cb->att_count, 0, CUDA_ATT_COUNT_CAP * sizeof(int))) != cudaSuccess ||
+        (e = cudaMalloc((void **)&cb->qtc_count, qtc_counts * sizeof(unsigned))) != cudaSuccess ||
+        (e = cudaMemset(cb->qtc_count, 0, qtc_counts * sizeof(unsigned))) != cudaSuccess ||
         (e = cudaMalloc((void **)&cb->grid_bar, 2 * sizeof(unsigned))) != cudaSuccess ||
         (e = cudaMemset(cb->grid_bar, 0, 2 * sizeof(unsigned))) != cudaSuccess) {
         em_status st = em_fail(EM_ERR_IO, "%s: cannot set up the stream and cuBLAS: %s", be->desc,

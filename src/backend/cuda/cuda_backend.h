@@ -71,6 +71,10 @@ extern "C" {
 #define CUDA_QTC_MIN_M 3
 #endif
 #define CUDA_QTC_MAX_M 64
+/* The fewest rows the shared-activation kernel takes (EMBER_CUDA_QTC_SHARE):
+ * below, a stage waiting for the block's slowest copy costs more than the
+ * activations it saves (cuda_qtc.cu). */
+#define CUDA_QTC_SHARE_MIN_M 17
 /* The stretches (warps per block) for K: the most, up to
  * CUDA_SKINNY_KSPLIT, that cut K into whole k32 steps. From K alone, so a
  * product's sums do not depend on what shares its launch. */

@@ -118,7 +118,11 @@ typedef struct cuda_backend {
     bool skinny_on; /* EMBER_CUDA_SKINNY: the skinny GEMM (cuda_skinny.cu) */
     bool qmma_on;   /* EMBER_CUDA_QMMA: the int8 tensor-core kernel (cuda_qmma.cu) */
     bool qtc_on;    /* EMBER_CUDA_QTC: its 4-bit products on bf16 tensor cores (cuda_qtc.cu) */
-    bool qtc_share_on; /* EMBER_CUDA_QTC_SHARE: of those, the shared-activation kernel where it applies */
+    int qtc_share; /* EMBER_CUDA_QTC_SHARE: of those, the shared-activation kernel: 0 never, 1 where a block takes
+                      all of K, 2 also where K is split (cuda_qtc.cu) */
+    float *qtc_part; /* its blocks' sums over a stretch of K, where K is split */
+    size_t qtc_part_bytes;
+    unsigned *qtc_count; /* per 128 weight rows of such a set: stretches done (n_sm EM_MATMUL_GROUP_MAX, zero between launches) */
     bool qpipe_on;  /* EMBER_CUDA_QPIPE: the pipelined int8 GEMV (cuda_qgemv_pipe.cu) */
     int qmlp;       /* EMBER_CUDA_QMLP: a quantized MLP in one pipelined launch (cuda_qgemv_pipe.cu): 0 never, 1 where it applies, 2 auto */
     bool fused_att; /* EMBER_CUDA_FUSED_ATTENTION: rope_attention_spans fuses */

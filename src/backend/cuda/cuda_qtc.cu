@@ -56,17 +56,21 @@
 struct qtc_args {
     const __nv_bfloat16 *xb;
     const float *sx;
+    float *part;     /* the shared-activation kernel's sums of a stretch of K, 128 mp floats a block */
+    unsigned *count; /* and its stretches done, per 128 weight rows (zero between launches) */
     int M, mp, K, ng, sdt;
     bool add;
 };
 
-/* One matrix: N rows, KS stretches of K a block, blocks from `block`. */
+/* One matrix: N rows, KS stretches of K, blocks from `block`; where the
+ * shared-activation kernel splits K over blocks, their sums from part
+ * block `part0` and their counts from `tile0`. */
 struct qtc_mat {
     const uint32_t *w;
     const void *scales, *biases;
     const float *bias;
     float *y;
-    int N, KS, block;
+    int N, KS, block, part0, tile0;
 };
 
 struct qtc_plan {
@@ -490,17 +494,28 @@ __global__ void __launch_bounds__(QTC_WARPS * 32, 2) qtc_stage_kernel(qtc_plan p
  * tiles, one block a multiprocessor for the registers), so the codes are
  * read once for twice the rows.
  *
- * Measured in an earlier form that took every set (H200, one call,
- * `ember-gemv-bench --shape 8b --bits 4 --rows R` against the staged kernel
- * alone; a matrix of several stretches ran them as the blocks of a cluster
- * that added their sums through distributed shared memory): at 32 rows the
- * gate and up 101.2 -> 73.9 us and the head 498.7 -> 265.5, at 64 (two
- * passes) 193.7 -> 145.1 and 1,007 -> 509; but at 8 and 16 rows the gate
- * and up 41.3 -> 43.5 and 51.0 -> 57.1 (a stage waits here for the block's
- * slowest copy, where the staged kernel's warps run free of each other),
- * and the clustered products slower at every width (o at 32 rows 15.1 ->
- * 25.1). This form takes it only where it won. It has not yet run on a GPU
- * in this form, so it is off unless EMBER_CUDA_QTC_SHARE=1.
+ * Where the staged kernel splits a matrix's K into KS stretches (a matrix
+ * with fewer 128-row blocks than the device has multiprocessors), each
+ * stretch here is a block of its own over the same 128 rows: the blocks
+ * store their sums, and the last of a row block's KS to arrive adds them in
+ * stretch order (qtc_share_reduce), as the staged kernel does, so the bits
+ * are still the same.
+ *
+ * Measured in an earlier form (H200, one call, `ember-gemv-bench --shape
+ * 8b --bits 4 --rows R` against the staged kernel alone; a matrix of
+ * several stretches ran them as the blocks of a cluster that added their
+ * sums through distributed shared memory): at 32 rows the gate and up
+ * 101.2 -> 73.9 us and the head 498.7 -> 265.5, at 64 (two passes) 193.7
+ * -> 145.1 and 1,007 -> 509; but at 8 and 16 rows the gate and up 41.3 ->
+ * 43.5 and 51.0 -> 57.1 (a stage waits here for the block's slowest copy,
+ * where the staged kernel's warps run free of each other), and the
+ * products of 4 and 8 stretches slower at every width (o at 32 rows 15.1
+ * -> 25.1). So it takes 17 rows and more; EMBER_CUDA_QTC_SHARE=1 takes
+ * only sets whose blocks each take all of K (at the 8B shape on 132
+ * multiprocessors, only the head: the gate and up have 112 blocks of 128
+ * rows, so 2 stretches), `all` every set, the stretches added through
+ * memory rather than a cluster. Neither form has run on a GPU yet, so the
+ * default is 0.
  *
  * A stage of the ring: the 8 warps' slots (the staged kernel's layout),
  * then every activation row's QTC_CHUNK values (bf16), then their groups'
@@ -510,7 +525,6 @@ __global__ void __launch_bounds__(QTC_WARPS * 32, 2) qtc_stage_kernel(qtc_plan p
 #ifndef QTC_SHARE_WIDE
 #define QTC_SHARE_WIDE 1 /* 0: passes of CUDA_QMMA_MAX_M rows here too (builds that compare) */
 #endif
-#define QTC_SHARE_MIN_M 17       /* the fewest activation rows the set takes this kernel with */
 #define QTC_SHARE_MAX_M 64 /* its rows a pass */
 #define QTC_SM_SMEM (228 * 1024) /* a multiprocessor's shared memory (sm_90); each block reserves 1 KB of it */
 
@@ -544,40 +558,41 @@ template <int G, int NT> __device__ __forceinline__ void qtc_share_issue_x(unsig
         qtc_cp<16>(xs + sg::XB + tid * 16, (const uint8_t *)(a.sx + (size_t)c * sg::cg::CG * a.mp) + tid * 16);
 }
 
-/* The block's stages of all of K into acc (qtc_warp's layout), the warp's
- * 16 rows from r0 (live: any of them below N); ring: the block's S
+/* The block's stages [c0, c1) of K into acc (qtc_warp's layout), the
+ * warp's 16 rows from r0 (live: any of them below N); ring: the block's S
  * stages. */
 template <int G, int NT>
-__device__ __forceinline__ void qtc_share_block(float (*acc)[4], const qtc_args &a, const qtc_mat &mt, int r0,
-                                                unsigned ring) {
+__device__ __forceinline__ void qtc_share_block(float (*acc)[4], const qtc_args &a, const qtc_mat &mt, int r0, int c0,
+                                                int c1, unsigned ring) {
     using sg = qtc_share_geom<G, NT>;
     using cg = qtc_stage_geom<G>;
     constexpr int S = sg::S;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4, nc = a.K / QTC_CHUNK;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const bool live = r0 < mt.N;
     const unsigned mine = ring + warp * cg::SLOT, xpart = QTC_WARPS * cg::SLOT;
 #pragma unroll
     for (int s = 0; s < S - 1; s++) { /* the weights never depend on the kernel before */
-        if (live && s < nc) qtc_stage_issue<G>(mine + s * sg::STAGE, a, mt, r0, s, lane);
+        if (live && c0 + s < c1) qtc_stage_issue<G>(mine + s * sg::STAGE, a, mt, r0, c0 + s, lane);
         cp_async_commit();
     }
     cuda_pdl_enter(); /* x does */
 #pragma unroll
     for (int s = 0; s < S - 1; s++) {
-        if (s < nc) qtc_share_issue_x<G, NT>(ring + s * sg::STAGE + xpart, a, s);
+        if (c0 + s < c1) qtc_share_issue_x<G, NT>(ring + s * sg::STAGE + xpart, a, c0 + s);
         cp_async_commit();
     }
-    for (int c = 0; c < nc; c++) {
+    for (int c = c0; c < c1; c++) {
+        const int i = c - c0;
         cp_async_wait_groups<S - 2>(); /* this thread's copies of stage c are in */
         __syncthreads();               /* and every thread's; every warp is done with stage c - 1 */
-        if (c + S - 1 < nc) {          /* into the slot stage c - 1 used */
-            const unsigned nx = ring + ((c + S - 1) % S) * sg::STAGE;
+        if (c + S - 1 < c1) {          /* into the slot stage c - 1 used */
+            const unsigned nx = ring + ((i + S - 1) % S) * sg::STAGE;
             if (live) qtc_stage_issue<G>(nx + warp * cg::SLOT, a, mt, r0, c + S - 1, lane);
             qtc_share_issue_x<G, NT>(nx + xpart, a, c + S - 1);
         }
         cp_async_commit();
         if (!live) continue;
-        const unsigned st = ring + (c % S) * sg::STAGE, xs = st + xpart + g * sg::XROW, sxs = st + xpart + sg::XB;
+        const unsigned st = ring + (i % S) * sg::STAGE, xs = st + xpart + g * sg::XROW, sxs = st + xpart + sg::XB;
         const int sw = (g & 1) << 2; /* the odd rows' pieces (rows 8 nt + g) */
         qtc_stage_products<G, NT>(
             acc, st + warp * cg::SLOT, a.sdt, g,
@@ -587,17 +602,72 @@ __device__ __forceinline__ void qtc_share_block(float (*acc)[4], const qtc_args 
     cp_async_wait_all();
 }
 
-/* The staged kernel's blocks (qtc_locate) where every matrix takes one
- * stretch: a block's warps 16 rows each over all of K. */
+/* Where this block works here: matrix mi's block `local` of its RB blocks
+ * of 128 rows for each of its KS stretches, stretch by stretch (those of
+ * a stretch read the same activations at about the same time); the
+ * warp's first row r0. */
+struct qtc_share_where {
+    int mi, local, rb, ks, r0;
+};
+__device__ __forceinline__ qtc_share_where qtc_share_locate(const qtc_plan &p) {
+    int b = blockIdx.x, mi = 0, warp = threadIdx.x / 32;
+    while (mi + 1 < p.count && b >= p.m[mi + 1].block) mi++;
+    const int local = b - p.m[mi].block, RB = (p.m[mi].N + 16 * QTC_WARPS - 1) / (16 * QTC_WARPS);
+    return qtc_share_where{mi, local, local % RB, local / RB, (local % RB) * 16 * QTC_WARPS + 16 * warp};
+}
+
+/* The end of a block of a matrix whose K is split: its sums go to its part
+ * block, and the last of the row block's KS blocks to arrive adds them in
+ * stretch order (the staged kernel's order, qtc_finish) and stores them. */
+template <int NT>
+__device__ __forceinline__ void qtc_share_reduce(const float (*acc)[4], const qtc_args &a, const qtc_mat &mt,
+                                                 const qtc_share_where &at) {
+    constexpr int WF = NT * 4 * 32, BF = QTC_WARPS * WF; /* a warp's and a block's floats */
+    const int RB = (mt.N + 16 * QTC_WARPS - 1) / (16 * QTC_WARPS), lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    float *mine = a.part + (size_t)(mt.part0 + at.local) * BF + warp * WF + lane;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) mine[(nt * 4 + c) * 32] = acc[nt][c];
+    /* publish, then count; one thread fences for the block after the
+     * barrier that orders its threads' writes before it */
+    __syncthreads();
+    __shared__ int last;
+    unsigned *count = a.count + mt.tile0 + at.rb;
+    if (threadIdx.x == 0) {
+        __threadfence();
+        last = atomicAdd(count, 1u) == (unsigned)mt.KS - 1;
+        if (last) __threadfence();
+    }
+    __syncthreads();
+    if (!last) return;
+    const float *first = a.part + (size_t)(mt.part0 + at.rb) * BF + warp * WF + lane; /* stretch 0's block */
+    float sum[NT][4];
+    for (int s = 0; s < mt.KS; s++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const float v = __ldcg(first + (size_t)s * RB * BF + (nt * 4 + c) * 32);
+                sum[nt][c] = s ? sum[nt][c] + v : v;
+            }
+    if (threadIdx.x == 0) *count = 0; /* ready for the next launch */
+    if (at.r0 < mt.N) qtc_store<NT>(sum, a, mt, at.r0, lane);
+}
+
+/* A block's warps 16 rows each over its stretch of K (qtc_share_locate),
+ * the stretches' sums added by qtc_share_reduce where K is split. */
 template <int G, int NT>
 __global__ void __launch_bounds__(QTC_WARPS * 32, (qtc_share_geom<G, NT>::BPS)) qtc_share_kernel(qtc_plan p) {
     extern __shared__ __align__(16) uint8_t qtc_ring[];
-    const qtc_where at = qtc_locate(p);
+    const qtc_share_where at = qtc_share_locate(p);
     const qtc_mat &mt = p.m[at.mi];
+    const int nc = p.a.K / QTC_CHUNK, c0 = at.ks * nc / mt.KS, c1 = (at.ks + 1) * nc / mt.KS;
     float acc[NT][4] = {};
     /* waits for the kernel before */
-    qtc_share_block<G, NT>(acc, p.a, mt, at.r0, (unsigned)__cvta_generic_to_shared(qtc_ring));
-    if (at.r0 < mt.N) qtc_store<NT>(acc, p.a, mt, at.r0, threadIdx.x % 32);
+    qtc_share_block<G, NT>(acc, p.a, mt, at.r0, c0, c1, (unsigned)__cvta_generic_to_shared(qtc_ring));
+    if (mt.KS > 1) qtc_share_reduce<NT>(acc, p.a, mt, at);
+    else if (at.r0 < mt.N) qtc_store<NT>(acc, p.a, mt, at.r0, threadIdx.x % 32);
 }
 
 /* The stretches of K a block of a matrix of N rows and `units` of K (groups,
@@ -636,14 +706,19 @@ bool cuda_qtc_takes(const cuda_backend *cb, const em_weight *w) {
 /* Whether the shared-activation kernel is on (EMBER_CUDA_QTC_SHARE) and
  * the device has the shared memory its geometry counts on (QTC_SM_SMEM a
  * multiprocessor, as sm_90's). */
-static bool qtc_share_fits(const cuda_backend *cb) { return cb->qtc_share_on && cb->smem_optin >= QTC_SM_SMEM - 1024; }
+static bool qtc_share_fits(const cuda_backend *cb) { return cb->qtc_share && cb->smem_optin >= QTC_SM_SMEM - 1024; }
+
+/* The staged kernel's stretches of K for a matrix of N rows. */
+static int qtc_stage_stretches(const cuda_backend *cb, int N, int K) { return qtc_stretches(cb, N, K / QTC_CHUNK, 2); }
 
 /* Whether a set's products can take the shared-activation kernel: it is on
- * and fits, the staged kernel's weights, and every matrix one stretch of K
- * a block. From the weights and the device alone. */
+ * and fits, the staged kernel's weights, and (unless it splits K,
+ * EMBER_CUDA_QTC_SHARE=all) every matrix one stretch of K. From the
+ * weights and the device alone. */
 static bool qtc_shares(const cuda_backend *cb, int n, const em_weight *const *ws) {
     bool ok = qtc_share_fits(cb) && qtc_staged(n, ws);
-    for (int i = 0; i < n && ok; i++) ok = qtc_stretches(cb, (int)ws[i]->rows, (int)ws[0]->cols / QTC_CHUNK, 2) == 1;
+    for (int i = 0; i < n && ok && cb->qtc_share < 2; i++)
+        ok = qtc_stage_stretches(cb, (int)ws[i]->rows, (int)ws[0]->cols) == 1;
     return ok;
 }
 
@@ -690,19 +765,29 @@ static void qtc_pass(cuda_backend *cb, int n, float *const *ys, const float *x, 
     qtc_plan p;
     memset(&p, 0, sizeof p);
     p.staged = qtc_staged(n, ws);
+    p.count = n, p.shared = M >= CUDA_QTC_SHARE_MIN_M && qtc_shares(cb, n, ws);
+    int parts = 0, tiles = 0; /* the split matrices' blocks and row blocks (qtc_share_reduce) */
     for (int i = 0; i < n; i++) {
         qtc_mat &m = p.m[i];
         m.w = (const uint32_t *)ws[i]->data, m.scales = ws[i]->scales, m.biases = ws[i]->biases;
         m.bias = biases ? biases[i] : NULL, m.y = ys[i], m.N = (int)ws[i]->rows;
-        m.KS = p.staged ? qtc_stretches(cb, m.N, K / QTC_CHUNK, 2) : qtc_stretches(cb, m.N, ng, QTC_MIN_GROUPS);
+        m.KS = p.staged ? qtc_stage_stretches(cb, m.N, K) : qtc_stretches(cb, m.N, ng, QTC_MIN_GROUPS);
         m.block = p.blocks;
-        p.blocks += (m.N + 16 * (QTC_WARPS / m.KS) - 1) / (16 * (QTC_WARPS / m.KS));
+        if (!p.shared) {
+            p.blocks += (m.N + 16 * (QTC_WARPS / m.KS) - 1) / (16 * (QTC_WARPS / m.KS));
+            continue;
+        }
+        const int RB = (m.N + 16 * QTC_WARPS - 1) / (16 * QTC_WARPS); /* fewer than n_sm where KS > 1 */
+        p.blocks += RB * m.KS;
+        if (m.KS > 1) m.part0 = parts, m.tile0 = tiles, parts += RB * m.KS, tiles += RB;
     }
-    p.count = n, p.shared = M >= QTC_SHARE_MIN_M && qtc_shares(cb, n, ws);
     size_t xbytes = ((size_t)mp * K * sizeof(__nv_bfloat16) + 15) & ~(size_t)15;
     if (!cuda_scratch(cb, &cb->q8x, &cb->q8x_bytes, xbytes + (size_t)ng * mp * sizeof(float))) return; /* noted */
+    if (parts && !cuda_scratch(cb, (void **)&cb->qtc_part, &cb->qtc_part_bytes, (size_t)parts * 16 * QTC_WARPS * mp * 4))
+        return; /* noted */
     qtc_args &a = p.a;
     a.xb = (const __nv_bfloat16 *)cb->q8x, a.sx = (const float *)((uint8_t *)cb->q8x + xbytes);
+    a.part = cb->qtc_part, a.count = cb->qtc_count;
     a.M = M, a.mp = mp, a.K = K, a.ng = ng, a.sdt = (int)w0->scale_dtype, a.add = add;
     if (G == 32) qtc_queue<32>(cb, p, x);
     else if (G == 64) qtc_queue<64>(cb, p, x);
