@@ -166,6 +166,26 @@ static void scratch_need(uint64_t *cap, uint64_t bytes) {
 
 static uint64_t round16(uint64_t b) { return (b + 15) & ~(uint64_t)15; }
 
+/* More multiprocessors than any card ember has run on has (132 on an H100
+ * or H200). */
+#define FIT_CUDA_MAX_SM 160
+
+/* The sums the shared-activation kernel keeps for a set (cuda_qtc.cu,
+ * EMBER_CUDA_QTC_SHARE=all) with a matrix like w, of mp activation rows:
+ * 128 mp floats for each block of a matrix whose K it splits. A matrix is
+ * split only while it has fewer 128-row blocks (RB) than the device has
+ * multiprocessors, into KS <= 8 stretches with ceil(N KS / 256) blocks of
+ * the staged kernel still fewer than those, so RB KS < 2 n_sm + 8. The
+ * headers say neither the device nor which matrices share a set, so this
+ * counts a set of EM_MATMUL_GROUP_MAX matrices like w, on FIT_CUDA_MAX_SM
+ * multiprocessors. */
+static uint64_t qtc_share_part(const fit_weight *w, uint64_t mp) {
+    uint64_t rb = ((uint64_t)w->N + 127) / 128u, blocks = 8u * rb;
+    if (rb >= FIT_CUDA_MAX_SM) return 0;
+    if (blocks > 2u * FIT_CUDA_MAX_SM + 8u) blocks = 2u * FIT_CUDA_MAX_SM + 8u;
+    return (uint64_t)EM_MATMUL_GROUP_MAX * blocks * 128u * mp * 4u;
+}
+
 /* One product of M rows over a quantized weight (cuda_qmatmul.cu's order):
  * the bf16 tensor-core kernel (4-bit, 3-64 rows in passes of 32, or 64:
  * bf16 rows and group sums), the int8 one (16-32 rows: int8 rows and segment scales),
@@ -181,22 +201,17 @@ static void sim_qmatmul(scratch_sim *sc, int M, const fit_weight *w, bool fast) 
     if (qtc && M >= CUDA_QTC_MIN_M && M <= CUDA_QTC_MAX_M) {
         /* passes of up to 32 rows; with EMBER_CUDA_QTC_SHARE, of up to 64
          * (6 or 8 tiles) where the backend's qtc_pass_rows also finds whole
-         * 256-input stages, 2-byte scales and (unless it is "all") blocks
-         * that each take all of K. The headers say neither of the last
-         * two, so this may count a wider pass than the backend runs, never
-         * a narrower one. With "all", a matrix whose K the blocks split
-         * keeps each block's sums (128 rows by the pass's) for each stretch
-         * of K: at most 8 stretches of its 128-row blocks, and a set of up
-         * to three matrices (q, k, v) keeps all of theirs; counted for
-         * every matrix as if it were the largest of such a set, for the
-         * same reason. */
+         * 256-input stages, 2-byte scales and (under "1") blocks that each
+         * take all of K. The headers say neither of the last two, so this
+         * may count a wider pass than the backend runs, never a narrower
+         * one. Under "all" a matrix whose K the blocks split keeps each
+         * block's sums (qtc_share_part). */
         const char *share = em_config_str(cfg, EMC_CUDA_QTC_SHARE);
         bool all = !strcmp(share, "all"), wide = M > CUDA_QMMA_MAX_M && w->K % 256 == 0 && (all || !strcmp(share, "1"));
         uint64_t mp = wide ? (M <= 48 ? 48u : 64u)
                            : (uint64_t)((M < CUDA_QMMA_MAX_M ? M : CUDA_QMMA_MAX_M) + 7) & ~(uint64_t)7;
         scratch_need(&sc->q8x, round16(mp * K * 2u) + K / (uint64_t)w->group * mp * 4u);
-        if (all && M >= CUDA_QTC_SHARE_MIN_M && w->K % 256 == 0)
-            scratch_need(&sc->qtc_part, 3u * (((uint64_t)w->N + 127) / 128u) * 8u * 128u * mp * 4u);
+        if (all && M >= CUDA_QTC_SHARE_MIN_M && w->K % 256 == 0) scratch_need(&sc->qtc_part, qtc_share_part(w, mp));
     } else if (qmma && M >= CUDA_QMMA_MIN_M && M <= CUDA_QMMA_MAX_M) {
         uint64_t mp = (uint64_t)(M + 7) & ~(uint64_t)7;
         scratch_need(&sc->q8x, round16((uint64_t)M * K) + K / 32u * mp * 8u);

@@ -711,14 +711,21 @@ static bool qtc_share_fits(const cuda_backend *cb) { return cb->qtc_share && cb-
 /* The staged kernel's stretches of K for a matrix of N rows. */
 static int qtc_stage_stretches(const cuda_backend *cb, int N, int K) { return qtc_stretches(cb, N, K / QTC_CHUNK, 2); }
 
-/* Whether a set's products can take the shared-activation kernel: it is on
+#ifndef QTC_SHARE_MIN_STAGES
+#define QTC_SHARE_MIN_STAGES 0 /* up to 32 rows, the fewest stages a stretch of K takes it with (builds that compare) */
+#endif
+/* Whether a set's products of M rows (a pass's, or more for the pass's
+ * width) can take the shared-activation kernel: 17 rows or more, it is on
  * and fits, the staged kernel's weights, and (unless it splits K,
  * EMBER_CUDA_QTC_SHARE=all) every matrix one stretch of K. From the
- * weights and the device alone. */
-static bool qtc_shares(const cuda_backend *cb, int n, const em_weight *const *ws) {
-    bool ok = qtc_share_fits(cb) && qtc_staged(n, ws);
-    for (int i = 0; i < n && ok && cb->qtc_share < 2; i++)
-        ok = qtc_stage_stretches(cb, (int)ws[i]->rows, (int)ws[0]->cols) == 1;
+ * weights, the rows and the device alone. */
+static bool qtc_shares(const cuda_backend *cb, int n, const em_weight *const *ws, int M) {
+    bool ok = M >= CUDA_QTC_SHARE_MIN_M && qtc_share_fits(cb) && qtc_staged(n, ws);
+    const int K = (int)ws[0]->cols;
+    for (int i = 0; i < n && ok; i++) {
+        const int ks = qtc_stage_stretches(cb, (int)ws[i]->rows, K);
+        ok = (cb->qtc_share > 1 || ks == 1) && (M > CUDA_QMMA_MAX_M || K / QTC_CHUNK / ks >= QTC_SHARE_MIN_STAGES);
+    }
     return ok;
 }
 
@@ -765,7 +772,7 @@ static void qtc_pass(cuda_backend *cb, int n, float *const *ys, const float *x, 
     qtc_plan p;
     memset(&p, 0, sizeof p);
     p.staged = qtc_staged(n, ws);
-    p.count = n, p.shared = M >= CUDA_QTC_SHARE_MIN_M && qtc_shares(cb, n, ws);
+    p.count = n, p.shared = qtc_shares(cb, n, ws, M);
     int parts = 0, tiles = 0; /* the split matrices' blocks and row blocks (qtc_share_reduce) */
     for (int i = 0; i < n; i++) {
         qtc_mat &m = p.m[i];
@@ -795,11 +802,10 @@ static void qtc_pass(cuda_backend *cb, int n, float *const *ys, const float *x, 
 }
 
 /* The rows a pass over the set's weights takes: QTC_SHARE_MAX_M where
- * every matrix takes the shared-activation kernel's one stretch of K (its
- * wider tiles read the codes once for twice the rows), else
- * CUDA_QMMA_MAX_M. */
-static int qtc_pass_rows(const cuda_backend *cb, int n, const em_weight *const *ws) {
-    return QTC_SHARE_WIDE && qtc_shares(cb, n, ws) ? QTC_SHARE_MAX_M : CUDA_QMMA_MAX_M;
+ * the set's M rows take the shared-activation kernel (its wider tiles read
+ * the codes once for twice the rows), else CUDA_QMMA_MAX_M. */
+static int qtc_pass_rows(const cuda_backend *cb, int n, const em_weight *const *ws, int M) {
+    return QTC_SHARE_WIDE && qtc_shares(cb, n, ws, M) ? QTC_SHARE_MAX_M : CUDA_QMMA_MAX_M;
 }
 
 /* Rows past a pass's take further passes over the weights, each row's
@@ -808,7 +814,7 @@ static int qtc_pass_rows(const cuda_backend *cb, int n, const em_weight *const *
 bool cuda_qtc_set(cuda_backend *cb, int n, float *const *ys, const float *x, int M, const em_weight *const *ws,
                   const float *const *biases, bool add) {
     const size_t K = (size_t)ws[0]->cols;
-    const int pm = qtc_pass_rows(cb, n, ws);
+    const int pm = qtc_pass_rows(cb, n, ws, M);
     for (int m0 = 0; m0 < M; m0 += pm) {
         float *yo[EM_MATMUL_GROUP_MAX];
         for (int i = 0; i < n; i++) yo[i] = ys[i] + (size_t)m0 * (size_t)ws[i]->rows;
