@@ -42,7 +42,8 @@
  * codes through shared memory and takes every K of whole 256-input stages
  * with 2-byte scales, and the register one, which loads them straight into
  * registers and takes the rest. Which one runs depends on the weights
- * alone. Past 32 activation rows the products run in passes of 32. */
+ * alone. Past 32 activation rows the products run in passes of 32, or of
+ * 64 on the shared-activation kernel (below). */
 #include "backend/cuda/cuda_quant.cuh"
 
 #define QTC_WARPS 8
@@ -484,10 +485,9 @@ __global__ void __launch_bounds__(QTC_WARPS * 32, 2) qtc_stage_kernel(qtc_plan p
  * tile of 8 rows) outweigh its codes (2 KB) several times over, and each
  * warp of the staged kernel reads its own from L2: at 32 rows eight times
  * the codes' bytes cross from L2, which then holds the products back (the
- * 8B's gate and up at 32 rows: 101 us for 66 MB on an H200). Here, for
- * sets whose matrices all take one stretch of K a block (so all 8 warps of
- * a block read the same activations: 16 QTC_WARPS rows over the whole of
- * K), the block copies each stage's activations and their groups' sums
+ * 8B's gate and up at 32 rows: 101 us for 66 MB on an H200). Here all 8
+ * warps of a block take the same stretch of K (16 QTC_WARPS rows), so
+ * they read the same activations: the block copies each stage's activations and their groups' sums
  * into shared memory once, beside the warps' codes, and the warps read
  * them there. A warp's chain of sums is the staged kernel's, so a row's
  * bits are the same in either. Past 32 rows a pass takes up to 64 (8
@@ -510,12 +510,16 @@ __global__ void __launch_bounds__(QTC_WARPS * 32, 2) qtc_stage_kernel(qtc_plan p
  * 43.5 and 51.0 -> 57.1 (a stage waits here for the block's slowest copy,
  * where the staged kernel's warps run free of each other), and the
  * products of 4 and 8 stretches slower at every width (o at 32 rows 15.1
- * -> 25.1). So it takes 17 rows and more; EMBER_CUDA_QTC_SHARE=1 takes
- * only sets whose blocks each take all of K (at the 8B shape on 132
+ * -> 25.1). So it takes 17 rows and more, and the stretches are added
+ * through memory rather than in a cluster. In this form (H100, one call,
+ * against the staged kernel on the same build): the 8B's 4-bit layer at
+ * 24, 32, 40 and 64 rows 143.4 -> 138.8, 204.6 -> 159.1, 286.7 -> 195.6
+ * and 395.0 -> 252.4 us (o alone slower up to 32 rows: 15.5 -> 17.3 at
+ * 32, its blocks two stages each), the decode of 64 sequences 10.8k ->
+ * 15.3k tok/s. EMBER_CUDA_QTC_SHARE=all (the default) takes every set;
+ * 1 only sets whose blocks each take all of K (at the 8B shape on 132
  * multiprocessors, only the head: the gate and up have 112 blocks of 128
- * rows, so 2 stretches), `all` every set, the stretches added through
- * memory rather than a cluster. Neither form has run on a GPU yet, so the
- * default is 0.
+ * rows, so 2 stretches); 0 none.
  *
  * A stage of the ring: the 8 warps' slots (the staged kernel's layout),
  * then every activation row's QTC_CHUNK values (bf16), then their groups'
