@@ -489,11 +489,10 @@ __global__ void __launch_bounds__(QTC_WARPS * 32, 2) qtc_stage_kernel(qtc_plan p
  * warps of a block take the same stretch of K (16 QTC_WARPS rows), so
  * they read the same activations: the block copies each stage's
  * activations and their groups' sums into shared memory once, beside the
- * warps' codes, and the warps read
- * them there. A warp's chain of sums is the staged kernel's, so a row's
- * bits are the same in either. Past 32 rows a pass takes up to 64 (8
- * tiles, one block a multiprocessor for the registers), so the codes are
- * read once for twice the rows.
+ * warps' codes, and the warps read them there. A warp's chain of sums is
+ * the staged kernel's, so a row's bits are the same in either. Past 32
+ * rows a pass takes up to 64 (8 tiles, one block a multiprocessor for the
+ * registers), so the codes are read once for twice the rows.
  *
  * Where the staged kernel splits a matrix's K into KS stretches (a matrix
  * with fewer 128-row blocks than the device has multiprocessors), each
