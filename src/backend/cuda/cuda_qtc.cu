@@ -516,7 +516,11 @@ __global__ void __launch_bounds__(QTC_WARPS * 32, 2) qtc_stage_kernel(qtc_plan p
  * 24, 32, 40 and 64 rows 143.4 -> 138.8, 204.6 -> 159.1, 286.7 -> 195.6
  * and 395.0 -> 252.4 us (o alone slower up to 32 rows: 15.5 -> 17.3 at
  * 32, its blocks two stages each), the decode of 64 sequences 10.8k ->
- * 15.3k tok/s. EMBER_CUDA_QTC_SHARE=all (the default) takes every set;
+ * 15.3k tok/s. Keeping sets whose stretches have fewer than 3 stages on
+ * the staged kernel up to 32 rows (o, but also q/k/v, whose q, k and v
+ * are split 8 ways too and gained) was no better: the layer at 24 and 32
+ * rows 139.0 and 160.9 us against 140.1 and 159.8.
+ * EMBER_CUDA_QTC_SHARE=all (the default) takes every set;
  * 1 only sets whose blocks each take all of K (at the 8B shape on 132
  * multiprocessors, only the head: the gate and up have 112 blocks of 128
  * rows, so 2 stretches); 0 none.
@@ -715,9 +719,6 @@ static bool qtc_share_fits(const cuda_backend *cb) { return cb->qtc_share && cb-
 /* The staged kernel's stretches of K for a matrix of N rows. */
 static int qtc_stage_stretches(const cuda_backend *cb, int N, int K) { return qtc_stretches(cb, N, K / QTC_CHUNK, 2); }
 
-#ifndef QTC_SHARE_MIN_STAGES
-#define QTC_SHARE_MIN_STAGES 0 /* up to 32 rows, the fewest stages a stretch of K takes it with (builds that compare) */
-#endif
 /* Whether a set's products of M rows (a pass's, or more for the pass's
  * width) can take the shared-activation kernel: 17 rows or more, it is on
  * and fits, the staged kernel's weights, and (unless it splits K,
@@ -726,10 +727,7 @@ static int qtc_stage_stretches(const cuda_backend *cb, int N, int K) { return qt
 static bool qtc_shares(const cuda_backend *cb, int n, const em_weight *const *ws, int M) {
     bool ok = M >= CUDA_QTC_SHARE_MIN_M && qtc_share_fits(cb) && qtc_staged(n, ws);
     const int K = (int)ws[0]->cols;
-    for (int i = 0; i < n && ok; i++) {
-        const int ks = qtc_stage_stretches(cb, (int)ws[i]->rows, K);
-        ok = (cb->qtc_share > 1 || ks == 1) && (M > CUDA_QMMA_MAX_M || K / QTC_CHUNK / ks >= QTC_SHARE_MIN_STAGES);
-    }
+    for (int i = 0; i < n && ok && cb->qtc_share < 2; i++) ok = qtc_stage_stretches(cb, (int)ws[i]->rows, K) == 1;
     return ok;
 }
 
