@@ -166,8 +166,7 @@ static void scratch_need(uint64_t *cap, uint64_t bytes) {
 
 static uint64_t round16(uint64_t b) { return (b + 15) & ~(uint64_t)15; }
 
-/* More multiprocessors than any card ember has run on has (132 on an H100
- * or H200). */
+/* An upper bound on a card's multiprocessors (an H100 or H200 has 132). */
 #define FIT_CUDA_MAX_SM 160
 
 /* The sums the shared-activation kernel keeps for a set (cuda_qtc.cu,

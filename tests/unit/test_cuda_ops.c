@@ -535,9 +535,9 @@ static void qtc_share_cases(void) {
     test_qmma_group(4, 40, 2048, EM_BF16, 3, split);
 }
 static void test_qtc_share(void) {
-    qtc_share_cases();
+    qtc_share_cases(); /* the default, all */
     with_config("EMBER_CUDA_QTC_SHARE", "1", qtc_share_cases);
-    with_config("EMBER_CUDA_QTC_SHARE", "all", qtc_share_cases);
+    with_config("EMBER_CUDA_QTC_SHARE", "0", qtc_share_cases);
 }
 
 static void test_qmatmul_int8(void) {
