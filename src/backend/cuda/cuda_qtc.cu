@@ -615,13 +615,13 @@ __device__ __forceinline__ void qtc_share_block(float (*acc)[4], const qtc_args 
  * a stretch read the same activations at about the same time); the
  * warp's first row r0. */
 struct qtc_share_where {
-    int mi, local, rb, ks, r0;
+    int mi, local, RB, rb, ks, r0;
 };
 __device__ __forceinline__ qtc_share_where qtc_share_locate(const qtc_plan &p) {
     int b = blockIdx.x, mi = 0, warp = threadIdx.x / 32;
     while (mi + 1 < p.count && b >= p.m[mi + 1].block) mi++;
     const int local = b - p.m[mi].block, RB = (p.m[mi].N + 16 * QTC_WARPS - 1) / (16 * QTC_WARPS);
-    return qtc_share_where{mi, local, local % RB, local / RB, (local % RB) * 16 * QTC_WARPS + 16 * warp};
+    return qtc_share_where{mi, local, RB, local % RB, local / RB, (local % RB) * 16 * QTC_WARPS + 16 * warp};
 }
 
 /* The end of a block of a matrix whose K is split: its sums go to its part
@@ -631,7 +631,7 @@ template <int NT>
 __device__ __forceinline__ void qtc_share_reduce(const float (*acc)[4], const qtc_args &a, const qtc_mat &mt,
                                                  const qtc_share_where &at) {
     constexpr int WF = NT * 4 * 32, BF = QTC_WARPS * WF; /* a warp's and a block's floats */
-    const int RB = (mt.N + 16 * QTC_WARPS - 1) / (16 * QTC_WARPS), lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     float *mine = a.part + (size_t)(mt.part0 + at.local) * BF + warp * WF + lane;
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
@@ -656,7 +656,7 @@ __device__ __forceinline__ void qtc_share_reduce(const float (*acc)[4], const qt
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
             for (int c = 0; c < 4; c++) {
-                const float v = __ldcg(first + (size_t)s * RB * BF + (nt * 4 + c) * 32);
+                const float v = __ldcg(first + (size_t)s * at.RB * BF + (nt * 4 + c) * 32);
                 sum[nt][c] = s ? sum[nt][c] + v : v;
             }
     if (threadIdx.x == 0) *count = 0; /* ready for the next launch */
