@@ -75,7 +75,9 @@ void cuda_sigmoid_mul(em_backend *be, float *y, const float *gate, int rows, int
 template <int KMAX>
 __global__ void conv_kernel(float *y, const float *x, int n, int C, int ld, const float *w, int K, float *state,
                             float *const *states) {
-    cuda_pdl_enter();
+    /* the taps and the state are read before the wait: the kernel before
+     * (a product or the gates) writes neither; the state was left by this
+     * layer's last call, which has finished */
     if (states) {
         size_t row = blockIdx.y;
         state = states[row], x += row * ld, y += row * ld;
@@ -91,7 +93,13 @@ __global__ void conv_kernel(float *y, const float *x, int n, int C, int ld, cons
     for (int r = 0; r < KMAX - 1; r++) {
         int p = t_begin - (K - 1) + r; /* the position window slot r holds */
         wc[r] = on && r < K - 1 ? w[(size_t)c * K + r] : 0.0f;
-        win[r] = !on || r >= K - 1 ? 0.0f : p >= 0 ? x[(size_t)p * ld + c] : state[(size_t)(p + K - 1) * C + c];
+        win[r] = on && r < K - 1 && p < 0 ? state[(size_t)(p + K - 1) * C + c] : 0.0f;
+    }
+    cuda_pdl_enter();
+#pragma unroll
+    for (int r = 0; r < KMAX - 1; r++) { /* the window's rows of x (a segment after the first) */
+        int p = t_begin - (K - 1) + r;
+        if (on && r < K - 1 && p >= 0) win[r] = x[(size_t)p * ld + c];
     }
     __syncthreads(); /* the windows are read before any segment writes */
     if (!on) return;
@@ -275,14 +283,16 @@ template <int NJ>
 __global__ void __launch_bounds__(DR_THREADS) delta_rule_kernel(float *out, const float *qkv, int ld, const float *g,
                                                                 const float *beta, float *state, int n, int Hk, int Hv,
                                                                 int dk, int dv, float *const *states) {
-    cuda_pdl_enter();
     if (states) dr_row(out, qkv, g, beta, state, states, ld, Hv, dv);
     int h = blockIdx.x, kh = h / (Hv / Hk), lane = threadIdx.x % 32;
     int part = threadIdx.x % DR_PARTS, c = blockIdx.y * DR_COLS + threadIdx.x / DR_PARTS;
     bool col = c < dv;
     float *S = state + (size_t)h * dk * dv;
     float s[NJ];
+    /* the state is read before the wait: only this layer's last call,
+     * which has finished, wrote it (the kernel before is the convolution) */
     dr_state<NJ, false>(s, S, part, c, col, dk, dv);
+    cuda_pdl_enter();
     const float *q0 = qkv + (size_t)kh * dk, *k0 = qkv + (size_t)Hk * dk + (size_t)kh * dk;
     const float *v0 = qkv + (size_t)2 * Hk * dk + (size_t)h * dv;
     float qscale = 1.0f / sqrtf((float)dk);
